@@ -1,0 +1,202 @@
+//! The group-commit writer of the embedded store.
+//!
+//! One thread owns every write. It takes all the operations queued at the
+//! moment it wakes (up to `max_batch`), applies them in queue order inside one
+//! transaction, commits it with one fsync, and only then answers each caller.
+//! An operation that arrives during a commit goes into the next one, so no
+//! caller waits for more than the commit its operation is in. If a commit
+//! fails, every operation in it fails and nothing of it is visible.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use redb::{Database, ReadableTable};
+use time::format_description::well_known::Rfc3339;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::{CHECKPOINTS, DEAD_LETTERS, HEADS, LOG, STATUS};
+use crate::ports::DeadLetter;
+
+/// A commit that did not happen; every operation in it failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the embedded store could not commit")]
+pub(super) struct CommitFailed(#[source] Arc<redb::Error>);
+
+pub(super) type Reply = oneshot::Sender<Result<Applied, CommitFailed>>;
+
+/// A write, with where to send its result once it is durable.
+#[derive(Debug)]
+pub(super) struct Op {
+    pub(super) kind: OpKind,
+    pub(super) reply: Reply,
+}
+
+#[derive(Debug)]
+pub(super) enum OpKind {
+    Append {
+        partition: u32,
+        payload: Bytes,
+    },
+    /// Write a status document if its stored version is `expected` (`None`: absent).
+    PutStatus {
+        id: String,
+        expected: Option<u64>,
+        body: Vec<u8>,
+    },
+    Checkpoint {
+        group: String,
+        partition: u32,
+        offset: u64,
+    },
+    DeadLetter(DeadLetter),
+}
+
+/// The durable result of one operation.
+#[derive(Debug)]
+pub(super) enum Applied {
+    Appended(u64),
+    Written(u64),
+    PreconditionFailed,
+    Done,
+}
+
+struct Committer {
+    db: Arc<Database>,
+    next_offsets: Vec<u64>,
+    heads: Vec<watch::Sender<u64>>,
+    max_batch: usize,
+}
+
+/// Starts the committer thread; it stops when every sender of `ops` is gone and the queue is empty.
+pub(super) fn spawn(
+    db: Arc<Database>,
+    ops: mpsc::Receiver<Op>,
+    next_offsets: Vec<u64>,
+    heads: Vec<watch::Sender<u64>>,
+    max_batch: usize,
+) -> std::io::Result<JoinHandle<()>> {
+    let committer = Committer {
+        db,
+        next_offsets,
+        heads,
+        max_batch: max_batch.max(1),
+    };
+    std::thread::Builder::new()
+        .name("skyport-committer".into())
+        .spawn(move || committer.run(ops))
+}
+
+impl Committer {
+    fn run(mut self, mut ops: mpsc::Receiver<Op>) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        while let Some(op) = ops.blocking_recv() {
+            batch.push(op);
+            while batch.len() < self.max_batch {
+                match ops.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit(&mut batch);
+        }
+    }
+
+    fn commit(&mut self, batch: &mut Vec<Op>) {
+        let before = self.next_offsets.clone();
+        match self.apply(batch) {
+            Ok(results) => {
+                for (partition, head) in self.heads.iter().enumerate() {
+                    if before[partition] != self.next_offsets[partition] {
+                        head.send_replace(self.next_offsets[partition]);
+                    }
+                }
+                for (op, result) in batch.drain(..).zip(results) {
+                    // A caller that gave up waiting is no reason to stop.
+                    let _ = op.reply.send(Ok(result));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, operations = batch.len(), "An embedded store commit failed; its writes were refused.");
+                self.next_offsets = before;
+                let failed = CommitFailed(Arc::new(e));
+                for op in batch.drain(..) {
+                    let _ = op.reply.send(Err(failed.clone()));
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, batch: &[Op]) -> Result<Vec<Applied>, redb::Error> {
+        let txn = self.db.begin_write()?;
+        let mut results = Vec::with_capacity(batch.len());
+        {
+            let mut log = txn.open_table(LOG)?;
+            let mut status = txn.open_table(STATUS)?;
+            let mut checkpoints = txn.open_table(CHECKPOINTS)?;
+            let mut dead_letters = txn.open_table(DEAD_LETTERS)?;
+            let mut heads = txn.open_table(HEADS)?;
+            let mut appended = false;
+            for op in batch {
+                results.push(match &op.kind {
+                    OpKind::Append { partition, payload } => {
+                        let next = &mut self.next_offsets[*partition as usize];
+                        let offset = *next;
+                        log.insert((*partition, offset), payload.as_ref())?;
+                        *next += 1;
+                        appended = true;
+                        Applied::Appended(offset)
+                    }
+                    OpKind::PutStatus { id, expected, body } => {
+                        let current = status.get(id.as_str())?.map(|v| v.value().0);
+                        if current == *expected {
+                            let version = current.map_or(1, |v| v + 1);
+                            status.insert(id.as_str(), (version, body.as_slice()))?;
+                            Applied::Written(version)
+                        } else {
+                            Applied::PreconditionFailed
+                        }
+                    }
+                    OpKind::Checkpoint {
+                        group,
+                        partition,
+                        offset,
+                    } => {
+                        let stored = checkpoints
+                            .get((group.as_str(), *partition))?
+                            .map(|v| v.value());
+                        // Checkpoints only move forward, whatever order they arrive in.
+                        let offset = stored.map_or(*offset, |s| s.max(*offset));
+                        checkpoints.insert((group.as_str(), *partition), offset)?;
+                        let mut lowest = offset;
+                        for entry in checkpoints.iter()? {
+                            let (key, value) = entry?;
+                            if key.value().1 == *partition {
+                                lowest = lowest.min(value.value());
+                            }
+                        }
+                        log.retain_in((*partition, 0)..=(*partition, lowest), |_, _| false)?;
+                        Applied::Done
+                    }
+                    OpKind::DeadLetter(letter) => {
+                        let at = letter.at.format(&Rfc3339).unwrap_or_default();
+                        dead_letters.insert(
+                            (letter.partition, letter.offset),
+                            (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
+                        )?;
+                        Applied::Done
+                    }
+                });
+            }
+            if appended {
+                for (partition, next) in self.next_offsets.iter().enumerate() {
+                    let partition = u32::try_from(partition)
+                        .unwrap_or_else(|_| unreachable!("partitions is a u32"));
+                    heads.insert(partition, *next)?;
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(results)
+    }
+}

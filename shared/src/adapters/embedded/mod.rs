@@ -1,0 +1,407 @@
+//! The embedded backend: stream, consumer offsets, status documents and dead
+//! letters in one redb database file under the data directory.
+//!
+//! redb is a pure-Rust, ACID, copy-on-write B-tree store with MVCC readers and
+//! checksummed commits, so a `kill -9` at any moment leaves the last committed
+//! transaction intact. Every write goes through one committer thread
+//! ([`committer`]) that puts all the writes waiting at that moment into a
+//! single transaction and a single fsync (group commit); a caller's future
+//! resolves only after its transaction is durable. Reads run concurrently on
+//! snapshots.
+//!
+//! Tables:
+//! - `log`: (partition, offset) → encoded event; entries at or below every
+//!   consumer group's checkpoint are deleted.
+//! - `heads`: partition → next offset to assign (so offsets never restart).
+//! - `checkpoints`: (consumer group, partition) → last completed offset.
+//! - `status`: delivery id → (version, status document JSON).
+//! - `dead_letters`: (partition, offset) → (reason, time, raw payload).
+//! - `meta`: `partitions` (fixed at creation) and `receipt-key`.
+
+mod committer;
+mod consumer;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use time::OffsetDateTime;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use self::committer::{Applied, CommitFailed, Op, OpKind};
+pub use self::consumer::EmbeddedConsumer;
+use crate::config::EmbeddedSettings;
+use crate::partitioning::partition_for;
+use crate::ports::{
+    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, OutboundEvent, Position,
+    Precondition, PublishError, Publisher, StatusStore, StatusStoreError, Versioned,
+};
+use crate::status::StatusDocument;
+
+const LOG: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("log");
+const HEADS: TableDefinition<u32, u64> = TableDefinition::new("heads");
+const CHECKPOINTS: TableDefinition<(&str, u32), u64> = TableDefinition::new("checkpoints");
+const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("status");
+const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
+    TableDefinition::new("dead_letters");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const DATABASE_FILE: &str = "skyport.redb";
+const RECEIPT_KEY_LEN: usize = 32;
+
+/// Why the embedded store did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create the data directory {path}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the database {path} is open in another process (the embedded store belongs to one process)"
+    )]
+    AlreadyOpen { path: PathBuf },
+    #[error(
+        "the data in {path} was created with {stored} partitions but {configured} are configured; \
+         keep stream.partitions = {stored} or use another embedded.data_dir"
+    )]
+    PartitionMismatch {
+        path: PathBuf,
+        stored: u32,
+        configured: u32,
+    },
+    #[error("cannot open the database {path}")]
+    Storage {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// The embedded store; cheap to share behind an [`Arc`].
+#[derive(Debug)]
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    ops: Option<mpsc::Sender<Op>>,
+    heads: Vec<watch::Receiver<u64>>,
+    receipt_key: [u8; RECEIPT_KEY_LEN],
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `settings.data_dir` with `partitions` stream partitions.
+    ///
+    /// # Errors
+    /// [`OpenError`] names the directory or setting that is in the way.
+    pub fn open(settings: &EmbeddedSettings, partitions: u32) -> Result<Arc<Self>, OpenError> {
+        let dir = &settings.data_dir;
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let path = dir.join(DATABASE_FILE);
+        let storage = |source: redb::Error| OpenError::Storage {
+            path: path.clone(),
+            source: Box::new(source),
+        };
+        let db = Database::builder()
+            .set_cache_size(settings.cache_size_mb * 1024 * 1024)
+            .create(&path)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    OpenError::AlreadyOpen { path: path.clone() }
+                }
+                other => storage(other.into()),
+            })?;
+        let (next_offsets, receipt_key) = initialize(&db, partitions).map_err(|e| match e {
+            InitError::Storage(e) => storage(e),
+            InitError::PartitionMismatch(stored) => OpenError::PartitionMismatch {
+                path: path.clone(),
+                stored,
+                configured: partitions,
+            },
+        })?;
+        let db = Arc::new(db);
+        let (head_senders, heads): (Vec<_>, Vec<_>) = next_offsets
+            .iter()
+            .map(|&next| watch::channel(next))
+            .unzip();
+        let (ops, rx) = mpsc::channel(settings.queue_capacity);
+        let committer = committer::spawn(
+            Arc::clone(&db),
+            rx,
+            next_offsets,
+            head_senders,
+            settings.max_batch,
+        )
+        .map_err(|source| OpenError::Storage {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
+        tracing::info!(path = %path.display(), partitions, "Opened the embedded store.");
+        Ok(Arc::new(Self {
+            db,
+            ops: Some(ops),
+            heads,
+            receipt_key,
+            committer: Mutex::new(Some(committer)),
+        }))
+    }
+
+    /// The key that signs status receipts when none is configured; created once and kept.
+    pub fn receipt_key(&self) -> &[u8] {
+        &self.receipt_key
+    }
+
+    pub fn partitions(&self) -> u32 {
+        u32::try_from(self.heads.len()).unwrap_or_else(|_| unreachable!("partitions is a u32"))
+    }
+
+    /// A consumer in `group` that owns every partition.
+    pub fn consumer(self: &Arc<Self>, group: &str) -> EmbeddedConsumer {
+        EmbeddedConsumer::new(Arc::clone(self), group)
+    }
+
+    /// The dead letters kept so far, oldest position first.
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the store cannot be read.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        let db = Arc::clone(&self.db);
+        blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let table = match txn.open_table(DEAD_LETTERS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(e.into()),
+            };
+            let mut letters = Vec::new();
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (partition, offset) = key.value();
+                let (reason, at, payload) = value.value();
+                letters.push(DeadLetter {
+                    partition,
+                    offset,
+                    reason: reason.to_owned(),
+                    payload: Bytes::copy_from_slice(payload),
+                    at: OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                        .unwrap_or(OffsetDateTime::UNIX_EPOCH),
+                });
+            }
+            Ok(letters)
+        })
+        .await
+        .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))
+    }
+
+    /// Queues a write and waits until it is durable.
+    async fn submit(&self, kind: OpKind) -> Result<Applied, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let sender = self.ops.as_ref().ok_or(SubmitError::Closed)?;
+        sender
+            .send(Op { kind, reply })
+            .await
+            .map_err(|_| SubmitError::Closed)?;
+        Ok(rx.await.map_err(|_| SubmitError::Closed)??)
+    }
+
+    fn head(&self, partition: u32) -> watch::Receiver<u64> {
+        self.heads[partition as usize].clone()
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        // Closing the queue lets the committer finish what is queued and stop.
+        drop(self.ops.take());
+        if let Some(thread) = self.committer.lock().ok().and_then(|mut t| t.take())
+            && thread.join().is_err()
+        {
+            tracing::error!("The embedded store's committer thread panicked.");
+        }
+    }
+}
+
+/// Why a write did not become durable.
+#[derive(Debug, thiserror::Error)]
+enum SubmitError {
+    #[error("the embedded store is closed")]
+    Closed,
+    #[error(transparent)]
+    Failed(#[from] CommitFailed),
+}
+
+#[async_trait]
+impl Publisher for EmbeddedStore {
+    async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
+        let partition = partition_for(&event.key, self.partitions());
+        let kind = OpKind::Append {
+            partition,
+            payload: event.payload,
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Appended(offset)) => Ok(Position { partition, offset }),
+            Ok(other) => unreachable!("an append is answered with its offset, not {other:?}"),
+            Err(SubmitError::Closed) => Err(PublishError::Closed),
+            Err(SubmitError::Failed(e)) => Err(PublishError::Unavailable(Box::new(e))),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        self.ops.as_ref().is_some_and(|s| !s.is_closed())
+    }
+}
+
+#[async_trait]
+impl StatusStore for EmbeddedStore {
+    async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
+        let db = Arc::clone(&self.db);
+        let key = id.to_owned();
+        let found = blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let table = match txn.open_table(STATUS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            Ok(table.get(key.as_str())?.map(|guard| {
+                let (version, body) = guard.value();
+                (version, body.to_vec())
+            }))
+        })
+        .await
+        .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?;
+        let Some((version, body)) = found else {
+            return Ok(None);
+        };
+        let document = serde_json::from_slice(&body).map_err(|e| StatusStoreError::Corrupt {
+            id: id.to_owned(),
+            source: Box::new(e),
+        })?;
+        Ok(Some(Versioned {
+            document,
+            etag: ETag(version.to_string()),
+        }))
+    }
+
+    async fn put(
+        &self,
+        document: &StatusDocument,
+        condition: Precondition,
+    ) -> Result<ETag, StatusStoreError> {
+        let expected = match condition {
+            Precondition::IfNoneMatch => None,
+            Precondition::IfMatch(ETag(tag)) => match tag.parse::<u64>() {
+                Ok(version) => Some(version),
+                // A tag this store never issued cannot match.
+                Err(_) => return Err(StatusStoreError::PreconditionFailed),
+            },
+        };
+        let body = serde_json::to_vec(document)
+            .unwrap_or_else(|e| unreachable!("a status document always serializes: {e}"));
+        let kind = OpKind::PutStatus {
+            id: document.id.clone(),
+            expected,
+            body,
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),
+            Ok(Applied::PreconditionFailed) => Err(StatusStoreError::PreconditionFailed),
+            Ok(other) => unreachable!("a status write is answered with its version, not {other:?}"),
+            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        Publisher::ready(self).await
+    }
+}
+
+#[async_trait]
+impl DeadLetterStore for EmbeddedStore {
+    async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError> {
+        match self.submit(OpKind::DeadLetter(letter)).await {
+            Ok(Applied::Done) => Ok(()),
+            Ok(other) => unreachable!("a dead letter is answered with Done, not {other:?}"),
+            Err(e) => Err(DeadLetterError::Unavailable(Box::new(e))),
+        }
+    }
+}
+
+enum InitError {
+    Storage(redb::Error),
+    PartitionMismatch(u32),
+}
+
+impl<E: Into<redb::Error>> From<E> for InitError {
+    fn from(e: E) -> Self {
+        Self::Storage(e.into())
+    }
+}
+
+/// Creates the tables, checks the partition count and loads each partition's next offset.
+fn initialize(
+    db: &Database,
+    partitions: u32,
+) -> Result<(Vec<u64>, [u8; RECEIPT_KEY_LEN]), InitError> {
+    let txn = db.begin_write()?;
+    let (next_offsets, receipt_key) = {
+        let mut meta = txn.open_table(META)?;
+        let stored = meta
+            .get("partitions")?
+            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+            .map(u32::from_be_bytes);
+        match stored {
+            Some(stored) if stored != partitions => {
+                return Err(InitError::PartitionMismatch(stored));
+            }
+            Some(_) => {}
+            None => {
+                meta.insert("partitions", partitions.to_be_bytes().as_slice())?;
+            }
+        }
+        let stored_key = meta
+            .get("receipt-key")?
+            .and_then(|v| <[u8; RECEIPT_KEY_LEN]>::try_from(v.value()).ok());
+        let receipt_key = match stored_key {
+            Some(key) => key,
+            None => {
+                let mut key = [0u8; RECEIPT_KEY_LEN];
+                getrandom::fill(&mut key).map_err(|e| {
+                    InitError::Storage(redb::Error::Io(std::io::Error::other(e.to_string())))
+                })?;
+                meta.insert("receipt-key", key.as_slice())?;
+                key
+            }
+        };
+        txn.open_table(LOG)?;
+        txn.open_table(CHECKPOINTS)?;
+        txn.open_table(STATUS)?;
+        txn.open_table(DEAD_LETTERS)?;
+        let heads = txn.open_table(HEADS)?;
+        let mut next_offsets = Vec::with_capacity(partitions as usize);
+        for partition in 0..partitions {
+            next_offsets.push(heads.get(partition)?.map_or(0, |v| v.value()));
+        }
+        (next_offsets, receipt_key)
+    };
+    txn.commit()?;
+    Ok((next_offsets, receipt_key))
+}
+
+/// Runs a read on the blocking pool so that disk reads never stall the async workers.
+async fn blocking<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T, redb::Error> + Send + 'static,
+) -> Result<T, redb::Error> {
+    tokio::task::spawn_blocking(read)
+        .await
+        .unwrap_or_else(|e| Err(redb::Error::Io(std::io::Error::other(e.to_string()))))
+}
+
+#[cfg(test)]
+mod tests;

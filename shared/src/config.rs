@@ -1,0 +1,538 @@
+//! Settings for every Skyport process: defaults → optional TOML file →
+//! `SKYPORT__SECTION__KEY` environment variables → command-line flags.
+//!
+//! Every value is checked before anything starts; a bad one is reported with
+//! the key that holds it and the process exits with code 64 (`EX_USAGE`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use url::Url;
+
+/// The exit code for a configuration error (`EX_USAGE` in sysexits.h).
+pub const EXIT_CONFIG: i32 = 64;
+/// The prefix of environment variables that set configuration keys.
+pub const ENV_PREFIX: &str = "SKYPORT__";
+
+/// Everything a Skyport process can be told.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub gateway: GatewaySettings,
+    pub stream: StreamSettings,
+    pub store: StoreSettings,
+    pub embedded: EmbeddedSettings,
+    pub worker: WorkerSettings,
+    pub services: ServicesSettings,
+    pub simulator: SimulatorSettings,
+}
+
+/// The HTTP gateway.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// Address the gateway listens on.
+    pub listen: SocketAddr,
+    /// Base of the status URLs handed to clients; when unset, the request's `Host` is used.
+    pub public_url: Option<Url>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Seconds a client is asked to wait before polling a status URL.
+    pub retry_after_s: u32,
+    /// Key that signs status receipts (at least 32 characters). The embedded store
+    /// generates and keeps one when unset; gateways that scale out must share one.
+    pub receipt_key: Option<SecretString>,
+    /// How long in-flight requests may take to finish after a shutdown signal.
+    pub shutdown_grace_period_ms: u64,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            max_body_bytes: 64 * 1024,
+            retry_after_s: 1,
+            receipt_key: None,
+            shutdown_grace_period_ms: 10_000,
+        }
+    }
+}
+
+impl GatewaySettings {
+    pub fn shutdown_grace_period(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_period_ms)
+    }
+}
+
+/// Which event stream carries accepted requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamBackend {
+    /// The partitioned log inside the embedded store.
+    #[default]
+    Embedded,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamSettings {
+    pub backend: StreamBackend,
+    /// Partitions of the stream; fixed once the embedded store holds data.
+    pub partitions: u32,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            backend: StreamBackend::Embedded,
+            partitions: 8,
+        }
+    }
+}
+
+/// Which store holds status documents and checkpoints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    #[default]
+    Embedded,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    pub backend: StoreBackend,
+}
+
+/// The embedded store (stream, status, checkpoints in one file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedSettings {
+    pub data_dir: PathBuf,
+    /// Page cache of the database, in MiB.
+    pub cache_size_mb: usize,
+    /// Most writes committed by one transaction (one fsync).
+    pub max_batch: usize,
+    /// Writes that may wait for the committer before writers wait to queue.
+    pub queue_capacity: usize,
+}
+
+impl Default for EmbeddedSettings {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            cache_size_mb: 64,
+            max_batch: 4096,
+            queue_capacity: 65_536,
+        }
+    }
+}
+
+/// The worker that runs the workflow.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerSettings {
+    /// Consumer group whose checkpoints this worker keeps.
+    pub consumer_group: String,
+    /// Events processed at once per partition.
+    pub max_in_flight: usize,
+    /// How often each partition's checkpoint is written.
+    pub checkpoint_interval_ms: u64,
+    /// How long in-flight events may take to finish after a shutdown signal.
+    pub shutdown_grace_period_ms: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            consumer_group: "skyport-worker".into(),
+            max_in_flight: 256,
+            checkpoint_interval_ms: 5_000,
+            shutdown_grace_period_ms: 30_000,
+        }
+    }
+}
+
+impl WorkerSettings {
+    pub fn checkpoint_interval(&self) -> Duration {
+        Duration::from_millis(self.checkpoint_interval_ms)
+    }
+
+    pub fn shutdown_grace_period(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_period_ms)
+    }
+}
+
+/// The five backend services the workflow calls.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServicesSettings {
+    /// Base URL that serves `/account`, `/package`, `/delivery`, `/thirdparty` and `/drone`.
+    /// Unset: the all-in-one process starts the simulated services and uses them.
+    pub base_url: Option<Url>,
+    /// Time limit of one call.
+    pub timeout_ms: u64,
+    /// First wait before retrying a transient failure; doubles up to `retry_max_backoff_ms`.
+    pub retry_initial_backoff_ms: u64,
+    pub retry_max_backoff_ms: u64,
+}
+
+impl Default for ServicesSettings {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            timeout_ms: 5_000,
+            retry_initial_backoff_ms: 50,
+            retry_max_backoff_ms: 5_000,
+        }
+    }
+}
+
+impl ServicesSettings {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    pub fn retry_initial_backoff(&self) -> Duration {
+        Duration::from_millis(self.retry_initial_backoff_ms)
+    }
+
+    pub fn retry_max_backoff(&self) -> Duration {
+        Duration::from_millis(self.retry_max_backoff_ms)
+    }
+}
+
+/// The simulated backend services started by the all-in-one process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimulatorSettings {
+    pub listen: SocketAddr,
+    /// Fixed latency of every call.
+    pub latency_ms: u64,
+    /// Extra latency drawn uniformly from 0 to this.
+    pub jitter_ms: u64,
+    /// Fraction of calls (0 to 1) answered 503.
+    pub error_rate: f64,
+    /// Owners whose accounts are suspended.
+    pub suspended_owners: Vec<String>,
+}
+
+impl Default for SimulatorSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            latency_ms: 10,
+            jitter_ms: 10,
+            error_rate: 0.0,
+            suspended_owners: Vec::new(),
+        }
+    }
+}
+
+/// A setting that cannot be used, named by its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Command-line flags shared by every Skyport binary.
+#[derive(Debug, Default, Parser)]
+pub struct Cli {
+    /// TOML file with settings, in the sections of the README's configuration table.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Set one key, for example `--set worker.max_in_flight=64` (repeatable; wins over everything).
+    #[arg(short, long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Shorthand for `--set gateway.listen=ADDR`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Shorthand for `--set embedded.data_dir=DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<String>,
+}
+
+impl Settings {
+    /// Loads the layers in order of precedence, taking the environment from `env`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] names the first key that is missing its file, malformed or out of range.
+    pub fn load(cli: &Cli) -> Result<Self, Vec<ConfigError>> {
+        let mut figment = Figment::new();
+        if let Some(path) = &cli.config {
+            if !path.is_file() {
+                return Err(vec![ConfigError::new(
+                    "--config",
+                    format!("{} is not a readable file", path.display()),
+                )]);
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
+        if let Some(listen) = &cli.listen {
+            figment = figment.merge(Serialized::default("gateway.listen", listen));
+        }
+        if let Some(dir) = &cli.data_dir {
+            figment = figment.merge(Serialized::default("embedded.data_dir", dir));
+        }
+        for assignment in &cli.set {
+            let Some((key, value)) = assignment.split_once('=') else {
+                return Err(vec![ConfigError::new(
+                    "--set",
+                    format!("`{assignment}` is not KEY=VALUE"),
+                )]);
+            };
+            let value: figment::value::Value = value
+                .parse()
+                .unwrap_or_else(|never: std::convert::Infallible| match never {});
+            figment = figment.merge(Serialized::default(key.trim(), value));
+        }
+        let settings: Self = figment
+            .extract()
+            .map_err(|e| e.into_iter().map(describe).collect::<Vec<_>>())?;
+        settings.validate().map_err(|e| vec![e])?;
+        Ok(settings)
+    }
+
+    /// Checks what types alone cannot.
+    ///
+    /// # Errors
+    /// The first key whose value is out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |ok: bool, key: &str, message: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::new(key, message))
+            }
+        };
+        check(
+            self.gateway.max_body_bytes >= 1024,
+            "gateway.max_body_bytes",
+            "must be at least 1024",
+        )?;
+        check(
+            self.gateway.retry_after_s >= 1,
+            "gateway.retry_after_s",
+            "must be at least 1",
+        )?;
+        if let Some(key) = &self.gateway.receipt_key {
+            check(
+                key.expose_secret().len() >= 32,
+                "gateway.receipt_key",
+                "must be at least 32 characters",
+            )?;
+        }
+        if let Some(url) = &self.gateway.public_url {
+            check(
+                matches!(url.scheme(), "http" | "https"),
+                "gateway.public_url",
+                "must be an http or https URL",
+            )?;
+        }
+        check(
+            (1..=1024).contains(&self.stream.partitions),
+            "stream.partitions",
+            "must be from 1 to 1024",
+        )?;
+        check(
+            self.embedded.cache_size_mb >= 1,
+            "embedded.cache_size_mb",
+            "must be at least 1",
+        )?;
+        check(
+            self.embedded.max_batch >= 1,
+            "embedded.max_batch",
+            "must be at least 1",
+        )?;
+        check(
+            self.embedded.queue_capacity >= 1,
+            "embedded.queue_capacity",
+            "must be at least 1",
+        )?;
+        check(
+            !self.worker.consumer_group.trim().is_empty(),
+            "worker.consumer_group",
+            "must not be empty",
+        )?;
+        check(
+            self.worker.max_in_flight >= 1,
+            "worker.max_in_flight",
+            "must be at least 1",
+        )?;
+        check(
+            self.worker.checkpoint_interval_ms >= 10,
+            "worker.checkpoint_interval_ms",
+            "must be at least 10",
+        )?;
+        if let Some(url) = &self.services.base_url {
+            check(
+                matches!(url.scheme(), "http" | "https"),
+                "services.base_url",
+                "must be an http or https URL",
+            )?;
+        }
+        check(
+            self.services.timeout_ms >= 1,
+            "services.timeout_ms",
+            "must be at least 1",
+        )?;
+        check(
+            self.services.retry_initial_backoff_ms >= 1,
+            "services.retry_initial_backoff_ms",
+            "must be at least 1",
+        )?;
+        check(
+            self.services.retry_max_backoff_ms >= self.services.retry_initial_backoff_ms,
+            "services.retry_max_backoff_ms",
+            "must be at least services.retry_initial_backoff_ms",
+        )?;
+        check(
+            (0.0..=1.0).contains(&self.simulator.error_rate),
+            "simulator.error_rate",
+            "must be from 0 to 1",
+        )?;
+        Ok(())
+    }
+
+    /// Parses the process's flags and loads the settings, or exits: 0 after
+    /// `--help`, [`EXIT_CONFIG`] with a message naming the key on any error.
+    pub fn from_args_or_exit(binary: &'static str, about: &'static str) -> Self {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command().name(binary).about(about);
+        let cli = command
+            .try_get_matches()
+            .and_then(|m| Cli::from_arg_matches(&m))
+            .unwrap_or_else(|e| {
+                let code = if e.use_stderr() { EXIT_CONFIG } else { 0 };
+                let _ = e.print();
+                std::process::exit(code);
+            });
+        Self::load(&cli).unwrap_or_else(|errors| {
+            for e in errors {
+                eprintln!("{binary}: configuration error: {e}");
+            }
+            std::process::exit(EXIT_CONFIG);
+        })
+    }
+}
+
+/// Names the key of one figment error and where its value came from.
+fn describe(error: figment::Error) -> ConfigError {
+    let key = if error.path.is_empty() {
+        "(top level)".to_owned()
+    } else {
+        error.path.join(".")
+    };
+    let message = match &error.metadata {
+        Some(source) => match &source.source {
+            Some(origin) => format!("{} (from {} {origin})", error.kind, source.name),
+            None => format!("{} (from {})", error.kind, source.name),
+        },
+        None => error.kind.to_string(),
+    };
+    ConfigError::new(key, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(set: &[&str]) -> Cli {
+        Cli {
+            set: set.iter().map(|s| (*s).to_owned()).collect(),
+            ..Cli::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Settings::default().validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn flags_set_nested_keys() {
+        let settings = Settings::load(&cli(&["worker.max_in_flight=7", "stream.partitions=4"]))
+            .expect("valid");
+        assert_eq!(settings.worker.max_in_flight, 7);
+        assert_eq!(settings.stream.partitions, 4);
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_key() {
+        let errors = Settings::load(&cli(&["worker.max_in_flight=lots"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "worker.max_in_flight");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let errors = Settings::load(&cli(&["worker.max_inflight=7"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "worker.max_inflight");
+    }
+
+    #[test]
+    fn an_unknown_backend_is_named() {
+        let errors = Settings::load(&cli(&["stream.backend=carrier-pigeon"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "stream.backend");
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_key() {
+        let errors = Settings::load(&cli(&["simulator.error_rate=1.5"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "simulator.error_rate");
+        let errors = Settings::load(&cli(&["stream.partitions=0"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "stream.partitions");
+    }
+
+    #[test]
+    fn a_file_is_read_and_flags_win_over_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("skyport.toml");
+        std::fs::write(
+            &path,
+            "[worker]\nmax_in_flight = 3\ncheckpoint_interval_ms = 100\n",
+        )
+        .expect("write");
+        let settings = Settings::load(&Cli {
+            config: Some(path),
+            ..cli(&["worker.max_in_flight=9"])
+        })
+        .expect("valid");
+        assert_eq!(settings.worker.max_in_flight, 9);
+        assert_eq!(settings.worker.checkpoint_interval_ms, 100);
+    }
+
+    #[test]
+    fn a_missing_file_is_reported() {
+        let errors = Settings::load(&Cli {
+            config: Some("/nonexistent/skyport.toml".into()),
+            ..Cli::default()
+        })
+        .expect_err("missing");
+        assert_eq!(errors[0].key, "--config");
+    }
+
+    #[test]
+    fn a_short_receipt_key_is_refused() {
+        let errors = Settings::load(&cli(&["gateway.receipt_key=short"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "gateway.receipt_key");
+    }
+}

@@ -1,0 +1,177 @@
+//! The ports: what the gateway and the worker need from a stream and a store.
+//!
+//! Adapters (`embedded` today; Event Hubs, Kafka and Cosmos DB later) implement
+//! these traits and keep their own types to themselves. A publisher's `Ok`
+//! means durable; a status write's `Ok` means the document is durable at the
+//! version it returns.
+
+use std::error::Error as StdError;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use time::OffsetDateTime;
+
+use crate::status::StatusDocument;
+
+/// A source error, boxed so that no adapter's types leak out of it.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// An event to append to the stream, routed by `key`.
+#[derive(Debug, Clone)]
+pub struct OutboundEvent {
+    pub key: String,
+    pub payload: Bytes,
+}
+
+/// Where an event was made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub partition: u32,
+    pub offset: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The stream cannot take the event now; the client should retry later.
+    #[error("the stream is unavailable")]
+    Unavailable(#[source] BoxError),
+    /// The stream is shutting down and takes no more events.
+    #[error("the stream is shutting down")]
+    Closed,
+}
+
+/// Appends events durably. Concurrent publishes share batches (group commit);
+/// each caller waits only for the batch its event is in.
+#[async_trait]
+pub trait Publisher: Send + Sync + 'static {
+    /// # Errors
+    /// [`PublishError`] when the event is not durable; it was then not accepted.
+    async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError>;
+
+    /// Whether the stream can take events now (for `/readyz`).
+    async fn ready(&self) -> bool;
+}
+
+/// An event read from a partition.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    pub partition: u32,
+    pub offset: u64,
+    pub payload: Bytes,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumeError {
+    #[error("the stream is unavailable")]
+    Unavailable(#[source] BoxError),
+}
+
+/// Hands out the partitions this consumer owns.
+#[async_trait]
+pub trait Consumer: Send + Sync + 'static {
+    /// Waits for the next partition assigned to this consumer.
+    ///
+    /// # Errors
+    /// [`ConsumeError`] when the stream cannot be reached.
+    async fn next_partition(&self) -> Result<Box<dyn PartitionReader>, ConsumeError>;
+}
+
+/// Reads one partition in order, from just after its last checkpoint.
+///
+/// `next_batch` is cancel-safe: dropping its future loses no events.
+#[async_trait]
+pub trait PartitionReader: Send + 'static {
+    fn partition(&self) -> u32;
+
+    /// Waits until at least one event is available and returns up to `max` of them in order.
+    ///
+    /// # Errors
+    /// [`ConsumeError`] when the stream cannot be read.
+    async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError>;
+
+    /// Records that every event up to and including `offset` is complete.
+    ///
+    /// # Errors
+    /// [`ConsumeError`] when the checkpoint is not durable.
+    async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError>;
+}
+
+/// An opaque document version for optimistic concurrency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ETag(pub String);
+
+/// A status document and the version it was read at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned {
+    pub document: StatusDocument,
+    pub etag: ETag,
+}
+
+/// The condition a status write is made on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    /// Only if no document with this id exists.
+    IfNoneMatch,
+    /// Only if the stored document is still at this version.
+    IfMatch(ETag),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusStoreError {
+    /// The write's precondition does not hold: re-read and re-apply.
+    #[error("the status document changed since it was read")]
+    PreconditionFailed,
+    #[error("the status store is unavailable")]
+    Unavailable(#[source] BoxError),
+    #[error("the stored status document {id} cannot be read")]
+    Corrupt {
+        id: String,
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Status documents by delivery id, written conditionally.
+#[async_trait]
+pub trait StatusStore: Send + Sync + 'static {
+    /// # Errors
+    /// [`StatusStoreError`] when the store cannot be read.
+    async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError>;
+
+    /// Writes `document` when `condition` holds and returns its new version.
+    ///
+    /// # Errors
+    /// [`StatusStoreError::PreconditionFailed`] when it does not hold.
+    async fn put(
+        &self,
+        document: &StatusDocument,
+        condition: Precondition,
+    ) -> Result<ETag, StatusStoreError>;
+
+    /// Whether the store can be read and written now (for `/readyz`).
+    async fn ready(&self) -> bool;
+}
+
+/// An event the worker cannot process, kept with the reason and its raw bytes.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub partition: u32,
+    pub offset: u64,
+    pub reason: String,
+    pub payload: Bytes,
+    pub at: OffsetDateTime,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeadLetterError {
+    #[error("the dead-letter store is unavailable")]
+    Unavailable(#[source] BoxError),
+}
+
+/// Where poison events go so that their partition can move on.
+#[async_trait]
+pub trait DeadLetterStore: Send + Sync + 'static {
+    /// # Errors
+    /// [`DeadLetterError`] when the dead letter is not durable.
+    async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError>;
+}
