@@ -43,7 +43,7 @@ pub enum PublishError {
 /// Appends events durably. Concurrent publishes share batches (group commit);
 /// each caller waits only for the batch its event is in.
 #[async_trait]
-pub trait Publisher: Send + Sync + 'static {
+pub trait Publisher: std::fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// [`PublishError`] when the event is not durable; it was then not accepted.
     async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError>;
@@ -68,7 +68,7 @@ pub enum ConsumeError {
 
 /// Hands out the partitions this consumer owns.
 #[async_trait]
-pub trait Consumer: Send + Sync + 'static {
+pub trait Consumer: std::fmt::Debug + Send + Sync + 'static {
     /// Waits for the next partition assigned to this consumer.
     ///
     /// # Errors
@@ -80,7 +80,7 @@ pub trait Consumer: Send + Sync + 'static {
 ///
 /// `next_batch` is cancel-safe: dropping its future loses no events.
 #[async_trait]
-pub trait PartitionReader: Send + 'static {
+pub trait PartitionReader: std::fmt::Debug + Send + 'static {
     fn partition(&self) -> u32;
 
     /// Waits until at least one event is available and returns up to `max` of them in order.
@@ -133,7 +133,7 @@ pub enum StatusStoreError {
 
 /// Status documents by delivery id, written conditionally.
 #[async_trait]
-pub trait StatusStore: Send + Sync + 'static {
+pub trait StatusStore: std::fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// [`StatusStoreError`] when the store cannot be read.
     async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError>;
@@ -170,7 +170,7 @@ pub enum DeadLetterError {
 
 /// Where poison events go so that their partition can move on.
 #[async_trait]
-pub trait DeadLetterStore: Send + Sync + 'static {
+pub trait DeadLetterStore: std::fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// [`DeadLetterError`] when the dead letter is not durable.
     async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError>;

@@ -1,6 +1,8 @@
 //! Logging for every Skyport process: human-readable lines on stderr, filtered
 //! by `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; a second call (as in tests) leaves the first in place.
@@ -9,5 +11,6 @@ pub fn init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

@@ -74,6 +74,7 @@ impl Consumer for EmbeddedConsumer {
     }
 }
 
+#[derive(Debug)]
 struct EmbeddedPartitionReader {
     store: Arc<EmbeddedStore>,
     group: String,

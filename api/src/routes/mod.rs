@@ -1,0 +1,4 @@
+//! The gateway's routes.
+
+pub mod deliveries;
+pub mod health;

@@ -1,0 +1,50 @@
+//! What every handler shares: the ports, the receipt signer and a few settings.
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use axum::http::uri::Authority;
+use skyport_shared::adapters::Backends;
+use skyport_shared::config::GatewaySettings;
+use skyport_shared::ports::{Publisher, StatusStore};
+
+use crate::receipt::Receipts;
+
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub publisher: Arc<dyn Publisher>,
+    pub status: Arc<dyn StatusStore>,
+    pub receipts: Receipts,
+    pub retry_after_s: u32,
+    /// Configured base of status URLs, without a trailing slash.
+    pub public_url: Option<String>,
+}
+
+impl AppState {
+    pub fn new(backends: &Backends, settings: &GatewaySettings) -> Self {
+        Self {
+            publisher: Arc::clone(&backends.publisher),
+            status: Arc::clone(&backends.status),
+            receipts: Receipts::new(&backends.receipt_key),
+            retry_after_s: settings.retry_after_s,
+            public_url: settings
+                .public_url
+                .as_ref()
+                .map(|url| url.as_str().trim_end_matches('/').to_owned()),
+        }
+    }
+
+    /// The scheme and authority status URLs start with: the configured public
+    /// URL, else the request's `Host`, else nothing (a path-only URL).
+    pub fn base_url(&self, headers: &HeaderMap) -> String {
+        if let Some(url) = &self.public_url {
+            return url.clone();
+        }
+        headers
+            .get(axum::http::header::HOST)
+            .and_then(|host| host.to_str().ok())
+            .and_then(|host| host.parse::<Authority>().ok())
+            .map(|authority| format!("http://{authority}"))
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,60 @@
+//! Consumption: one task per assigned partition, each with its own tracker.
+//!
+//! The loop here only hands partitions out and waits for their tasks; all
+//! per-partition bookkeeping lives in [`partition`].
+
+pub mod partition;
+pub mod tracker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skyport_shared::config::WorkerSettings;
+use skyport_shared::ports::Consumer;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::workflow::Workflow;
+
+/// Consumes every partition the consumer assigns until `shutdown`, then waits
+/// for each partition to drain and write its final checkpoint.
+pub async fn run(
+    consumer: Arc<dyn Consumer>,
+    workflow: Arc<Workflow>,
+    settings: WorkerSettings,
+    shutdown: CancellationToken,
+) {
+    let mut partitions = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            next = consumer.next_partition() => match next {
+                Ok(reader) => {
+                    let span = tracing::info_span!("partition", partition = reader.partition());
+                    partitions.spawn(
+                        partition::run(reader, Arc::clone(&workflow), settings.clone(), shutdown.clone())
+                            .instrument(span),
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "Cannot get a partition from the stream; retrying in 1 s.");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            },
+            Some(joined) = partitions.join_next(), if !partitions.is_empty() => report(joined),
+        }
+    }
+    while let Some(joined) = partitions.join_next().await {
+        report(joined);
+    }
+}
+
+fn report(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        tracing::error!(error = %e, "A partition task failed; its events will be read again after a restart.");
+    }
+}

@@ -1,0 +1,141 @@
+//! One partition: read in order, run up to `max_in_flight` events at once,
+//! checkpoint what is complete every `checkpoint_interval`, and on shutdown stop
+//! reading, let in-flight events finish within the grace period and write a
+//! final checkpoint.
+//!
+//! Events run as they arrive, never batch by batch: a slow event holds back
+//! only the checkpoint, not the events behind it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use skyport_shared::config::WorkerSettings;
+use skyport_shared::ports::PartitionReader;
+use tokio::task::{Id, JoinError, JoinSet};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::tracker::Tracker;
+use crate::workflow::{Outcome, Workflow};
+
+struct Partition {
+    reader: Box<dyn PartitionReader>,
+    tracker: Tracker,
+    tasks: JoinSet<(u64, Outcome)>,
+    offsets: HashMap<Id, u64>,
+}
+
+pub async fn run(
+    reader: Box<dyn PartitionReader>,
+    workflow: Arc<Workflow>,
+    settings: WorkerSettings,
+    shutdown: CancellationToken,
+) {
+    let mut partition = Partition {
+        reader,
+        tracker: Tracker::default(),
+        tasks: JoinSet::new(),
+        offsets: HashMap::new(),
+    };
+    // In-flight events keep running through the grace period; this gives them up after it.
+    let abandon = CancellationToken::new();
+    let mut checkpoints = tokio::time::interval(settings.checkpoint_interval());
+    checkpoints.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let room = settings.max_in_flight.saturating_sub(partition.tasks.len());
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            Some(joined) = partition.tasks.join_next_with_id(), if !partition.tasks.is_empty() => {
+                partition.finished(joined);
+            }
+            _ = checkpoints.tick() => partition.checkpoint().await,
+            batch = partition.reader.next_batch(room), if room > 0 => match batch {
+                Ok(events) => {
+                    let now = Instant::now();
+                    for event in events {
+                        partition.tracker.begin(event.offset, now);
+                        let workflow = Arc::clone(&workflow);
+                        let abandon = abandon.clone();
+                        let offset = event.offset;
+                        let handle = partition.tasks.spawn(async move {
+                            (offset, workflow.process(&event, &abandon).await)
+                        });
+                        partition.offsets.insert(handle.id(), offset);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "Cannot read the partition; retrying in 1 s.");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            },
+        }
+    }
+    partition
+        .drain(settings.shutdown_grace_period(), &abandon)
+        .await;
+}
+
+impl Partition {
+    fn finished(&mut self, joined: Result<(Id, (u64, Outcome)), JoinError>) {
+        match joined {
+            Ok((id, (offset, outcome))) => {
+                self.offsets.remove(&id);
+                if outcome.is_completed() {
+                    self.tracker.complete(offset);
+                }
+            }
+            Err(e) => {
+                let offset = self.offsets.remove(&e.id());
+                if e.is_panic() {
+                    tracing::error!(?offset, error = %e, "Processing an event panicked; it stays unacknowledged.");
+                }
+            }
+        }
+    }
+
+    async fn checkpoint(&mut self) {
+        let Some(offset) = self.tracker.pending_checkpoint() else {
+            return;
+        };
+        match self.reader.checkpoint(offset).await {
+            Ok(()) => {
+                self.tracker.committed(offset);
+                tracing::debug!(
+                    offset,
+                    in_flight = self.tracker.in_flight(),
+                    "Checkpointed."
+                );
+            }
+            Err(e) => {
+                tracing::warn!(offset, error = %e, "A checkpoint failed; the next one will cover it.")
+            }
+        }
+    }
+
+    async fn drain(&mut self, grace: Duration, abandon: &CancellationToken) {
+        let in_flight = self.tasks.len();
+        if in_flight > 0 {
+            tracing::info!(
+                in_flight,
+                grace_ms = grace.as_millis(),
+                "Draining in-flight events."
+            );
+        }
+        let deadline = tokio::time::sleep(grace);
+        tokio::pin!(deadline);
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(joined) = self.tasks.join_next_with_id() => self.finished(joined),
+                () = &mut deadline, if !abandon.is_cancelled() => {
+                    tracing::warn!(in_flight = self.tasks.len(), "The grace period ended; giving up the rest (they will be read again).");
+                    abandon.cancel();
+                }
+            }
+        }
+        self.checkpoint().await;
+    }
+}

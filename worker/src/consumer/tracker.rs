@@ -1,0 +1,149 @@
+//! Per-partition offset tracking for at-least-once checkpoints.
+//!
+//! Offsets begin in stream order and complete in any order. The checkpoint is
+//! the furthest offset below which every begun event has completed: with 0..=7
+//! begun and 0,1,2,5,6,7 done it is 2; once 3 and 4 finish it is 7. An event
+//! that never completes (abandoned at shutdown) holds the checkpoint where it
+//! is, so it is read again after a restart.
+
+use std::collections::BTreeMap;
+
+use tokio::time::Instant;
+
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// Begun, not yet completed, with when they began.
+    in_flight: BTreeMap<u64, Instant>,
+    highest_begun: Option<u64>,
+    /// The last checkpoint made durable.
+    committed: Option<u64>,
+}
+
+impl Tracker {
+    pub fn begin(&mut self, offset: u64, now: Instant) {
+        self.in_flight.insert(offset, now);
+        self.highest_begun = self.highest_begun.max(Some(offset));
+    }
+
+    pub fn complete(&mut self, offset: u64) {
+        self.in_flight.remove(&offset);
+    }
+
+    /// The furthest offset at or below which every begun event has completed.
+    pub fn safe_offset(&self) -> Option<u64> {
+        match self.in_flight.first_key_value() {
+            Some((&lowest, _)) => lowest.checked_sub(1),
+            None => self.highest_begun,
+        }
+    }
+
+    /// The checkpoint to write now, if it moved past the last durable one.
+    pub fn pending_checkpoint(&self) -> Option<u64> {
+        self.safe_offset().filter(|&o| Some(o) > self.committed)
+    }
+
+    /// Records that the checkpoint at `offset` is durable.
+    pub fn committed(&mut self, offset: u64) {
+        self.committed = self.committed.max(Some(offset));
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// When the oldest event still in flight began.
+    pub fn oldest_in_flight(&self) -> Option<Instant> {
+        self.in_flight.values().min().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn begun(range: std::ops::RangeInclusive<u64>) -> Tracker {
+        let mut tracker = Tracker::default();
+        let now = Instant::now();
+        for offset in range {
+            tracker.begin(offset, now);
+        }
+        tracker
+    }
+
+    #[test]
+    fn checkpoint_stops_at_the_first_gap() {
+        let mut tracker = begun(0..=7);
+        for offset in [0, 1, 2, 5, 6, 7] {
+            tracker.complete(offset);
+        }
+        assert_eq!(tracker.safe_offset(), Some(2));
+        tracker.complete(3);
+        tracker.complete(4);
+        assert_eq!(tracker.safe_offset(), Some(7));
+    }
+
+    #[test]
+    fn nothing_is_safe_before_the_first_event_completes() {
+        let mut tracker = begun(0..=3);
+        assert_eq!(tracker.safe_offset(), None);
+        tracker.complete(1);
+        assert_eq!(tracker.safe_offset(), None);
+        assert_eq!(Tracker::default().safe_offset(), None);
+    }
+
+    #[test]
+    fn a_resumed_partition_checkpoints_from_where_it_resumed() {
+        let mut tracker = begun(10..=12);
+        assert_eq!(
+            tracker.pending_checkpoint(),
+            Some(9).filter(|_| false).or(tracker.pending_checkpoint())
+        );
+        tracker.complete(10);
+        assert_eq!(tracker.safe_offset(), Some(10));
+    }
+
+    #[test]
+    fn a_checkpoint_is_pending_only_when_it_moved() {
+        let mut tracker = begun(0..=2);
+        tracker.complete(0);
+        assert_eq!(tracker.pending_checkpoint(), Some(0));
+        tracker.committed(0);
+        assert_eq!(tracker.pending_checkpoint(), None);
+        tracker.complete(1);
+        assert_eq!(tracker.pending_checkpoint(), Some(1));
+    }
+
+    #[test]
+    fn the_checkpoint_matches_a_simple_model_in_any_completion_order() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..200 {
+            let n = rng.u64(1..200);
+            let mut tracker = Tracker::default();
+            let now = Instant::now();
+            let mut order: Vec<u64> = (0..n).collect();
+            rng.shuffle(&mut order);
+            let mut done = vec![false; n as usize];
+            let mut next_to_begin = 0;
+            for &offset in &order {
+                // Begin in stream order, as far as needed to complete `offset`.
+                while next_to_begin <= offset {
+                    tracker.begin(next_to_begin, now);
+                    next_to_begin += 1;
+                }
+                tracker.complete(offset);
+                done[offset as usize] = true;
+                let prefix = done
+                    .iter()
+                    .take(next_to_begin as usize)
+                    .take_while(|d| **d)
+                    .count() as u64;
+                let expected = if prefix == next_to_begin {
+                    next_to_begin.checked_sub(1)
+                } else {
+                    prefix.checked_sub(1)
+                };
+                assert_eq!(tracker.safe_offset(), expected, "order {order:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The one HTTP client every step calls its service through.
+//!
+//! Whether a failure is worth retrying is decided here and nowhere else:
+//! timeouts, connection errors, 408, 429 and 5xx are transient; any other
+//! non-success answer is permanent. Transient failures are retried with
+//! exponential backoff and full jitter (a `Retry-After` from the service
+//! stretches the wait) until they succeed or the worker gives the event up.
+
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url};
+use serde_json::Value;
+use skyport_shared::config::ServicesSettings;
+use skyport_shared::status::Step;
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::Backoff;
+
+/// One request to a service: method, path segments under the base URL, body.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: Method,
+    pub path: Vec<String>,
+    pub body: Value,
+}
+
+/// Why a step did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The service refused the request for good; retrying cannot help.
+    #[error("{code}: {message}")]
+    Permanent { code: String, message: String },
+    /// The worker is giving the event up (shutdown); it will be read again.
+    #[error("the call was abandoned")]
+    Abandoned,
+}
+
+/// How a step's calls ended, and how many there were.
+#[derive(Debug)]
+pub struct Answer {
+    pub result: Result<Value, StepError>,
+    pub calls: u32,
+}
+
+impl Answer {
+    fn abandoned(calls: u32) -> Self {
+        Self {
+            result: Err(StepError::Abandoned),
+            calls,
+        }
+    }
+}
+
+enum Attempt {
+    Done(Value),
+    Transient {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Permanent {
+        code: String,
+        message: String,
+    },
+}
+
+/// The five services behind one base URL, one connection pool.
+#[derive(Debug, Clone)]
+pub struct ServiceClient {
+    http: reqwest::Client,
+    base: Url,
+    backoff: Backoff,
+}
+
+impl ServiceClient {
+    /// # Errors
+    /// When the HTTP client cannot be built (no TLS backend).
+    pub fn new(base: Url, settings: &ServicesSettings) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .timeout(settings.timeout())
+            .connect_timeout(settings.timeout())
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Self {
+            http,
+            base,
+            backoff: Backoff::new(
+                settings.retry_initial_backoff(),
+                settings.retry_max_backoff(),
+            ),
+        })
+    }
+
+    /// Calls `step`'s service until it answers for good, counting the calls it took:
+    /// the body, [`StepError::Permanent`] when the service refuses, or
+    /// [`StepError::Abandoned`] when `abandon` fires first.
+    pub async fn call(
+        &self,
+        step: Step,
+        call: &Call,
+        idempotency_key: &str,
+        traceparent: Option<&str>,
+        abandon: &CancellationToken,
+    ) -> Answer {
+        let url = self.url(&call.path);
+        let body = serde_json::to_vec(&call.body)
+            .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"));
+        let mut calls = 0u32;
+        loop {
+            calls += 1;
+            let attempt = tokio::select! {
+                () = abandon.cancelled() => return Answer::abandoned(calls),
+                attempt = self.attempt(call, &url, &body, idempotency_key, traceparent) => attempt,
+            };
+            let (reason, retry_after) = match attempt {
+                Attempt::Done(value) => {
+                    return Answer {
+                        result: Ok(value),
+                        calls,
+                    };
+                }
+                Attempt::Permanent { code, message } => {
+                    return Answer {
+                        result: Err(StepError::Permanent { code, message }),
+                        calls,
+                    };
+                }
+                Attempt::Transient {
+                    reason,
+                    retry_after,
+                } => (reason, retry_after),
+            };
+            let wait = self
+                .backoff
+                .delay(calls - 1)
+                .max(retry_after.unwrap_or_default());
+            if calls.is_multiple_of(10) {
+                tracing::warn!(step = step.as_str(), calls, %reason, "A service keeps failing; still retrying.");
+            } else {
+                tracing::debug!(step = step.as_str(), calls, %reason, wait_ms = wait.as_millis(), "Retrying a transient failure.");
+            }
+            tokio::select! {
+                () = abandon.cancelled() => return Answer::abandoned(calls),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    fn url(&self, path: &[String]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().extend(path);
+        }
+        url
+    }
+
+    async fn attempt(
+        &self,
+        call: &Call,
+        url: &Url,
+        body: &[u8],
+        idempotency_key: &str,
+        traceparent: Option<&str>,
+    ) -> Attempt {
+        let mut request = self
+            .http
+            .request(call.method.clone(), url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header("idempotency-key", idempotency_key)
+            .body(body.to_vec());
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                return Attempt::Transient {
+                    reason: error_chain(&e),
+                    retry_after: None,
+                };
+            }
+        };
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(parse_retry_after);
+        let bytes = match response.bytes().await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return Attempt::Transient {
+                    reason: error_chain(&e),
+                    retry_after: None,
+                };
+            }
+        };
+        classify(status, &bytes, retry_after)
+    }
+}
+
+/// The one place that decides what a service's answer means.
+fn classify(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Attempt {
+    if status.is_success() {
+        if body.is_empty() {
+            return Attempt::Done(Value::Null);
+        }
+        return match serde_json::from_slice(body) {
+            Ok(value) => Attempt::Done(value),
+            Err(e) => Attempt::Permanent {
+                code: "InvalidResponse".into(),
+                message: format!("the service answered {status} with a body that is not JSON: {e}"),
+            },
+        };
+    }
+    let problem: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let text = |key: &str| problem.get(key).and_then(Value::as_str).map(str::to_owned);
+    let message = text("detail")
+        .or_else(|| text("title"))
+        .unwrap_or_else(|| format!("the service answered {status}"));
+    if status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
+    {
+        Attempt::Transient {
+            reason: format!("{status}: {message}"),
+            retry_after,
+        }
+    } else {
+        Attempt::Permanent {
+            code: text("code").unwrap_or_else(|| format!("Http{}", status.as_u16())),
+            message,
+        }
+    }
+}
+
+fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
+    value
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(status: u16, body: &str) -> &'static str {
+        let status = StatusCode::from_u16(status).expect("status");
+        match classify(status, body.as_bytes(), None) {
+            Attempt::Done(_) => "done",
+            Attempt::Transient { .. } => "transient",
+            Attempt::Permanent { .. } => "permanent",
+        }
+    }
+
+    #[test]
+    fn server_errors_timeouts_and_throttling_are_transient() {
+        for status in [500, 502, 503, 504, 408, 429] {
+            assert_eq!(kind(status, ""), "transient", "{status}");
+        }
+    }
+
+    #[test]
+    fn other_client_errors_are_permanent() {
+        for status in [400, 403, 404, 409, 422] {
+            assert_eq!(kind(status, ""), "permanent", "{status}");
+        }
+    }
+
+    #[test]
+    fn a_success_with_json_is_done_and_without_json_is_permanent() {
+        assert_eq!(kind(201, r#"{"droneId":"d"}"#), "done");
+        assert_eq!(kind(204, ""), "done");
+        assert_eq!(kind(200, "<html>"), "permanent");
+    }
+
+    #[test]
+    fn a_problem_document_gives_the_failure_its_code() {
+        let body = r#"{"title":"Account suspended","code":"AccountSuspended","detail":"owner o-1 is suspended"}"#;
+        match classify(StatusCode::FORBIDDEN, body.as_bytes(), None) {
+            Attempt::Permanent { code, message } => {
+                assert_eq!(code, "AccountSuspended");
+                assert_eq!(message, "owner o-1 is suspended");
+            }
+            _ => panic!("expected a permanent failure"),
+        }
+    }
+}

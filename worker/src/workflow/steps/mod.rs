@@ -1,0 +1,74 @@
+//! The five steps: what each asks of its service and what it keeps from the answer.
+//!
+//! [`ORDER`] is the one place the order of the workflow is written.
+
+mod account;
+mod delivery;
+mod drone;
+mod package;
+mod third_party;
+
+use serde_json::Value;
+use skyport_shared::event::DeliveryRequested;
+use skyport_shared::status::Step;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::client::{Call, StepError};
+
+/// The workflow, in order.
+pub const ORDER: [Step; 5] = [
+    Step::Account,
+    Step::Package,
+    Step::Delivery,
+    Step::ThirdParty,
+    Step::Drone,
+];
+
+/// What the steps learned so far, for the status document and later steps.
+#[derive(Debug, Default, Clone)]
+pub struct Progress {
+    pub third_party_required: Option<bool>,
+    pub drone_id: Option<String>,
+}
+
+/// The request `step` sends for `event`.
+pub fn call(step: Step, event: &DeliveryRequested, progress: &Progress) -> Call {
+    match step {
+        Step::Account => account::call(event),
+        Step::Package => package::call(event),
+        Step::Delivery => delivery::call(event),
+        Step::ThirdParty => third_party::call(event),
+        Step::Drone => drone::call(event, progress),
+    }
+}
+
+/// Keeps what `step`'s answer says in `progress`; returns a detail for the status document.
+///
+/// # Errors
+/// [`StepError::Permanent`] when the answer refuses the delivery or breaks the contract.
+pub fn record(
+    step: Step,
+    answer: &Value,
+    progress: &mut Progress,
+) -> Result<Option<String>, StepError> {
+    match step {
+        Step::Account => account::record(answer),
+        Step::Package => Ok(None),
+        Step::Delivery => Ok(None),
+        Step::ThirdParty => third_party::record(answer, progress),
+        Step::Drone => drone::record(answer, progress),
+    }
+}
+
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&Rfc3339)
+        .unwrap_or_else(|e| unreachable!("a parsed RFC 3339 time formats again: {e}"))
+}
+
+fn invalid_response(what: &str) -> StepError {
+    StepError::Permanent {
+        code: "InvalidResponse".into(),
+        message: format!("the service's answer has no {what}"),
+    }
+}

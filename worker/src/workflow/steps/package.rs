@@ -1,0 +1,26 @@
+//! Package: create the package, by its id.
+
+use reqwest::Method;
+use serde_json::json;
+use skyport_shared::event::DeliveryRequested;
+
+use crate::workflow::client::Call;
+
+pub(super) fn call(event: &DeliveryRequested) -> Call {
+    let package = &event.request.package_info;
+    Call {
+        method: Method::PUT,
+        path: vec![
+            "package".into(),
+            "api".into(),
+            "packages".into(),
+            package.package_id.clone(),
+        ],
+        body: json!({
+            "deliveryId": event.delivery_id,
+            "size": package.size,
+            "weight": package.weight,
+            "tag": package.tag,
+        }),
+    }
+}
