@@ -13,7 +13,7 @@ use skyport_shared::request::{DeliveryRequest, FieldError};
 
 use crate::error::ApiError;
 
-/// A request body that is valid JSON of type `T`.
+/// A request body that is a JSON object of type `T`.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -82,6 +82,17 @@ fn check_content_type(value: Option<&header::HeaderValue>) -> Result<(), ApiErro
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde would read a struct from a positional array; an API body is an object.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Ok(_) => {
+                    ApiError::Validation(vec![FieldError::new("(body)", "must be a JSON object")])
+                }
+                Err(e) => ApiError::MalformedJson(e.to_string()),
+            },
+        );
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();

@@ -1,1 +1,281 @@
-//! placeholder
+//! The end-to-end harness: [`TestApp`] runs gateway + worker + simulated
+//! services in-process on port 0 over a temporary data directory, and
+//! [`Client`] posts and polls over real HTTP.
+//!
+//! Every wait is bounded by a deadline, and every server stops with the test.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skyport::App;
+use skyport_api::routes::deliveries::Accepted;
+use skyport_shared::config::Settings;
+use skyport_shared::status::StatusDocument;
+use skyport_worker::simulator::{Simulator, SimulatorStats};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// How many requests a test keeps in flight at once.
+pub const CONCURRENCY: usize = 64;
+
+/// Settings for a test: everything on 127.0.0.1 port 0, fast simulated
+/// services, short checkpoint interval, data under `dir`.
+pub fn test_settings(dir: &Path) -> Settings {
+    let mut settings = Settings::default();
+    settings.gateway.listen = "127.0.0.1:0".parse().unwrap();
+    settings.embedded.data_dir = dir.to_path_buf();
+    settings.embedded.cache_size_mb = 16;
+    settings.simulator.latency_ms = 1;
+    settings.simulator.jitter_ms = 2;
+    settings.worker.checkpoint_interval_ms = 100;
+    settings.worker.shutdown_grace_period_ms = 10_000;
+    settings.services.retry_initial_backoff_ms = 5;
+    settings.services.retry_max_backoff_ms = 200;
+    settings
+}
+
+/// The whole system in this process.
+#[derive(Debug)]
+pub struct TestApp {
+    pub app: App,
+    pub client: Client,
+    pub settings: Settings,
+}
+
+impl TestApp {
+    /// Starts on a fresh temporary directory (kept in `dir`).
+    pub async fn spawn(dir: &tempfile::TempDir) -> Self {
+        Self::spawn_with(test_settings(dir.path())).await
+    }
+
+    pub async fn spawn_with(settings: Settings) -> Self {
+        let app = App::start(settings.clone(), CancellationToken::new())
+            .await
+            .unwrap();
+        let client = Client::new(format!("http://{}", app.gateway_addr));
+        Self {
+            app,
+            client,
+            settings,
+        }
+    }
+
+    pub fn simulator(&self) -> &Simulator {
+        self.app.simulator.as_ref().unwrap()
+    }
+
+    /// Stops gracefully and starts again on the same data directory.
+    pub async fn restart(self) -> Self {
+        let settings = self.settings.clone();
+        self.app.stop().await.unwrap();
+        Self::spawn_with(settings).await
+    }
+}
+
+/// A valid delivery request, unique by `n` (delivery, package and owner ids).
+pub fn delivery_request(n: usize) -> Value {
+    json!({
+        "deliveryId": format!("delivery-{n}"),
+        "ownerId": format!("owner-{}", n % 97),
+        "pickupLocation": format!("47.{n:04},-122.1368"),
+        "pickupTime": "2030-01-01T10:00:00Z",
+        "deadline": "2030-01-01T12:00:00Z",
+        "dropoffLocation": "47.6101,-122.2015",
+        "expedited": n.is_multiple_of(3),
+        "confirmationRequired": "Picture",
+        "packageInfo": { "packageId": format!("package-{n}"), "size": "Small", "weight": 2.5, "tag": "test" }
+    })
+}
+
+/// An HTTP client of the gateway at `base`.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+impl Client {
+    pub fn new(base: String) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        Self { http, base }
+    }
+
+    pub async fn post_raw(
+        &self,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.http
+            .post(format!("{}/api/deliveryrequests", self.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Posts `request` and expects a 202.
+    pub async fn post_delivery(&self, request: &Value) -> Accepted {
+        let response = self.post_raw("application/json", request.to_string()).await;
+        assert_eq!(
+            response.status(),
+            202,
+            "{}",
+            response.text().await.unwrap_or_default()
+        );
+        response.json().await.unwrap()
+    }
+
+    /// Posts requests `0..count`, `CONCURRENCY` at a time; returns what each got.
+    pub async fn post_many(&self, count: usize) -> Vec<Accepted> {
+        let permits = Arc::new(Semaphore::new(CONCURRENCY));
+        let mut posts = JoinSet::new();
+        for n in 0..count {
+            let client = self.clone();
+            let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+            posts.spawn(async move {
+                let accepted = client.post_delivery(&delivery_request(n)).await;
+                drop(permit);
+                accepted
+            });
+        }
+        posts.join_all().await
+    }
+
+    /// The status behind a status URL (its path and query, against this client's base).
+    pub async fn status(&self, status_url: &str) -> reqwest::Response {
+        self.http.get(self.rebase(status_url)).send().await.unwrap()
+    }
+
+    fn rebase(&self, status_url: &str) -> String {
+        let path = status_url
+            .find("/api/")
+            .map_or(status_url, |at| &status_url[at..]);
+        format!("{}{path}", self.base)
+    }
+
+    /// Polls every status URL until each is terminal; panics after `timeout`.
+    pub async fn wait_for_terminal(
+        &self,
+        status_urls: &[String],
+        timeout: Duration,
+    ) -> Vec<StatusDocument> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut done: Vec<Option<StatusDocument>> = vec![None; status_urls.len()];
+        loop {
+            let pending: Vec<usize> = (0..done.len()).filter(|&i| done[i].is_none()).collect();
+            if pending.is_empty() {
+                return done.into_iter().map(Option::unwrap).collect();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} of {} deliveries are not terminal after {timeout:?}",
+                pending.len(),
+                status_urls.len()
+            );
+            let permits = Arc::new(Semaphore::new(CONCURRENCY));
+            let mut polls = JoinSet::new();
+            for i in pending {
+                let client = self.clone();
+                let url = status_urls[i].clone();
+                let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+                polls.spawn(async move {
+                    let response = client.status(&url).await;
+                    drop(permit);
+                    assert_eq!(
+                        response.status(),
+                        200,
+                        "a status URL of an accepted request answered {}",
+                        response.status()
+                    );
+                    (i, response.json::<StatusDocument>().await.unwrap())
+                });
+            }
+            for (i, document) in polls.join_all().await {
+                if document.state.is_terminal() {
+                    done[i] = Some(document);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The simulated services' counters, over HTTP (for services in another process).
+pub async fn simulator_stats(base_url: &str) -> SimulatorStats {
+    reqwest::get(format!("{}/_sim/stats", base_url.trim_end_matches('/')))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The `skyport` binary as a child process, killable at any moment.
+#[derive(Debug)]
+pub struct ChildApp {
+    pub child: tokio::process::Child,
+    pub client: Client,
+    pub stderr: PathBuf,
+}
+
+impl ChildApp {
+    /// Starts `binary` with `args`, logging to `stderr`; waits for its "listening" line.
+    pub async fn spawn(binary: &Path, args: &[String], stderr: PathBuf) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let log = std::fs::File::create(&stderr).unwrap();
+        let mut child = tokio::process::Command::new(binary)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let base = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(rest) = line.strip_prefix("Skyport is listening on ") {
+                    return rest.split_whitespace().next().unwrap().to_owned();
+                }
+            }
+            panic!("skyport exited before listening; see {}", stderr.display());
+        })
+        .await
+        .unwrap();
+        Self {
+            child,
+            client: Client::new(base),
+            stderr,
+        }
+    }
+
+    /// SIGKILL: no drain, no final checkpoint.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns what it logged.
+    pub async fn terminate(mut self) -> String {
+        let pid = self.child.id().unwrap();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(exit.success(), "skyport exited with {exit}");
+        std::fs::read_to_string(&self.stderr).unwrap()
+    }
+}

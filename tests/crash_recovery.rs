@@ -1,0 +1,150 @@
+//! The real binary, killed with SIGKILL while its worker is busy and started
+//! again on the same data directory: every request that got a 202 reaches a
+//! terminal state, and no service creates anything twice.
+//!
+//! The simulated services run in this test process, so their counters outlive
+//! the killed child.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use skyport_shared::status::DeliveryState;
+use skyport_tests::ChildApp;
+use skyport_worker::simulator::{Behaviour, Service, Simulator, SimulatorOptions};
+use tokio_util::sync::CancellationToken;
+
+const REQUESTS: usize = 2_000;
+
+fn args(data_dir: &Path, services: &str) -> Vec<String> {
+    [
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--set",
+        &format!("services.base_url={services}"),
+        "--set",
+        "worker.max_in_flight=16",
+        "--set",
+        "worker.checkpoint_interval_ms=200",
+        "--set",
+        "services.retry_initial_backoff_ms=5",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
+    let dir = tempfile::tempdir().unwrap();
+    let simulator = Simulator::new(SimulatorOptions {
+        behaviour: Behaviour {
+            latency: Duration::from_millis(10),
+            jitter: Duration::from_millis(10),
+            error_rate: 0.0,
+        },
+        suspended_owners: Vec::new(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let services = format!("http://{}/", listener.local_addr().unwrap());
+    let stop_services = CancellationToken::new();
+    let server = tokio::spawn(simulator.clone().serve(listener, stop_services.clone()));
+
+    let data = dir.path().join("data");
+    let first = ChildApp::spawn(
+        binary,
+        &args(&data, &services),
+        dir.path().join("first.log"),
+    )
+    .await;
+    let accepted = first.client.post_many(REQUESTS).await;
+    assert_eq!(accepted.len(), REQUESTS);
+
+    // Kill it mid-flight: some deliveries done, some half-way, some not started.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let done_at_kill = loop {
+        let done = simulator.stats().get(Service::Drone).created;
+        if done >= (REQUESTS / 4) as u64 {
+            break done;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker made no progress"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    first.kill().await;
+    let at_kill = simulator.stats();
+    assert!(
+        done_at_kill < REQUESTS as u64,
+        "the worker finished before the kill; nothing was tested"
+    );
+
+    let second = ChildApp::spawn(
+        binary,
+        &args(&data, &services),
+        dir.path().join("second.log"),
+    )
+    .await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = second
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    let log = second.terminate().await;
+
+    let stats = simulator.stats();
+    let scheduled = documents
+        .iter()
+        .filter(|d| d.state == DeliveryState::Scheduled)
+        .count();
+    let restarted = documents.iter().filter(|d| d.attempt > 1).count();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("The worker stopped."))
+        .and_then(|l| l.split("counters=").nth(1))
+        .unwrap_or("(no summary)")
+        .to_owned();
+    println!(
+        "crash recovery: {REQUESTS} accepted, killed after {done_at_kill} drone bookings; \
+         after restart {scheduled} Scheduled; {restarted} deliveries started again (attempt > 1); \
+         restarted worker: {summary}; calls answered as replays: account={} package={} delivery={} thirdparty={} drone={}",
+        stats.account.replayed,
+        stats.package.replayed,
+        stats.delivery.replayed,
+        stats.third_party.replayed,
+        stats.drone.replayed,
+    );
+    assert_eq!(
+        scheduled, REQUESTS,
+        "every accepted request reaches Scheduled"
+    );
+    for service in Service::ALL {
+        let counters = stats.get(service);
+        assert_eq!(
+            counters.created, REQUESTS as u64,
+            "{service:?} created each resource exactly once: {counters:?}"
+        );
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
+    assert!(
+        stats.drone.calls > at_kill.drone.calls,
+        "the restarted worker did the rest of the work"
+    );
+    let replayed: u64 = summary
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("replayed="))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(
+        replayed > 0,
+        "events after the last checkpoint are read again: {summary}"
+    );
+
+    stop_services.cancel();
+    server.await.unwrap().unwrap();
+}
