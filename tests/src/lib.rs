@@ -265,12 +265,12 @@ impl ChildApp {
 
     /// SIGTERM, then waits for a clean exit; returns what it logged.
     pub async fn terminate(mut self) -> String {
-        let pid = self.child.id().unwrap();
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let pid = i32::try_from(self.child.id().unwrap()).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         let exit = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
             .await
             .unwrap()

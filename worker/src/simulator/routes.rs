@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::{Map, Value, json};
 
-use super::store::{PutOutcome, fnv1a};
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::store::PutOutcome;
 use super::{Counters, Inner, Service, ServiceState, SimulatorStats};
 
 type Shared = Arc<Inner>;
@@ -327,7 +329,7 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Problem> {
 /// Deterministic in the two locations, so the same route always gets the same answer.
 pub(super) fn third_party_required(pickup: &Value, dropoff: &Value) -> bool {
     let route = format!("{pickup}\u{0}{dropoff}");
-    fnv1a(route.as_bytes()).is_multiple_of(THIRD_PARTY_ONE_IN)
+    xxh3_64(route.as_bytes()).is_multiple_of(THIRD_PARTY_ONE_IN)
 }
 
 /// An RFC 9457 problem document.

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use serde_json::Value;
+use xxhash_rust::xxh3::xxh3_64;
 
 /// Enough shards that a few thousand concurrent requests rarely contend on one lock.
 const SHARDS: usize = 16;
@@ -83,20 +84,10 @@ impl Store {
     }
 
     fn shard(&self, id: &str) -> MutexGuard<'_, HashMap<String, Record>> {
-        let index = (fnv1a(id.as_bytes()) % SHARDS as u64) as usize;
+        let index = (xxh3_64(id.as_bytes()) % SHARDS as u64) as usize;
         // Nothing panics while a shard is locked, and a map is never left half-updated anyway.
         self.shards[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// 64-bit FNV-1a: stable across builds and platforms, unlike `std`'s hasher, so values derived
-/// from it (shard choice, third-party assessments) never change between runs.
-pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
-    })
 }

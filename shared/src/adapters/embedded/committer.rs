@@ -8,6 +8,7 @@
 //! fails, every operation in it fails and nothing of it is visible.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
@@ -61,11 +62,19 @@ pub(super) enum Applied {
     Done,
 }
 
+/// How much group commit is grouping: operations per durable commit.
+#[derive(Debug, Default)]
+pub struct CommitStats {
+    pub commits: AtomicU64,
+    pub operations: AtomicU64,
+}
+
 struct Committer {
     db: Arc<Database>,
     next_offsets: Vec<u64>,
     heads: Vec<watch::Sender<u64>>,
     max_batch: usize,
+    stats: Arc<CommitStats>,
 }
 
 /// Starts the committer thread; it stops when every sender of `ops` is gone and the queue is empty.
@@ -75,12 +84,14 @@ pub(super) fn spawn(
     next_offsets: Vec<u64>,
     heads: Vec<watch::Sender<u64>>,
     max_batch: usize,
+    stats: Arc<CommitStats>,
 ) -> std::io::Result<JoinHandle<()>> {
     let committer = Committer {
         db,
         next_offsets,
         heads,
         max_batch: max_batch.max(1),
+        stats,
     };
     std::thread::Builder::new()
         .name("skyport-committer".into())
@@ -106,6 +117,10 @@ impl Committer {
         let before = self.next_offsets.clone();
         match self.apply(batch) {
             Ok(results) => {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .operations
+                    .fetch_add(results.len() as u64, Ordering::Relaxed);
                 for (partition, head) in self.heads.iter().enumerate() {
                     if before[partition] != self.next_offsets[partition] {
                         head.send_replace(self.next_offsets[partition]);

@@ -31,6 +31,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use self::committer::CommitStats;
 use self::committer::{Applied, CommitFailed, Op, OpKind};
 pub use self::consumer::EmbeddedConsumer;
 use crate::config::EmbeddedSettings;
@@ -89,6 +90,7 @@ pub struct EmbeddedStore {
     ops: Option<mpsc::Sender<Op>>,
     heads: Vec<watch::Receiver<u64>>,
     receipt_key: [u8; RECEIPT_KEY_LEN],
+    stats: Arc<CommitStats>,
     committer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -131,12 +133,14 @@ impl EmbeddedStore {
             .map(|&next| watch::channel(next))
             .unzip();
         let (ops, rx) = mpsc::channel(settings.queue_capacity);
+        let stats = Arc::new(CommitStats::default());
         let committer = committer::spawn(
             Arc::clone(&db),
             rx,
             next_offsets,
             head_senders,
             settings.max_batch,
+            Arc::clone(&stats),
         )
         .map_err(|source| OpenError::Storage {
             path: path.clone(),
@@ -148,6 +152,7 @@ impl EmbeddedStore {
             ops: Some(ops),
             heads,
             receipt_key,
+            stats,
             committer: Mutex::new(Some(committer)),
         }))
     }
@@ -155,6 +160,11 @@ impl EmbeddedStore {
     /// The key that signs status receipts when none is configured; created once and kept.
     pub fn receipt_key(&self) -> &[u8] {
         &self.receipt_key
+    }
+
+    /// Durable commits and the operations they carried, since the store opened.
+    pub fn commit_stats(&self) -> &CommitStats {
+        &self.stats
     }
 
     pub fn partitions(&self) -> u32 {

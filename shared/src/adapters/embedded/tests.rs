@@ -61,6 +61,28 @@ async fn appends_get_consecutive_offsets_per_partition_under_concurrency() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_share_commits() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 4).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1_000 {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move { store.publish(event(&format!("k{i}"))).await.unwrap() });
+    }
+    tasks.join_all().await;
+    let stats = store.commit_stats();
+    let commits = stats.commits.load(Ordering::Relaxed);
+    let operations = stats.operations.load(Ordering::Relaxed);
+    // The meta transaction at open is not counted; every append is.
+    assert_eq!(operations, 1_000);
+    assert!(
+        commits < 1_000 / 4,
+        "{commits} commits for 1000 concurrent appends"
+    );
+}
+
 #[tokio::test]
 async fn a_key_always_lands_on_the_same_partition() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,111 @@
+//! A bad configuration stops the real binary before it starts anything: exit
+//! code 64 and a message that names the key, whichever layer the value came from.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use skyport_shared::adapters::embedded::EmbeddedStore;
+use skyport_shared::config::EmbeddedSettings;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_skyport"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        output.stdout.is_empty(),
+        "nothing started: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    output
+}
+
+fn assert_names(output: &Output, key: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(key),
+        "the message should name {key}: {stderr}"
+    );
+}
+
+#[test]
+fn a_bad_flag_value_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    assert_names(
+        &run(
+            &["--data-dir", data, "--set", "worker.max_in_flight=lots"],
+            &[],
+        ),
+        "worker.max_in_flight",
+    );
+    assert_names(
+        &run(&["--data-dir", data, "--listen", "not-an-address"], &[]),
+        "gateway.listen",
+    );
+}
+
+#[test]
+fn a_bad_environment_value_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    assert_names(
+        &run(
+            &["--data-dir", data],
+            &[("SKYPORT__STREAM__PARTITIONS", "0")],
+        ),
+        "stream.partitions",
+    );
+    assert_names(
+        &run(&["--data-dir", data], &[("SKYPORT__WORKER__TYPO", "1")]),
+        "worker.typo",
+    );
+}
+
+#[test]
+fn a_bad_file_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("skyport.toml");
+    std::fs::write(&file, "[simulator]\nerror_rate = 2.0\n").unwrap();
+    let data = dir.path().join("data");
+    let output = run(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_names(&output, "simulator.error_rate");
+    assert_names(
+        &run(&["--config", "/nonexistent/skyport.toml"], &[]),
+        "--config",
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_a_usage_error() {
+    let output = run(&["--frobnicate"], &[]);
+    assert_names(&output, "--frobnicate");
+}
+
+#[test]
+fn a_partition_count_that_does_not_match_the_data_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    drop(EmbeddedStore::open(&settings, 2).unwrap());
+    let output = run(&["--data-dir", path(dir.path())], &[]);
+    assert_names(&output, "stream.partitions");
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
