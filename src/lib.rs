@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use skyport_api::AppState;
+use skyport_api::Gateway;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
 use skyport_worker::Worker;
@@ -80,19 +80,9 @@ impl App {
             settings.worker.clone(),
         )?;
         let counters = worker.counters();
-        let listener = TcpListener::bind(settings.gateway.listen)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot listen on gateway.listen = {}",
-                    settings.gateway.listen
-                )
-            })?;
-        let gateway_addr = listener.local_addr()?;
-        let state = AppState::new(&backends, &settings.gateway);
-        let router = skyport_api::router(state, settings.gateway.max_body_bytes);
+        let gateway = Gateway::bind(&backends, &settings.gateway).await?;
+        let gateway_addr = gateway.local_addr()?;
         let mut parts = JoinSet::new();
-        let grace = settings.gateway.shutdown_grace_period();
         let worker_shutdown = shutdown.clone();
         parts.spawn(async move {
             worker.run(worker_shutdown).await;
@@ -100,7 +90,8 @@ impl App {
         });
         let gateway_shutdown = shutdown.clone();
         parts.spawn(async move {
-            skyport_api::serve(listener, router, gateway_shutdown, grace)
+            gateway
+                .serve(gateway_shutdown)
                 .await
                 .context("the gateway failed")
         });

@@ -1,8 +1,9 @@
 //! Skyport's gateway: accepts delivery requests, makes each one durable in the
 //! stream before answering 202, and serves their status.
 //!
-//! Library + thin binary: [`router`] builds the axum app from ports, [`serve`]
-//! runs it until the shutdown token fires and drains it within a grace period.
+//! Library + thin binary: [`Gateway::bind`] builds the axum app from the ports
+//! and binds its listener, [`Gateway::serve`] runs it until the shutdown token
+//! fires and drains it within a grace period.
 
 pub mod error;
 pub mod extract;
@@ -10,11 +11,14 @@ pub mod receipt;
 pub mod routes;
 pub mod state;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
+use skyport_shared::adapters::Backends;
+use skyport_shared::config::GatewaySettings;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
@@ -43,12 +47,62 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` is cancelled, then lets
-/// in-flight requests finish for at most `grace`.
-///
-/// # Errors
-/// The listener's I/O error, if accepting fails.
-pub async fn serve(
+/// The gateway's listener could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on gateway.listen = {address}")]
+pub struct BindError {
+    address: SocketAddr,
+    #[source]
+    source: std::io::Error,
+}
+
+/// A gateway bound to its address, ready to serve.
+#[derive(Debug)]
+pub struct Gateway {
+    listener: TcpListener,
+    router: Router,
+    grace: Duration,
+}
+
+impl Gateway {
+    /// Builds the routes over `backends` and binds `settings.listen`.
+    ///
+    /// # Errors
+    /// [`BindError`] when the address cannot be bound.
+    pub async fn bind(backends: &Backends, settings: &GatewaySettings) -> Result<Self, BindError> {
+        let bind_error = |source| BindError {
+            address: settings.listen,
+            source,
+        };
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .map_err(bind_error)?;
+        Ok(Self {
+            listener,
+            router: router(AppState::new(backends, settings), settings.max_body_bytes),
+            grace: settings.shutdown_grace_period(),
+        })
+    }
+
+    /// The address actually bound (port 0 becomes a real port).
+    ///
+    /// # Errors
+    /// When the socket cannot say.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` is cancelled, then lets in-flight requests
+    /// finish for at most the grace period.
+    ///
+    /// # Errors
+    /// The listener's I/O error, if accepting fails.
+    pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        serve(self.listener, self.router, shutdown, self.grace).await
+    }
+}
+
+async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,

@@ -3,10 +3,9 @@
 //! takes a shared stream and store).
 
 use anyhow::Context;
-use skyport_api::AppState;
+use skyport_api::Gateway;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -17,26 +16,11 @@ async fn main() -> anyhow::Result<()> {
         "Skyport gateway: accepts delivery requests and serves their status.",
     );
     let backends = Backends::open(&settings).context("cannot open the stream and store")?;
-    let state = AppState::new(&backends, &settings.gateway);
-    let listener = TcpListener::bind(settings.gateway.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on gateway.listen = {}",
-                settings.gateway.listen
-            )
-        })?;
-    tracing::info!(address = %listener.local_addr()?, "The gateway is listening.");
+    let gateway = Gateway::bind(&backends, &settings.gateway).await?;
+    tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));
-    let router = skyport_api::router(state, settings.gateway.max_body_bytes);
-    let result = skyport_api::serve(
-        listener,
-        router,
-        shutdown,
-        settings.gateway.shutdown_grace_period(),
-    )
-    .await;
+    let result = gateway.serve(shutdown).await;
     signals.abort();
     result.context("the gateway failed")
 }
