@@ -85,8 +85,10 @@ impl App {
         let mut parts = JoinSet::new();
         let worker_shutdown = shutdown.clone();
         parts.spawn(async move {
-            worker.run(worker_shutdown).await;
-            Ok(())
+            worker
+                .run(worker_shutdown)
+                .await
+                .context("the worker stopped")
         });
         let gateway_shutdown = shutdown.clone();
         parts.spawn(async move {

@@ -147,6 +147,14 @@ pub struct WorkerSettings {
     pub checkpoint_interval_ms: u64,
     /// How long in-flight events may take to finish after a shutdown signal.
     pub shutdown_grace_period_ms: u64,
+    /// Events started per second by this worker; 0 turns the limit off.
+    pub rate_limit_per_s: u32,
+    /// Most events pending (pulled, not completed) before intake pauses.
+    pub allow_backlog_of: usize,
+    /// Oldest age a pending event may reach before intake pauses.
+    pub allow_backlog_to_ms: u64,
+    /// How long a backlog breach may last before the worker exits to be restarted.
+    pub backlog_grace_period_ms: u64,
 }
 
 impl Default for WorkerSettings {
@@ -156,6 +164,10 @@ impl Default for WorkerSettings {
             max_in_flight: 256,
             checkpoint_interval_ms: 5_000,
             shutdown_grace_period_ms: 30_000,
+            rate_limit_per_s: 0,
+            allow_backlog_of: 320_000,
+            allow_backlog_to_ms: 600_000,
+            backlog_grace_period_ms: 60_000,
         }
     }
 }
@@ -167,6 +179,14 @@ impl WorkerSettings {
 
     pub fn shutdown_grace_period(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_period_ms)
+    }
+
+    pub fn allow_backlog_to(&self) -> Duration {
+        Duration::from_millis(self.allow_backlog_to_ms)
+    }
+
+    pub fn backlog_grace_period(&self) -> Duration {
+        Duration::from_millis(self.backlog_grace_period_ms)
     }
 }
 
@@ -182,6 +202,15 @@ pub struct ServicesSettings {
     /// First wait before retrying a transient failure; doubles up to `retry_max_backoff_ms`.
     pub retry_initial_backoff_ms: u64,
     pub retry_max_backoff_ms: u64,
+    /// Calls a step makes while its circuit lets it, before a transient failure counts as permanent.
+    pub max_attempts: u32,
+    /// A circuit opens after this many transient failures in a row…
+    pub breaker_consecutive_failures: u32,
+    /// …or when this percentage of the last `breaker_window` calls failed.
+    pub breaker_failure_percent: u32,
+    pub breaker_window: usize,
+    /// How long an open circuit waits before one probe call.
+    pub breaker_open_ms: u64,
 }
 
 impl Default for ServicesSettings {
@@ -191,6 +220,11 @@ impl Default for ServicesSettings {
             timeout_ms: 5_000,
             retry_initial_backoff_ms: 50,
             retry_max_backoff_ms: 5_000,
+            max_attempts: 10,
+            breaker_consecutive_failures: 5,
+            breaker_failure_percent: 50,
+            breaker_window: 20,
+            breaker_open_ms: 2_000,
         }
     }
 }
@@ -206,6 +240,10 @@ impl ServicesSettings {
 
     pub fn retry_max_backoff(&self) -> Duration {
         Duration::from_millis(self.retry_max_backoff_ms)
+    }
+
+    pub fn breaker_open(&self) -> Duration {
+        Duration::from_millis(self.breaker_open_ms)
     }
 }
 
@@ -404,6 +442,41 @@ impl Settings {
             self.services.retry_max_backoff_ms >= self.services.retry_initial_backoff_ms,
             "services.retry_max_backoff_ms",
             "must be at least services.retry_initial_backoff_ms",
+        )?;
+        check(
+            self.services.max_attempts >= 1,
+            "services.max_attempts",
+            "must be at least 1",
+        )?;
+        check(
+            self.services.breaker_consecutive_failures >= 1,
+            "services.breaker_consecutive_failures",
+            "must be at least 1",
+        )?;
+        check(
+            (1..=100).contains(&self.services.breaker_failure_percent),
+            "services.breaker_failure_percent",
+            "must be from 1 to 100",
+        )?;
+        check(
+            self.services.breaker_window >= 1,
+            "services.breaker_window",
+            "must be at least 1",
+        )?;
+        check(
+            self.services.breaker_open_ms >= 1,
+            "services.breaker_open_ms",
+            "must be at least 1",
+        )?;
+        check(
+            self.worker.allow_backlog_of >= 1,
+            "worker.allow_backlog_of",
+            "must be at least 1",
+        )?;
+        check(
+            self.worker.allow_backlog_to_ms >= 1,
+            "worker.allow_backlog_to_ms",
+            "must be at least 1",
         )?;
         check(
             (0.0..=1.0).contains(&self.simulator.error_rate),

@@ -28,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));
-    worker.run(shutdown).await;
+    let result = worker.run(shutdown).await;
     signals.abort();
-    Ok(())
+    result.context("the worker stopped")
 }

@@ -15,16 +15,22 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backlog::BacklogGuard;
+use crate::intake::Intake;
 use crate::workflow::Workflow;
+
+/// What every partition task of one worker shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub workflow: Arc<Workflow>,
+    pub settings: WorkerSettings,
+    pub intake: Intake,
+    pub backlog: Arc<BacklogGuard>,
+}
 
 /// Consumes every partition the consumer assigns until `shutdown`, then waits
 /// for each partition to drain and write its final checkpoint.
-pub async fn run(
-    consumer: Arc<dyn Consumer>,
-    workflow: Arc<Workflow>,
-    settings: WorkerSettings,
-    shutdown: CancellationToken,
-) {
+pub async fn run(consumer: Arc<dyn Consumer>, shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut partitions = JoinSet::new();
     loop {
         tokio::select! {
@@ -33,7 +39,7 @@ pub async fn run(
                 Ok(reader) => {
                     let span = tracing::info_span!("partition", partition = reader.partition());
                     partitions.spawn(
-                        partition::run(reader, Arc::clone(&workflow), settings.clone(), shutdown.clone())
+                        partition::run(reader, Arc::clone(&shared), shutdown.clone())
                             .instrument(span),
                     );
                 }

@@ -10,14 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyport_shared::config::WorkerSettings;
 use skyport_shared::ports::PartitionReader;
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::Shared;
 use super::tracker::Tracker;
-use crate::workflow::{Outcome, Workflow};
+use crate::workflow::Outcome;
 
 struct Partition {
     reader: Box<dyn PartitionReader>,
@@ -28,10 +28,12 @@ struct Partition {
 
 pub async fn run(
     reader: Box<dyn PartitionReader>,
-    workflow: Arc<Workflow>,
-    settings: WorkerSettings,
+    shared: Arc<Shared>,
     shutdown: CancellationToken,
 ) {
+    let settings = &shared.settings;
+    let mut paused = shared.intake.subscribe();
+    let id = reader.partition();
     let mut partition = Partition {
         reader,
         tracker: Tracker::default(),
@@ -43,19 +45,26 @@ pub async fn run(
     let mut checkpoints = tokio::time::interval(settings.checkpoint_interval());
     checkpoints.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        shared.backlog.report(
+            id,
+            partition.tracker.in_flight(),
+            partition.tracker.oldest_in_flight(),
+        );
         let room = settings.max_in_flight.saturating_sub(partition.tasks.len());
+        let pulling = room > 0 && !*paused.borrow_and_update();
         tokio::select! {
             () = shutdown.cancelled() => break,
             Some(joined) = partition.tasks.join_next_with_id(), if !partition.tasks.is_empty() => {
                 partition.finished(joined);
             }
             _ = checkpoints.tick() => partition.checkpoint().await,
-            batch = partition.reader.next_batch(room), if room > 0 => match batch {
+            Ok(()) = paused.changed() => {}
+            batch = partition.reader.next_batch(room), if pulling => match batch {
                 Ok(events) => {
                     let now = Instant::now();
                     for event in events {
                         partition.tracker.begin(event.offset, now);
-                        let workflow = Arc::clone(&workflow);
+                        let workflow = Arc::clone(&shared.workflow);
                         let abandon = abandon.clone();
                         let offset = event.offset;
                         let handle = partition.tasks.spawn(async move {

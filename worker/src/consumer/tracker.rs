@@ -51,9 +51,9 @@ impl Tracker {
         self.in_flight.len()
     }
 
-    /// When the oldest event still in flight began.
+    /// When the oldest event still in flight began (events begin in offset order).
     pub fn oldest_in_flight(&self) -> Option<Instant> {
-        self.in_flight.values().min().copied()
+        self.in_flight.first_key_value().map(|(_, began)| *began)
     }
 }
 

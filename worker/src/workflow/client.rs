@@ -4,8 +4,11 @@
 //! timeouts, connection errors, 408, 429 and 5xx are transient; any other
 //! non-success answer is permanent. Transient failures are retried with
 //! exponential backoff and full jitter (a `Retry-After` from the service
-//! stretches the wait) until they succeed or the worker gives the event up.
+//! stretches the wait), up to `max_attempts` calls. Each service has a circuit
+//! breaker: while it is open, calls wait instead of failing and do not use up
+//! attempts, so an outage pauses deliveries rather than failing them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
@@ -16,6 +19,7 @@ use skyport_shared::status::Step;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
+use super::breaker::{Admission, Breakers};
 
 /// One request to a service: method, path segments under the base URL, body.
 #[derive(Debug, Clone)]
@@ -70,12 +74,18 @@ pub struct ServiceClient {
     http: reqwest::Client,
     base: Url,
     backoff: Backoff,
+    max_attempts: u32,
+    breakers: Arc<Breakers>,
 }
 
 impl ServiceClient {
     /// # Errors
     /// When the HTTP client cannot be built (no TLS backend).
-    pub fn new(base: Url, settings: &ServicesSettings) -> Result<Self, reqwest::Error> {
+    pub fn new(
+        base: Url,
+        settings: &ServicesSettings,
+        breakers: Arc<Breakers>,
+    ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .timeout(settings.timeout())
             .connect_timeout(settings.timeout())
@@ -89,6 +99,8 @@ impl ServiceClient {
                 settings.retry_initial_backoff(),
                 settings.retry_max_backoff(),
             ),
+            max_attempts: settings.max_attempts,
+            breakers,
         })
     }
 
@@ -106,13 +118,28 @@ impl ServiceClient {
         let url = self.url(&call.path);
         let body = serde_json::to_vec(&call.body)
             .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"));
+        let breaker = self.breakers.get(step);
         let mut calls = 0u32;
         loop {
+            let admission = breaker.admit(tokio::time::Instant::now());
+            if let Admission::Wait(until) = admission {
+                tokio::select! {
+                    () = abandon.cancelled() => return Answer::abandoned(calls),
+                    () = breaker.wait(until) => continue,
+                }
+            }
             calls += 1;
             let attempt = tokio::select! {
-                () = abandon.cancelled() => return Answer::abandoned(calls),
+                () = abandon.cancelled() => {
+                    if admission == Admission::Probe {
+                        breaker.release_probe(tokio::time::Instant::now());
+                    }
+                    return Answer::abandoned(calls);
+                }
                 attempt = self.attempt(call, &url, &body, idempotency_key, traceparent) => attempt,
             };
+            let transient = matches!(attempt, Attempt::Transient { .. });
+            breaker.record(admission, !transient, tokio::time::Instant::now());
             let (reason, retry_after) = match attempt {
                 Attempt::Done(value) => {
                     return Answer {
@@ -131,15 +158,21 @@ impl ServiceClient {
                     retry_after,
                 } => (reason, retry_after),
             };
+            if calls >= self.max_attempts {
+                tracing::warn!(step = step.as_str(), calls, %reason, "Gave up on a step after its last attempt.");
+                return Answer {
+                    result: Err(StepError::Permanent {
+                        code: "RetriesExhausted".into(),
+                        message: format!("{calls} calls failed; the last: {reason}"),
+                    }),
+                    calls,
+                };
+            }
             let wait = self
                 .backoff
                 .delay(calls - 1)
                 .max(retry_after.unwrap_or_default());
-            if calls.is_multiple_of(10) {
-                tracing::warn!(step = step.as_str(), calls, %reason, "A service keeps failing; still retrying.");
-            } else {
-                tracing::debug!(step = step.as_str(), calls, %reason, wait_ms = wait.as_millis(), "Retrying a transient failure.");
-            }
+            tracing::debug!(step = step.as_str(), calls, %reason, wait_ms = wait.as_millis(), "Retrying a transient failure.");
             tokio::select! {
                 () = abandon.cancelled() => return Answer::abandoned(calls),
                 () = tokio::time::sleep(wait) => {}

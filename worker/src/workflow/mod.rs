@@ -7,6 +7,7 @@
 //! event whose delivery is already terminal does nothing.
 
 pub mod backoff;
+pub mod breaker;
 pub mod client;
 pub mod status;
 pub mod steps;
@@ -24,6 +25,7 @@ use self::backoff::Backoff;
 use self::client::{ServiceClient, StepError};
 use self::status::{Abandoned, Finish, Start, StatusWriter};
 use self::steps::Progress;
+use crate::rate_limit::RateLimiter;
 
 /// What became of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +78,7 @@ pub struct Workflow {
     status: StatusWriter,
     dead_letters: Arc<dyn DeadLetterStore>,
     backoff: Backoff,
+    limiter: Option<RateLimiter>,
     counters: Arc<Counters>,
 }
 
@@ -85,12 +88,14 @@ impl Workflow {
         status: StatusWriter,
         dead_letters: Arc<dyn DeadLetterStore>,
         backoff: Backoff,
+        limiter: Option<RateLimiter>,
     ) -> Self {
         Self {
             client,
             status,
             dead_letters,
             backoff,
+            limiter,
             counters: Arc::default(),
         }
     }
@@ -101,7 +106,13 @@ impl Workflow {
 
     /// Runs the workflow for `event`; `abandon` gives it up (only at shutdown).
     pub async fn process(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
-        let outcome = self.run(event, abandon).await;
+        let outcome = match &self.limiter {
+            Some(limiter) => tokio::select! {
+                () = abandon.cancelled() => Outcome::Abandoned,
+                () = limiter.acquire() => self.run(event, abandon).await,
+            },
+            None => self.run(event, abandon).await,
+        };
         let counter = match outcome {
             Outcome::Scheduled => &self.counters.scheduled,
             Outcome::Failed => &self.counters.failed,
