@@ -53,6 +53,7 @@ impl App {
                         latency: std::time::Duration::from_millis(settings.simulator.latency_ms),
                         jitter: std::time::Duration::from_millis(settings.simulator.jitter_ms),
                         error_rate: settings.simulator.error_rate,
+                        ..Behaviour::default()
                     },
                     suspended_owners: settings.simulator.suspended_owners.clone(),
                 });
@@ -80,7 +81,12 @@ impl App {
             settings.worker.clone(),
         )?;
         let counters = worker.counters();
-        let gateway = Gateway::bind(&backends, &settings.gateway).await?;
+        let gateway = Gateway::bind(
+            &backends,
+            &settings.gateway,
+            vec![Arc::new(worker.intake())],
+        )
+        .await?;
         let gateway_addr = gateway.local_addr()?;
         let mut parts = JoinSet::new();
         let worker_shutdown = shutdown.clone();

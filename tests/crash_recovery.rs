@@ -45,7 +45,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
         behaviour: Behaviour {
             latency: Duration::from_millis(10),
             jitter: Duration::from_millis(10),
-            error_rate: 0.0,
+            ..Behaviour::default()
         },
         suspended_owners: Vec::new(),
     });

@@ -12,6 +12,7 @@ pub mod routes;
 pub mod state;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
@@ -19,6 +20,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
+use skyport_shared::ports::Diagnostics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
@@ -65,11 +67,16 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Builds the routes over `backends` and binds `settings.listen`.
+    /// Builds the routes over `backends` and binds `settings.listen`; `/readyz`
+    /// also reports what `diagnostics` say.
     ///
     /// # Errors
     /// [`BindError`] when the address cannot be bound.
-    pub async fn bind(backends: &Backends, settings: &GatewaySettings) -> Result<Self, BindError> {
+    pub async fn bind(
+        backends: &Backends,
+        settings: &GatewaySettings,
+        diagnostics: Vec<Arc<dyn Diagnostics>>,
+    ) -> Result<Self, BindError> {
         let bind_error = |source| BindError {
             address: settings.listen,
             source,
@@ -79,7 +86,10 @@ impl Gateway {
             .map_err(bind_error)?;
         Ok(Self {
             listener,
-            router: router(AppState::new(backends, settings), settings.max_body_bytes),
+            router: router(
+                AppState::new(backends, settings, diagnostics),
+                settings.max_body_bytes,
+            ),
             grace: settings.shutdown_grace_period(),
         })
     }

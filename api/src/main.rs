@@ -16,7 +16,7 @@ async fn main() -> anyhow::Result<()> {
         "Skyport gateway: accepts delivery requests and serves their status.",
     );
     let backends = Backends::open(&settings).context("cannot open the stream and store")?;
-    let gateway = Gateway::bind(&backends, &settings.gateway).await?;
+    let gateway = Gateway::bind(&backends, &settings.gateway, Vec::new()).await?;
     tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));

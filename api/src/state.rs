@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::http::uri::Authority;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
-use skyport_shared::ports::{Publisher, StatusStore};
+use skyport_shared::ports::{Diagnostics, Publisher, StatusStore};
 
 use crate::receipt::Receipts;
 
@@ -18,10 +18,16 @@ pub struct AppState {
     pub retry_after_s: u32,
     /// Configured base of status URLs, without a trailing slash.
     pub public_url: Option<String>,
+    /// Parts of the process whose trouble `/readyz` reports.
+    pub diagnostics: Vec<Arc<dyn Diagnostics>>,
 }
 
 impl AppState {
-    pub fn new(backends: &Backends, settings: &GatewaySettings) -> Self {
+    pub fn new(
+        backends: &Backends,
+        settings: &GatewaySettings,
+        diagnostics: Vec<Arc<dyn Diagnostics>>,
+    ) -> Self {
         Self {
             publisher: Arc::clone(&backends.publisher),
             status: Arc::clone(&backends.status),
@@ -31,6 +37,7 @@ impl AppState {
                 .public_url
                 .as_ref()
                 .map(|url| url.as_str().trim_end_matches('/').to_owned()),
+            diagnostics,
         }
     }
 

@@ -175,3 +175,9 @@ pub trait DeadLetterStore: std::fmt::Debug + Send + Sync + 'static {
     /// [`DeadLetterError`] when the dead letter is not durable.
     async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError>;
 }
+
+/// A part of the process that can say why it is degraded, for `/readyz`.
+pub trait Diagnostics: std::fmt::Debug + Send + Sync + 'static {
+    /// What is wrong now, one sentence each (empty when all is well).
+    fn degraded(&self) -> Vec<String>;
+}

@@ -60,6 +60,8 @@ impl Step {
 pub enum StepResult {
     Succeeded,
     Failed,
+    /// Succeeded, then undone because a later step failed or the delivery was cancelled.
+    Compensated,
 }
 
 /// What one step did, and when.

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use skyport_shared::ports::Diagnostics;
 use tokio::sync::watch;
 
 #[derive(Debug, Clone)]
@@ -71,6 +72,15 @@ impl Intake {
     /// Follows whether intake is paused.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.inner.paused.subscribe()
+    }
+}
+
+impl Diagnostics for Intake {
+    fn degraded(&self) -> Vec<String> {
+        self.reasons()
+            .into_iter()
+            .map(|reason| format!("the worker paused intake: {reason}"))
+            .collect()
     }
 }
 

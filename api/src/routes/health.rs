@@ -12,12 +12,20 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: the stream and the status store can be used.
+/// `GET /readyz`: the stream and the status store can be used. What else is
+/// degraded (an open circuit that paused the worker) is listed but does not
+/// make the gateway unready: taking requests while a backend is down is what
+/// the stream is for.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let stream = state.publisher.ready().await;
     let store = state.status.ready().await;
     if stream && store {
-        Ok(Json(json!({ "status": "ready" })))
+        let degraded: Vec<String> = state
+            .diagnostics
+            .iter()
+            .flat_map(|d| d.degraded())
+            .collect();
+        Ok(Json(json!({ "status": "ready", "degraded": degraded })))
     } else {
         let mut down = Vec::new();
         if !stream {

@@ -55,12 +55,15 @@ impl Service {
 }
 
 /// How a service misbehaves: every call first waits `latency + uniform(0..=jitter)`, then fails
-/// with 503 with probability `error_rate` (0.0 never, 1.0 always).
+/// with 503 with probability `error_rate` (0.0 never, 1.0 always). A PUT of a resource whose id
+/// is in `rejected_ids` is refused for good (422, code `Rejected`), the way a real service
+/// refuses a request it cannot serve.
 #[derive(Clone, Debug, Default)]
 pub struct Behaviour {
     pub latency: Duration,
     pub jitter: Duration,
     pub error_rate: f64,
+    pub rejected_ids: Arc<HashSet<String>>,
 }
 
 impl Behaviour {
@@ -234,6 +237,8 @@ pub struct ServiceStats {
     pub injected_failures: u64,
     /// DELETEs that removed an existing resource.
     pub deleted: u64,
+    /// PUTs refused with 422 because the id is in `rejected_ids`.
+    pub rejected: u64,
 }
 
 #[derive(Default)]
@@ -244,6 +249,7 @@ struct Counters {
     conflicts: AtomicU64,
     injected_failures: AtomicU64,
     deleted: AtomicU64,
+    rejected: AtomicU64,
 }
 
 impl Counters {
@@ -261,6 +267,7 @@ impl Counters {
             conflicts: read(&self.conflicts),
             injected_failures: read(&self.injected_failures),
             deleted: read(&self.deleted),
+            rejected: read(&self.rejected),
         }
     }
 }

@@ -257,6 +257,16 @@ fn store_put(
     request: Value,
     create: impl FnOnce() -> Value,
 ) -> Response {
+    if state.behaviour().rejected_ids.contains(&id) {
+        Counters::bump(&state.counters.rejected);
+        return Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Rejected",
+            "Rejected",
+            format!("the simulated service refuses {id}"),
+        )
+        .into_response();
+    }
     match state.store.put(id, key, request, create) {
         PutOutcome::Created(body) => {
             Counters::bump(&state.counters.created);

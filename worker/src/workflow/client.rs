@@ -21,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::backoff::Backoff;
 use super::breaker::{Admission, Breakers};
 
-/// One request to a service: method, path segments under the base URL, body.
+/// One request to a service: method, path segments under the base URL, and a
+/// JSON body (`Null` for none).
 #[derive(Debug, Clone)]
 pub struct Call {
     pub method: Method,
@@ -116,8 +117,10 @@ impl ServiceClient {
         abandon: &CancellationToken,
     ) -> Answer {
         let url = self.url(&call.path);
-        let body = serde_json::to_vec(&call.body)
-            .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"));
+        let body = (!call.body.is_null()).then(|| {
+            serde_json::to_vec(&call.body)
+                .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"))
+        });
         let breaker = self.breakers.get(step);
         let mut calls = 0u32;
         loop {
@@ -136,7 +139,7 @@ impl ServiceClient {
                     }
                     return Answer::abandoned(calls);
                 }
-                attempt = self.attempt(call, &url, &body, idempotency_key, traceparent) => attempt,
+                attempt = self.attempt(call, &url, body.as_deref(), idempotency_key, traceparent) => attempt,
             };
             let transient = matches!(attempt, Attempt::Transient { .. });
             breaker.record(admission, !transient, tokio::time::Instant::now());
@@ -192,16 +195,19 @@ impl ServiceClient {
         &self,
         call: &Call,
         url: &Url,
-        body: &[u8],
+        body: Option<&[u8]>,
         idempotency_key: &str,
         traceparent: Option<&str>,
     ) -> Attempt {
         let mut request = self
             .http
             .request(call.method.clone(), url.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header("idempotency-key", idempotency_key)
-            .body(body.to_vec());
+            .header("idempotency-key", idempotency_key);
+        if let Some(body) = body {
+            request = request
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_vec());
+        }
         if let Some(traceparent) = traceparent {
             request = request.header("traceparent", traceparent);
         }

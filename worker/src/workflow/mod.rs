@@ -174,6 +174,14 @@ impl Workflow {
                 break;
             }
         }
+        if failure.is_some()
+            && self
+                .compensate(&request, &mut outcomes, abandon)
+                .await
+                .is_err()
+        {
+            return Outcome::Abandoned;
+        }
         let state = if failure.is_some() {
             DeliveryState::Failed
         } else {
@@ -198,6 +206,47 @@ impl Workflow {
             Ok(Finish::AlreadyTerminal) => Outcome::AlreadyTerminal,
             Err(Abandoned) => Outcome::Abandoned,
         }
+    }
+
+    /// Undoes the steps that succeeded, latest first, and marks them Compensated.
+    /// A compensation the service refuses is logged and noted on the step; it
+    /// does not stop the others.
+    async fn compensate(
+        &self,
+        request: &DeliveryRequested,
+        outcomes: &mut [StepOutcome],
+        abandon: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        for outcome in outcomes.iter_mut().rev() {
+            if outcome.result != StepResult::Succeeded {
+                continue;
+            }
+            let Some(call) = steps::undo(outcome.step, request) else {
+                continue;
+            };
+            let key = format!("{}:{}:undo", request.delivery_id, outcome.step.as_str());
+            let answer = self
+                .client
+                .call(
+                    outcome.step,
+                    &call,
+                    &key,
+                    request.traceparent.as_deref(),
+                    abandon,
+                )
+                .await;
+            outcome.calls += answer.calls;
+            outcome.at = OffsetDateTime::now_utc();
+            match answer.result {
+                Ok(_) => outcome.result = StepResult::Compensated,
+                Err(StepError::Abandoned) => return Err(Abandoned),
+                Err(StepError::Permanent { code, message }) => {
+                    tracing::error!(delivery_id = %request.delivery_id, step = outcome.step.as_str(), %code, %message, "Could not undo a step; it needs a person.");
+                    outcome.detail = Some(format!("compensation failed: {code}: {message}"));
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn dead_letter(

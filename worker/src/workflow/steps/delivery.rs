@@ -7,6 +7,15 @@ use skyport_shared::event::DeliveryRequested;
 use super::rfc3339;
 use crate::workflow::client::Call;
 
+/// Deletes what [`call`] created (deleting what is not there succeeds).
+pub(super) fn undo(event: &DeliveryRequested) -> Call {
+    Call {
+        method: Method::DELETE,
+        body: serde_json::Value::Null,
+        ..call(event)
+    }
+}
+
 pub(super) fn call(event: &DeliveryRequested) -> Call {
     let request = &event.request;
     Call {

@@ -43,6 +43,16 @@ pub fn call(step: Step, event: &DeliveryRequested, progress: &Progress) -> Call 
     }
 }
 
+/// The request that undoes `step` for `event`, for the steps that leave something behind.
+pub fn undo(step: Step, event: &DeliveryRequested) -> Option<Call> {
+    match step {
+        Step::Account | Step::ThirdParty => None,
+        Step::Package => Some(package::undo(event)),
+        Step::Delivery => Some(delivery::undo(event)),
+        Step::Drone => Some(drone::undo(event)),
+    }
+}
+
 /// Keeps what `step`'s answer says in `progress`; returns a detail for the status document.
 ///
 /// # Errors
