@@ -28,6 +28,8 @@ pub enum ApiError {
     Validation(Vec<FieldError>),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
     #[error("this method is not allowed here")]
     MethodNotAllowed,
     /// The request could not be made durable now; the client should retry.
@@ -76,6 +78,7 @@ impl ApiError {
                 "ValidationFailed",
             ),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "Not found", "NotFound"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "Conflict", "Conflict"),
             Self::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "Method not allowed",

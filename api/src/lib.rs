@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Extension, Router};
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
@@ -35,6 +35,10 @@ pub use crate::state::AppState;
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
         .route(DELIVERY_REQUESTS, post(deliveries::create))
+        .route(
+            &format!("{DELIVERY_REQUESTS}/{{id}}"),
+            delete(deliveries::cancel),
+        )
         .route(
             &format!("{DELIVERY_REQUESTS}/{{id}}/status"),
             get(deliveries::status),

@@ -1,8 +1,9 @@
-//! The event that carries an accepted request through the stream, and its codec.
+//! The events that travel through the stream, and their codec.
 //!
-//! The envelope is self-describing JSON with a `schemaVersion`; the decoder
-//! refuses versions it does not know instead of guessing, so the worker can
-//! dead-letter them and move on.
+//! The envelope is self-describing JSON with a `schemaVersion` and a `type`;
+//! the decoder refuses versions it does not know instead of guessing, so the
+//! worker can dead-letter them and move on. Both events of a delivery are keyed
+//! by its id, so they share a partition and keep their order.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -13,6 +14,25 @@ use crate::request::DeliveryRequest;
 pub const SCHEMA_VERSION: u32 = 1;
 /// Content type of an encoded envelope (an application property on brokers that have them).
 pub const CONTENT_TYPE: &str = "application/vnd.skyport.delivery-requested+json; v=1";
+
+/// What travels through the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    DeliveryRequested(Box<DeliveryRequested>),
+    CancellationRequested(CancellationRequested),
+}
+
+/// A client asked to cancel a delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancellationRequested {
+    pub delivery_id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
 
 /// A delivery request the gateway accepted, as it travels through the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,7 +67,7 @@ pub enum DecodeError {
 struct EnvelopeOut<'a> {
     schema_version: u32,
     #[serde(flatten)]
-    event: &'a DeliveryRequested,
+    event: &'a Event,
 }
 
 #[derive(Deserialize)]
@@ -62,10 +82,18 @@ struct EnvelopeIn {
     #[serde(rename = "schemaVersion")]
     _schema_version: u32,
     #[serde(flatten)]
-    event: DeliveryRequested,
+    event: Event,
 }
 
-impl DeliveryRequested {
+impl Event {
+    /// The delivery the event is about; also its partition key.
+    pub fn delivery_id(&self) -> &str {
+        match self {
+            Self::DeliveryRequested(e) => &e.delivery_id,
+            Self::CancellationRequested(e) => &e.delivery_id,
+        }
+    }
+
     /// Encodes the event with the current schema version.
     pub fn encode(&self) -> Vec<u8> {
         let envelope = EnvelopeOut {
@@ -76,7 +104,7 @@ impl DeliveryRequested {
             .unwrap_or_else(|e| unreachable!("a DeliveryRequested always serializes to JSON: {e}"))
     }
 
-    /// Decodes an envelope written by [`DeliveryRequested::encode`].
+    /// Decodes an envelope written by [`Event::encode`].
     ///
     /// # Errors
     /// [`DecodeError`] says whether the bytes are not JSON, carry an unknown
@@ -103,23 +131,20 @@ mod tests {
     use crate::request::tests::sample;
     use time::macros::datetime;
 
-    fn event() -> DeliveryRequested {
-        DeliveryRequested {
+    fn event() -> Event {
+        Event::DeliveryRequested(Box::new(DeliveryRequested {
             delivery_id: "d-1".into(),
             accepted_at: datetime!(2026-11-21 09:59:59.123 UTC),
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             idempotency_key: Some("key-1".into()),
             request: sample("d-1"),
-        }
+        }))
     }
 
     #[test]
     fn an_encoded_event_decodes_to_itself() {
         let event = event();
-        assert_eq!(
-            DeliveryRequested::decode(&event.encode()).expect("decode"),
-            event
-        );
+        assert_eq!(Event::decode(&event.encode()).expect("decode"), event);
     }
 
     #[test]
@@ -127,12 +152,30 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
         assert_eq!(json["schemaVersion"], 1);
         assert_eq!(json["deliveryId"], "d-1");
+        assert_eq!(json["type"], "DeliveryRequested");
+    }
+
+    #[test]
+    fn a_cancellation_round_trips() {
+        let event = Event::CancellationRequested(CancellationRequested {
+            delivery_id: "d-1".into(),
+            requested_at: datetime!(2026-11-21 10:00 UTC),
+            traceparent: None,
+        });
+        assert_eq!(Event::decode(&event.encode()).expect("decode"), event);
+        assert_eq!(event.delivery_id(), "d-1");
+    }
+
+    #[test]
+    fn an_unknown_event_type_is_invalid() {
+        let bytes = br#"{"schemaVersion":1,"type":"DeliveryTeleported","deliveryId":"d-1"}"#;
+        assert!(matches!(Event::decode(bytes), Err(DecodeError::Invalid(_))));
     }
 
     #[test]
     fn garbage_is_malformed() {
         assert!(matches!(
-            DeliveryRequested::decode(b"\x00\x01not json"),
+            Event::decode(b"\x00\x01not json"),
             Err(DecodeError::Malformed(_))
         ));
     }
@@ -143,7 +186,7 @@ mod tests {
         json["schemaVersion"] = 2.into();
         let bytes = serde_json::to_vec(&json).expect("bytes");
         assert!(matches!(
-            DeliveryRequested::decode(&bytes),
+            Event::decode(&bytes),
             Err(DecodeError::UnsupportedVersion(2))
         ));
     }
@@ -156,7 +199,7 @@ mod tests {
             .remove("schemaVersion");
         let bytes = serde_json::to_vec(&json).expect("bytes");
         assert!(matches!(
-            DeliveryRequested::decode(&bytes),
+            Event::decode(&bytes),
             Err(DecodeError::MissingVersion)
         ));
     }
@@ -164,9 +207,6 @@ mod tests {
     #[test]
     fn a_known_version_with_a_broken_body_is_invalid() {
         let bytes = br#"{"schemaVersion":1,"deliveryId":"d-1"}"#;
-        assert!(matches!(
-            DeliveryRequested::decode(bytes),
-            Err(DecodeError::Invalid(_))
-        ));
+        assert!(matches!(Event::decode(bytes), Err(DecodeError::Invalid(_))));
     }
 }

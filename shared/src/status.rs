@@ -1,7 +1,8 @@
 //! The status document a client polls, and the rules for how its state may move.
 //!
-//! Invariant: a terminal state (Scheduled, Failed, Cancelled) never changes;
-//! [`DeliveryState::can_become`] is the one place that says so.
+//! Invariant: a terminal state never goes back; the one move out of one is a
+//! cancelled Scheduled delivery becoming Cancelled (after its steps were
+//! undone). [`DeliveryState::can_become`] is the one place that says so.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -25,9 +26,14 @@ impl DeliveryState {
     /// Whether a document in state `self` may be rewritten in state `next`.
     ///
     /// Processing may follow Processing (a replayed event starts a new attempt);
-    /// nothing follows a terminal state, and nothing goes back to Accepted.
+    /// nothing goes back to Accepted; of the terminal states only Scheduled
+    /// moves on, to Cancelled.
     pub fn can_become(self, next: Self) -> bool {
-        !self.is_terminal() && next != Self::Accepted
+        match self {
+            Self::Accepted | Self::Processing => next != Self::Accepted,
+            Self::Scheduled => next == Self::Cancelled,
+            Self::Failed | Self::Cancelled => false,
+        }
     }
 }
 
@@ -101,6 +107,16 @@ pub struct StatusDocument {
     pub third_party_required: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// The package the delivery carries, so that compensation can find it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_id: Option<String>,
+    /// When a client asked to cancel; the worker cancels at its next step.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub cancel_requested_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -119,6 +135,8 @@ impl StatusDocument {
             drone_id: None,
             third_party_required: None,
             failure: None,
+            package_id: None,
+            cancel_requested_at: None,
             created_at: accepted_at,
             updated_at: accepted_at,
             attempt: 0,
@@ -133,11 +151,22 @@ mod tests {
     const ALL: [DeliveryState; 5] = [Accepted, Processing, Scheduled, Failed, Cancelled];
 
     #[test]
-    fn terminal_states_never_change() {
-        for from in [Scheduled, Failed, Cancelled] {
+    fn failed_and_cancelled_never_change() {
+        for from in [Failed, Cancelled] {
             for to in ALL {
                 assert!(!from.can_become(to), "{from:?} -> {to:?}");
             }
+        }
+    }
+
+    #[test]
+    fn scheduled_only_moves_on_to_cancelled() {
+        for to in ALL {
+            assert_eq!(
+                Scheduled.can_become(to),
+                to == Cancelled,
+                "Scheduled -> {to:?}"
+            );
         }
     }
 

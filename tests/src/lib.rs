@@ -155,6 +155,34 @@ impl Client {
         self.http.get(self.rebase(status_url)).send().await.unwrap()
     }
 
+    /// `DELETE` the delivery behind a status URL (keeping its receipt).
+    pub async fn cancel(&self, status_url: &str) -> reqwest::Response {
+        let url = self.rebase(status_url).replacen("/status?", "?", 1);
+        self.http.delete(url).send().await.unwrap()
+    }
+
+    /// Waits until the status behind `status_url` is in `state`; panics after `timeout`.
+    pub async fn wait_for_state(
+        &self,
+        status_url: &str,
+        state: skyport_shared::status::DeliveryState,
+        timeout: Duration,
+    ) -> StatusDocument {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let document: StatusDocument = self.status(status_url).await.json().await.unwrap();
+            if document.state == state {
+                return document;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still {:?}, not {state:?}, after {timeout:?}",
+                document.state
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn rebase(&self, status_url: &str) -> String {
         let path = status_url
             .find("/api/")

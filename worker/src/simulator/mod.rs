@@ -55,19 +55,24 @@ impl Service {
 }
 
 /// How a service misbehaves: every call first waits `latency + uniform(0..=jitter)`, then fails
-/// with 503 with probability `error_rate` (0.0 never, 1.0 always). A PUT of a resource whose id
-/// is in `rejected_ids` is refused for good (422, code `Rejected`), the way a real service
-/// refuses a request it cannot serve.
+/// with 503 with probability `error_rate` (0.0 never, 1.0 always). A fraction `slow_rate` of calls
+/// takes `slow_latency` instead. A PUT of a resource whose id is in `rejected_ids` is refused for
+/// good (422, code `Rejected`), the way a real service refuses a request it cannot serve.
 #[derive(Clone, Debug, Default)]
 pub struct Behaviour {
     pub latency: Duration,
     pub jitter: Duration,
     pub error_rate: f64,
+    pub slow_rate: f64,
+    pub slow_latency: Duration,
     pub rejected_ids: Arc<HashSet<String>>,
 }
 
 impl Behaviour {
     fn delay(&self) -> Duration {
+        if self.slow_rate > 0.0 && fastrand::f64() < self.slow_rate {
+            return self.slow_latency;
+        }
         if self.jitter.is_zero() {
             return self.latency;
         }

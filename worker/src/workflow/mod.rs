@@ -1,8 +1,11 @@
-//! The workflow run for every event: decode, mark Processing, call the five
-//! services in [`steps::ORDER`], record Scheduled or Failed.
+//! The workflow run for every event. A delivery request: mark Processing,
+//! call the five services in [`steps::ORDER`], record Scheduled or Failed (a
+//! permanent failure first undoes the steps that succeeded). A cancellation:
+//! cancel what has not started, flag what is running (it stops at its next
+//! step), undo what was scheduled; all end Cancelled.
 //!
-//! Invariant: an event counts as completed only once its terminal status (or
-//! its dead letter) is durable. Replays are safe: each call is keyed by the
+//! Invariant: an event counts as completed only once its status write (or its
+//! dead letter) is durable. Replays are safe: each call is keyed by the
 //! delivery id (PUT by id, `Idempotency-Key: {deliveryId}:{step}`), and an
 //! event whose delivery is already terminal does nothing.
 
@@ -15,15 +18,17 @@ pub mod steps;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use skyport_shared::event::DeliveryRequested;
-use skyport_shared::ports::{DeadLetter, DeadLetterStore, StreamEvent};
-use skyport_shared::status::{DeliveryState, Failure, StepOutcome, StepResult};
+use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
+use skyport_shared::ports::{DeadLetter, DeadLetterStore, StreamEvent, Versioned};
+use skyport_shared::status::{
+    DeliveryState, Failure, StatusDocument, Step, StepOutcome, StepResult,
+};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use self::backoff::Backoff;
 use self::client::{ServiceClient, StepError};
-use self::status::{Abandoned, Finish, Start, StatusWriter};
+use self::status::{Abandoned, Decision, StatusWriter};
 use self::steps::Progress;
 use crate::rate_limit::RateLimiter;
 
@@ -32,6 +37,9 @@ use crate::rate_limit::RateLimiter;
 pub enum Outcome {
     Scheduled,
     Failed,
+    Cancelled,
+    /// A running delivery was flagged; it cancels itself at its next step.
+    CancelRequested,
     /// A replay of a delivery whose terminal state was already recorded.
     AlreadyTerminal,
     DeadLettered,
@@ -51,6 +59,8 @@ impl Outcome {
 pub struct Counters {
     pub scheduled: AtomicU64,
     pub failed: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub cancel_requested: AtomicU64,
     /// Events of deliveries that an earlier attempt had already started or finished.
     pub replayed: AtomicU64,
     pub dead_lettered: AtomicU64,
@@ -62,14 +72,29 @@ impl std::fmt::Display for Counters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         write!(
             f,
-            "scheduled={} failed={} replayed={} dead_lettered={} abandoned={}",
+            "scheduled={} failed={} cancelled={} cancel_requested={} replayed={} dead_lettered={} abandoned={}",
             get(&self.scheduled),
             get(&self.failed),
+            get(&self.cancelled),
+            get(&self.cancel_requested),
             get(&self.replayed),
             get(&self.dead_lettered),
             get(&self.abandoned)
         )
     }
+}
+
+/// How the final write of a delivery went.
+enum Finish {
+    Written,
+    AlreadyTerminal,
+    CancelRequested,
+}
+
+/// What a cancellation found.
+enum Found {
+    Done(Outcome),
+    Scheduled,
 }
 
 #[derive(Debug)]
@@ -116,6 +141,8 @@ impl Workflow {
         let counter = match outcome {
             Outcome::Scheduled => &self.counters.scheduled,
             Outcome::Failed => &self.counters.failed,
+            Outcome::Cancelled => &self.counters.cancelled,
+            Outcome::CancelRequested => &self.counters.cancel_requested,
             Outcome::AlreadyTerminal => &self.counters.replayed,
             Outcome::DeadLettered => &self.counters.dead_lettered,
             Outcome::Abandoned => &self.counters.abandoned,
@@ -125,36 +152,77 @@ impl Workflow {
     }
 
     async fn run(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
-        let request = match DeliveryRequested::decode(&event.payload) {
-            Ok(request) => request,
+        let result = match Event::decode(&event.payload) {
+            Ok(Event::DeliveryRequested(request)) => self.deliver(&request, abandon).await,
+            Ok(Event::CancellationRequested(cancel)) => self.cancel(&cancel, abandon).await,
             Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
         };
-        let started = match self.status.start(&request, abandon).await {
-            Ok(Start::Begun(started)) => started,
-            Ok(Start::AlreadyTerminal) => return Outcome::AlreadyTerminal,
-            Err(Abandoned) => return Outcome::Abandoned,
+        result.unwrap_or(Outcome::Abandoned)
+    }
+
+    async fn deliver(
+        &self,
+        request: &DeliveryRequested,
+        abandon: &CancellationToken,
+    ) -> Result<Outcome, Abandoned> {
+        let id = &request.delivery_id;
+        let package_id = &request.request.package_info.package_id;
+        let (begun, current) = self
+            .status
+            .update(id, None, abandon, |current| {
+                let mut next = match current {
+                    Some(document) if document.state.is_terminal() => return Decision::Keep(false),
+                    Some(document) => document.clone(),
+                    None => StatusDocument::accepted(id.clone(), request.accepted_at),
+                };
+                next.state = DeliveryState::Processing;
+                next.attempt += 1;
+                next.package_id = Some(package_id.clone());
+                next.updated_at = OffsetDateTime::now_utc();
+                Decision::Write(next, true)
+            })
+            .await?;
+        let (true, Some(mut current)) = (begun, current) else {
+            return Ok(Outcome::AlreadyTerminal);
         };
-        if started.document.attempt > 1 {
+        let replay = current.document.attempt > 1;
+        if replay {
             self.counters.replayed.fetch_add(1, Ordering::Relaxed);
         }
+        let traceparent = request.traceparent.as_deref();
         let mut progress = Progress::default();
         let mut outcomes = Vec::with_capacity(steps::ORDER.len());
         let mut failure = None;
-        for step in steps::ORDER {
-            let call = steps::call(step, &request, &progress);
-            let key = format!("{}:{}", request.delivery_id, step.as_str());
+        for (index, step) in steps::ORDER.into_iter().enumerate() {
+            if index > 0 {
+                // Look for a cancellation before every step but the first, which `start` just read.
+                match self.status.current(id, abandon).await? {
+                    Some(fresh) if fresh.document.state.is_terminal() => {
+                        return Ok(Outcome::AlreadyTerminal);
+                    }
+                    Some(fresh) => current = fresh,
+                    None => {}
+                }
+            }
+            if current.document.cancel_requested_at.is_some() {
+                return self
+                    .undo_and_cancel(current, outcomes, replay, traceparent, abandon)
+                    .await;
+            }
+            let call = steps::call(step, request, &progress);
+            let key = format!("{id}:{}", step.as_str());
             let answer = self
                 .client
-                .call(step, &call, &key, request.traceparent.as_deref(), abandon)
+                .call(step, &call, &key, traceparent, abandon)
                 .await;
             let recorded = answer
                 .result
                 .and_then(|body| steps::record(step, &body, &mut progress));
             let (result, detail) = match recorded {
                 Ok(detail) => (StepResult::Succeeded, detail),
-                Err(StepError::Abandoned) => return Outcome::Abandoned,
+                Err(StepError::Abandoned) => return Err(Abandoned),
                 Err(StepError::Permanent { code, message }) => {
-                    tracing::info!(delivery_id = %request.delivery_id, step = step.as_str(), %code, %message, "A delivery failed.");
+                    tracing::info!(delivery_id = %id, step = step.as_str(), %code, %message, "A delivery failed.");
                     failure = Some(Failure {
                         step,
                         code,
@@ -174,74 +242,200 @@ impl Workflow {
                 break;
             }
         }
-        if failure.is_some()
-            && self
-                .compensate(&request, &mut outcomes, abandon)
-                .await
-                .is_err()
-        {
-            return Outcome::Abandoned;
+        if failure.is_some() {
+            let undo = succeeded_latest_first(&outcomes);
+            self.compensate(
+                id,
+                Some(package_id),
+                &undo,
+                &mut outcomes,
+                traceparent,
+                abandon,
+            )
+            .await?;
         }
         let state = if failure.is_some() {
             DeliveryState::Failed
         } else {
             DeliveryState::Scheduled
         };
-        let apply = |document: &mut skyport_shared::status::StatusDocument| {
-            document.state = state;
-            document.steps.clone_from(&outcomes);
-            document.drone_id.clone_from(&progress.drone_id);
-            document.third_party_required = progress.third_party_required;
-            document.failure.clone_from(&failure);
-            document.updated_at = OffsetDateTime::now_utc();
-        };
-        match self.status.finish(started, apply, abandon).await {
-            Ok(Finish::Written) => {
-                if state == DeliveryState::Scheduled {
-                    Outcome::Scheduled
-                } else {
-                    Outcome::Failed
-                }
+        let (finish, stored) = self
+            .status
+            .update(id, Some(current), abandon, |current| {
+                let mut next = match current {
+                    Some(document) if document.state.is_terminal() => {
+                        return Decision::Keep(Finish::AlreadyTerminal);
+                    }
+                    Some(document) if document.cancel_requested_at.is_some() => {
+                        return Decision::Keep(Finish::CancelRequested);
+                    }
+                    Some(document) => document.clone(),
+                    None => StatusDocument::accepted(id.clone(), request.accepted_at),
+                };
+                next.state = state;
+                next.steps.clone_from(&outcomes);
+                next.drone_id.clone_from(&progress.drone_id);
+                next.third_party_required = progress.third_party_required;
+                next.failure.clone_from(&failure);
+                next.updated_at = OffsetDateTime::now_utc();
+                Decision::Write(next, Finish::Written)
+            })
+            .await?;
+        match (finish, stored) {
+            (Finish::Written, _) if state == DeliveryState::Scheduled => Ok(Outcome::Scheduled),
+            (Finish::Written, _) => Ok(Outcome::Failed),
+            (Finish::CancelRequested, Some(current)) => {
+                self.undo_and_cancel(current, outcomes, replay, traceparent, abandon)
+                    .await
             }
-            Ok(Finish::AlreadyTerminal) => Outcome::AlreadyTerminal,
-            Err(Abandoned) => Outcome::Abandoned,
+            (Finish::AlreadyTerminal | Finish::CancelRequested, _) => Ok(Outcome::AlreadyTerminal),
         }
     }
 
-    /// Undoes the steps that succeeded, latest first, and marks them Compensated.
-    /// A compensation the service refuses is logged and noted on the step; it
-    /// does not stop the others.
-    async fn compensate(
+    async fn cancel(
         &self,
-        request: &DeliveryRequested,
-        outcomes: &mut [StepOutcome],
+        cancel: &CancellationRequested,
         abandon: &CancellationToken,
-    ) -> Result<(), Abandoned> {
-        for outcome in outcomes.iter_mut().rev() {
-            if outcome.result != StepResult::Succeeded {
-                continue;
-            }
-            let Some(call) = steps::undo(outcome.step, request) else {
-                continue;
-            };
-            let key = format!("{}:{}:undo", request.delivery_id, outcome.step.as_str());
-            let answer = self
-                .client
-                .call(
-                    outcome.step,
-                    &call,
-                    &key,
-                    request.traceparent.as_deref(),
+    ) -> Result<Outcome, Abandoned> {
+        let id = &cancel.delivery_id;
+        let (found, stored) = self
+            .status
+            .update(id, None, abandon, |current| {
+                let Some(document) = current else {
+                    // Not started yet: the request event will find it Cancelled and do nothing.
+                    let mut cancelled = StatusDocument::accepted(id.clone(), cancel.requested_at);
+                    cancelled.state = DeliveryState::Cancelled;
+                    cancelled.cancel_requested_at = Some(cancel.requested_at);
+                    return Decision::Write(cancelled, Found::Done(Outcome::Cancelled));
+                };
+                match document.state {
+                    DeliveryState::Failed | DeliveryState::Cancelled => {
+                        Decision::Keep(Found::Done(Outcome::AlreadyTerminal))
+                    }
+                    DeliveryState::Scheduled => Decision::Keep(Found::Scheduled),
+                    DeliveryState::Accepted | DeliveryState::Processing => {
+                        if document.cancel_requested_at.is_some() {
+                            return Decision::Keep(Found::Done(Outcome::CancelRequested));
+                        }
+                        let mut flagged = document.clone();
+                        flagged.cancel_requested_at = Some(cancel.requested_at);
+                        flagged.updated_at = OffsetDateTime::now_utc();
+                        Decision::Write(flagged, Found::Done(Outcome::CancelRequested))
+                    }
+                }
+            })
+            .await?;
+        match (found, stored) {
+            (Found::Done(outcome), _) => Ok(outcome),
+            (Found::Scheduled, Some(current)) => {
+                let outcomes = current.document.steps.clone();
+                self.undo_and_cancel(
+                    current,
+                    outcomes,
+                    true,
+                    cancel.traceparent.as_deref(),
                     abandon,
                 )
+                .await
+            }
+            (Found::Scheduled, None) => unreachable!("a Scheduled document was just read"),
+        }
+    }
+
+    /// Undoes what the delivery left behind and records it Cancelled. `undo_all`:
+    /// an earlier attempt may have done steps this one did not see, so every
+    /// undoable step is undone (undoing what is not there succeeds).
+    async fn undo_and_cancel(
+        &self,
+        current: Versioned,
+        mut outcomes: Vec<StepOutcome>,
+        undo_all: bool,
+        traceparent: Option<&str>,
+        abandon: &CancellationToken,
+    ) -> Result<Outcome, Abandoned> {
+        let id = current.document.id.clone();
+        let undo: Vec<Step> = if undo_all {
+            steps::ORDER
+                .into_iter()
+                .rev()
+                .filter(|s| steps::is_undoable(*s))
+                .collect()
+        } else {
+            succeeded_latest_first(&outcomes)
+        };
+        let package_id = current.document.package_id.clone();
+        self.compensate(
+            &id,
+            package_id.as_deref(),
+            &undo,
+            &mut outcomes,
+            traceparent,
+            abandon,
+        )
+        .await?;
+        let (outcome, _) = self
+            .status
+            .update(&id, Some(current), abandon, |current| {
+                let mut next = match current {
+                    Some(document) if !document.state.can_become(DeliveryState::Cancelled) => {
+                        return Decision::Keep(Outcome::AlreadyTerminal);
+                    }
+                    Some(document) => document.clone(),
+                    None => StatusDocument::accepted(id.clone(), OffsetDateTime::now_utc()),
+                };
+                next.state = DeliveryState::Cancelled;
+                next.steps.clone_from(&outcomes);
+                next.drone_id = None;
+                next.updated_at = OffsetDateTime::now_utc();
+                Decision::Write(next, Outcome::Cancelled)
+            })
+            .await?;
+        tracing::info!(delivery_id = %id, "Cancelled a delivery.");
+        Ok(outcome)
+    }
+
+    /// Undoes `undo` in the order given and marks each step Compensated in
+    /// `outcomes`. A compensation the service refuses is logged and noted on
+    /// the step; it does not stop the others.
+    async fn compensate(
+        &self,
+        delivery_id: &str,
+        package_id: Option<&str>,
+        undo: &[Step],
+        outcomes: &mut Vec<StepOutcome>,
+        traceparent: Option<&str>,
+        abandon: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        for &step in undo {
+            let Some(call) = steps::undo(step, delivery_id, package_id) else {
+                continue;
+            };
+            let key = format!("{delivery_id}:{}:undo", step.as_str());
+            let answer = self
+                .client
+                .call(step, &call, &key, traceparent, abandon)
                 .await;
+            let index = outcomes
+                .iter()
+                .position(|o| o.step == step)
+                .unwrap_or_else(|| {
+                    outcomes.push(StepOutcome {
+                        step,
+                        result: StepResult::Succeeded,
+                        at: OffsetDateTime::now_utc(),
+                        calls: 0,
+                        detail: None,
+                    });
+                    outcomes.len() - 1
+                });
+            let outcome = &mut outcomes[index];
             outcome.calls += answer.calls;
             outcome.at = OffsetDateTime::now_utc();
             match answer.result {
                 Ok(_) => outcome.result = StepResult::Compensated,
                 Err(StepError::Abandoned) => return Err(Abandoned),
                 Err(StepError::Permanent { code, message }) => {
-                    tracing::error!(delivery_id = %request.delivery_id, step = outcome.step.as_str(), %code, %message, "Could not undo a step; it needs a person.");
+                    tracing::error!(%delivery_id, step = step.as_str(), %code, %message, "Could not undo a step; it needs a person.");
                     outcome.detail = Some(format!("compensation failed: {code}: {message}"));
                 }
             }
@@ -279,4 +473,14 @@ impl Workflow {
             }
         }
     }
+}
+
+/// The steps that succeeded, latest first: the order to undo them in.
+fn succeeded_latest_first(outcomes: &[StepOutcome]) -> Vec<Step> {
+    outcomes
+        .iter()
+        .rev()
+        .filter(|o| o.result == StepResult::Succeeded)
+        .map(|o| o.step)
+        .collect()
 }

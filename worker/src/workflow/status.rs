@@ -1,16 +1,15 @@
 //! Status writes of the workflow: conditional, retried, never moving a
-//! terminal state.
+//! terminal state back.
 //!
-//! Every write is a read-modify-write on the document's version: a conflict
-//! re-reads and re-applies; a store outage is retried with backoff until it
-//! passes or the event is given up (it is then read again after a restart).
+//! Every write goes through [`StatusWriter::update`], a read-decide-write loop
+//! on the document's version: a conflict re-reads and decides again; a store
+//! outage is retried with backoff until it passes or the event is given up
+//! (it is then read again after a restart).
 
 use std::sync::Arc;
 
-use skyport_shared::event::DeliveryRequested;
 use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError, Versioned};
-use skyport_shared::status::{DeliveryState, StatusDocument};
-use time::OffsetDateTime;
+use skyport_shared::status::StatusDocument;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
@@ -19,21 +18,17 @@ use super::backoff::Backoff;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Abandoned;
 
-/// How starting a delivery went.
+/// What to do with the document as it stands.
 #[derive(Debug)]
-pub enum Start {
-    /// The document is now Processing at this version.
-    Begun(Versioned),
-    /// A terminal state is already recorded: a replay with nothing left to do.
-    AlreadyTerminal,
-}
-
-/// How finishing a delivery went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    Written,
-    /// Someone else recorded a terminal state first; it stands.
-    AlreadyTerminal,
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned by a closure and consumed at once, never stored"
+)]
+pub enum Decision<T> {
+    /// Write this document (on the version just read) and answer `T`.
+    Write(StatusDocument, T),
+    /// Leave the document as it is and answer `T`.
+    Keep(T),
 }
 
 #[derive(Debug, Clone)]
@@ -47,86 +42,66 @@ impl StatusWriter {
         Self { store, backoff }
     }
 
-    /// Moves the delivery to Processing, counting one more attempt.
+    /// Reads the document of `id`, retrying while the store is unavailable.
     ///
     /// # Errors
-    /// [`Abandoned`] when `abandon` fires before the write is durable.
-    pub async fn start(
+    /// [`Abandoned`] when `abandon` fires first.
+    pub async fn current(
         &self,
-        event: &DeliveryRequested,
+        id: &str,
         abandon: &CancellationToken,
-    ) -> Result<Start, Abandoned> {
+    ) -> Result<Option<Versioned>, Abandoned> {
         let mut outages = 0;
         loop {
-            let current = match self.store.get(&event.delivery_id).await {
-                Ok(current) => current,
-                Err(e) => {
-                    self.wait_out(&e, &mut outages, abandon).await?;
-                    continue;
-                }
-            };
-            let (mut document, condition) = match current {
-                Some(stored) if stored.document.state.is_terminal() => {
-                    return Ok(Start::AlreadyTerminal);
-                }
-                Some(stored) => (stored.document, Precondition::IfMatch(stored.etag)),
-                None => (
-                    StatusDocument::accepted(event.delivery_id.clone(), event.accepted_at),
-                    Precondition::IfNoneMatch,
-                ),
-            };
-            document.state = DeliveryState::Processing;
-            document.attempt += 1;
-            document.updated_at = OffsetDateTime::now_utc();
-            match self.store.put(&document, condition).await {
-                Ok(etag) => return Ok(Start::Begun(Versioned { document, etag })),
-                Err(StatusStoreError::PreconditionFailed) => {}
+            match self.store.get(id).await {
+                Ok(current) => return Ok(current),
                 Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
             }
         }
     }
 
-    /// Writes the terminal document `apply` makes of the current one.
+    /// Decides on the document of `id` (starting from `known` when the caller
+    /// holds a recent version) and writes what `decide` asks for, conditional
+    /// on the version it decided on. Returns the answer and the document as it
+    /// now stands.
     ///
     /// # Errors
     /// [`Abandoned`] when `abandon` fires before the write is durable.
-    pub async fn finish(
+    pub async fn update<T>(
         &self,
-        mut current: Versioned,
-        apply: impl Fn(&mut StatusDocument),
+        id: &str,
+        known: Option<Versioned>,
         abandon: &CancellationToken,
-    ) -> Result<Finish, Abandoned> {
+        mut decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
+    ) -> Result<(T, Option<Versioned>), Abandoned> {
         let mut outages = 0;
+        let mut current = match known {
+            Some(known) => Some(known),
+            None => self.current(id, abandon).await?,
+        };
         loop {
-            let mut next = current.document.clone();
-            apply(&mut next);
-            debug_assert!(current.document.state.can_become(next.state));
-            match self
-                .store
-                .put(&next, Precondition::IfMatch(current.etag.clone()))
-                .await
-            {
-                Ok(_) => return Ok(Finish::Written),
-                Err(StatusStoreError::PreconditionFailed) => loop {
-                    match self.store.get(&current.document.id).await {
-                        Ok(Some(stored)) if stored.document.state.is_terminal() => {
-                            return Ok(Finish::AlreadyTerminal);
-                        }
-                        Ok(Some(stored)) => {
-                            current = stored;
-                            break;
-                        }
-                        // Documents are never deleted; should one vanish, write it anew.
-                        Ok(None) => match self.store.put(&next, Precondition::IfNoneMatch).await {
-                            Ok(_) => return Ok(Finish::Written),
-                            Err(StatusStoreError::PreconditionFailed) => {}
-                            Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
-                        },
-                        Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
-                    }
-                },
+            let (document, answer) = match decide(current.as_ref().map(|c| &c.document)) {
+                Decision::Keep(answer) => return Ok((answer, current)),
+                Decision::Write(document, answer) => (document, answer),
+            };
+            if let Some(stored) = &current {
+                debug_assert!(
+                    stored.document.state == document.state
+                        || stored.document.state.can_become(document.state),
+                    "{:?} -> {:?}",
+                    stored.document.state,
+                    document.state
+                );
+            }
+            let condition = current.as_ref().map_or(Precondition::IfNoneMatch, |c| {
+                Precondition::IfMatch(c.etag.clone())
+            });
+            match self.store.put(&document, condition).await {
+                Ok(etag) => return Ok((answer, Some(Versioned { document, etag }))),
+                Err(StatusStoreError::PreconditionFailed) => {}
                 Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
             }
+            current = self.current(id, abandon).await?;
         }
     }
 
@@ -138,7 +113,7 @@ impl StatusWriter {
     ) -> Result<(), Abandoned> {
         *outages += 1;
         let wait = self.backoff.delay(*outages - 1);
-        tracing::warn!(error = %error, retries = *outages, "The status store failed a write; retrying.");
+        tracing::warn!(error = %error, retries = *outages, "The status store failed; retrying.");
         tokio::select! {
             () = abandon.cancelled() => Err(Abandoned),
             () = tokio::time::sleep(wait) => Ok(()),

@@ -176,6 +176,35 @@ impl EmbeddedStore {
         EmbeddedConsumer::new(Arc::clone(self), group)
     }
 
+    /// The checkpoint (last completed offset) of each partition `group` has checkpointed.
+    ///
+    /// # Errors
+    /// [`StatusStoreError::Unavailable`] when the store cannot be read.
+    pub async fn checkpoints(&self, group: &str) -> Result<Vec<(u32, u64)>, StatusStoreError> {
+        let db = Arc::clone(&self.db);
+        let group = group.to_owned();
+        blocking(move || {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(CHECKPOINTS)?;
+            let mut checkpoints = Vec::new();
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (owner, partition) = key.value();
+                if owner == group {
+                    checkpoints.push((partition, value.value()));
+                }
+            }
+            Ok(checkpoints)
+        })
+        .await
+        .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))
+    }
+
+    /// The next offset each partition will assign: how many events it has ever held.
+    pub fn heads(&self) -> Vec<u64> {
+        self.heads.iter().map(|head| *head.borrow()).collect()
+    }
+
     /// The dead letters kept so far, oldest position first.
     ///
     /// # Errors

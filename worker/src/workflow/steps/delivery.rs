@@ -7,12 +7,22 @@ use skyport_shared::event::DeliveryRequested;
 use super::rfc3339;
 use crate::workflow::client::Call;
 
+/// Where the resource lives, under the services' base URL.
+fn resource(id: &str) -> Vec<String> {
+    vec![
+        "delivery".into(),
+        "api".into(),
+        "deliveries".into(),
+        id.to_owned(),
+    ]
+}
+
 /// Deletes what [`call`] created (deleting what is not there succeeds).
-pub(super) fn undo(event: &DeliveryRequested) -> Call {
+pub(super) fn undo(id: &str) -> Call {
     Call {
         method: Method::DELETE,
+        path: resource(id),
         body: serde_json::Value::Null,
-        ..call(event)
     }
 }
 
@@ -20,12 +30,7 @@ pub(super) fn call(event: &DeliveryRequested) -> Call {
     let request = &event.request;
     Call {
         method: Method::PUT,
-        path: vec![
-            "delivery".into(),
-            "api".into(),
-            "deliveries".into(),
-            event.delivery_id.clone(),
-        ],
+        path: resource(&event.delivery_id),
         body: json!({
             "ownerId": request.owner_id,
             "pickupLocation": request.pickup_location,

@@ -7,12 +7,22 @@ use skyport_shared::event::DeliveryRequested;
 use super::{Progress, rfc3339};
 use crate::workflow::client::{Call, StepError};
 
+/// Where the resource lives, under the services' base URL.
+fn resource(id: &str) -> Vec<String> {
+    vec![
+        "drone".into(),
+        "api".into(),
+        "bookings".into(),
+        id.to_owned(),
+    ]
+}
+
 /// Deletes what [`call`] created (deleting what is not there succeeds).
-pub(super) fn undo(event: &DeliveryRequested) -> Call {
+pub(super) fn undo(id: &str) -> Call {
     Call {
         method: Method::DELETE,
+        path: resource(id),
         body: serde_json::Value::Null,
-        ..call(event, &Progress::default())
     }
 }
 
@@ -20,12 +30,7 @@ pub(super) fn call(event: &DeliveryRequested, progress: &Progress) -> Call {
     let request = &event.request;
     Call {
         method: Method::PUT,
-        path: vec![
-            "drone".into(),
-            "api".into(),
-            "bookings".into(),
-            event.delivery_id.clone(),
-        ],
+        path: resource(&event.delivery_id),
         body: json!({
             "pickupLocation": request.pickup_location,
             "pickupTime": rfc3339(request.pickup_time),

@@ -43,14 +43,20 @@ pub fn call(step: Step, event: &DeliveryRequested, progress: &Progress) -> Call 
     }
 }
 
-/// The request that undoes `step` for `event`, for the steps that leave something behind.
-pub fn undo(step: Step, event: &DeliveryRequested) -> Option<Call> {
+/// The request that undoes `step`, for the steps that leave something behind
+/// (`None` for the package when its id is not known).
+pub fn undo(step: Step, delivery_id: &str, package_id: Option<&str>) -> Option<Call> {
     match step {
         Step::Account | Step::ThirdParty => None,
-        Step::Package => Some(package::undo(event)),
-        Step::Delivery => Some(delivery::undo(event)),
-        Step::Drone => Some(drone::undo(event)),
+        Step::Package => package_id.map(package::undo),
+        Step::Delivery => Some(delivery::undo(delivery_id)),
+        Step::Drone => Some(drone::undo(delivery_id)),
     }
+}
+
+/// Whether `step` leaves something behind that a cancellation must undo.
+pub fn is_undoable(step: Step) -> bool {
+    matches!(step, Step::Package | Step::Delivery | Step::Drone)
 }
 
 /// Keeps what `step`'s answer says in `progress`; returns a detail for the status document.
