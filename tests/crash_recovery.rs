@@ -10,8 +10,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use skyport_shared::status::DeliveryState;
-use skyport_tests::ChildApp;
+use std::sync::Arc;
+
+use skyport_shared::status::{DeliveryState, StatusDocument};
+use skyport_tests::{ChildApp, Client, delivery_request};
 use skyport_worker::simulator::{Behaviour, Service, Simulator, SimulatorOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -145,6 +147,135 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
         "events after the last checkpoint are read again: {summary}"
     );
 
+    stop_services.cancel();
+    server.await.unwrap().unwrap();
+}
+
+const ROUNDS: usize = 5;
+const PER_ROUND: usize = 400;
+
+/// Posts deliveries `first..first + count` until the server goes away; returns the accepted ones.
+async fn post_until_killed(client: Client, first: usize, count: usize) -> Vec<(usize, String)> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut posts = tokio::task::JoinSet::new();
+    for n in first..first + count {
+        let client = client.clone();
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        posts.spawn(async move {
+            let accepted = client.try_post_delivery(&delivery_request(n)).await;
+            drop(permit);
+            accepted.map(|a| (n, a.status_url))
+        });
+    }
+    posts.join_all().await.into_iter().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
+    let dir = tempfile::tempdir().unwrap();
+    let simulator = Simulator::new(SimulatorOptions {
+        behaviour: Behaviour {
+            latency: Duration::from_millis(10),
+            jitter: Duration::from_millis(10),
+            ..Behaviour::default()
+        },
+        suspended_owners: Vec::new(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let services = format!("http://{}/", listener.local_addr().unwrap());
+    let stop_services = CancellationToken::new();
+    let server = tokio::spawn(simulator.clone().serve(listener, stop_services.clone()));
+    let data = dir.path().join("data");
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut accepted = Vec::new();
+    for round in 0..ROUNDS {
+        let log = dir.path().join(format!("round-{round}.log"));
+        let child = ChildApp::spawn(binary, &args(&data, &services), log).await;
+        let posting = tokio::spawn(post_until_killed(
+            child.client.clone(),
+            round * PER_ROUND,
+            PER_ROUND,
+        ));
+        let kill_after = Duration::from_millis(rng.u64(100..1_500));
+        tokio::time::sleep(kill_after).await;
+        child.kill().await;
+        let round_accepted = posting.await.unwrap();
+        println!(
+            "round {round}: killed after {kill_after:?}; {} of {PER_ROUND} posts accepted; {} drone bookings so far",
+            round_accepted.len(),
+            simulator.stats().drone.created
+        );
+        accepted.extend(round_accepted);
+    }
+
+    let last = ChildApp::spawn(binary, &args(&data, &services), dir.path().join("last.log")).await;
+    let urls: Vec<String> = accepted.iter().map(|(_, url)| url.clone()).collect();
+    let documents = last
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(180))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled),
+        "every accepted request is Scheduled"
+    );
+    // A post cut off by the kill may still have become durable: count every delivery that exists.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let (scheduled, restarted) = loop {
+        let (mut scheduled, mut restarted, mut open) = (0u64, 0u64, 0u64);
+        for n in 0..ROUNDS * PER_ROUND {
+            let url = format!(
+                "{}/api/deliveryrequests/delivery-{n}/status",
+                last.client.base
+            );
+            let response = last.client.http.get(url).send().await.unwrap();
+            if response.status() == 404 {
+                continue;
+            }
+            let document: StatusDocument = response.json().await.unwrap();
+            scheduled += u64::from(document.state == DeliveryState::Scheduled);
+            restarted += u64::from(document.attempt > 1);
+            open += u64::from(!document.state.is_terminal());
+        }
+        if open == 0 {
+            break (scheduled, restarted);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{open} deliveries still open"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let log = last.terminate().await;
+    let stats = simulator.stats();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("The worker stopped."))
+        .and_then(|l| l.split("counters=").nth(1))
+        .unwrap_or("(no summary)")
+        .to_owned();
+    println!(
+        "crash loop (seed {seed}): {} accepted, {scheduled} deliveries exist and are Scheduled, \
+         {restarted} were started again after a kill; last worker: {summary}; \
+         calls answered as replays: account={} package={} delivery={} thirdparty={} drone={}",
+        accepted.len(),
+        stats.account.replayed,
+        stats.package.replayed,
+        stats.delivery.replayed,
+        stats.third_party.replayed,
+        stats.drone.replayed,
+    );
+    for service in Service::ALL {
+        let counters = stats.get(service);
+        assert_eq!(
+            counters.created, scheduled,
+            "{service:?}: one creation per delivery: {counters:?}"
+        );
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
     stop_services.cancel();
     server.await.unwrap().unwrap();
 }

@@ -134,6 +134,21 @@ impl Client {
         response.json().await.unwrap()
     }
 
+    /// Posts `request`; `None` when the connection failed (the server is gone),
+    /// otherwise the request must have been accepted.
+    pub async fn try_post_delivery(&self, request: &Value) -> Option<Accepted> {
+        let response = self
+            .http
+            .post(format!("{}/api/deliveryrequests", self.base))
+            .header("content-type", "application/json")
+            .body(request.to_string())
+            .send()
+            .await
+            .ok()?;
+        assert_eq!(response.status(), 202);
+        response.json().await.ok()
+    }
+
     /// Posts requests `0..count`, `CONCURRENCY` at a time; returns what each got.
     pub async fn post_many(&self, count: usize) -> Vec<Accepted> {
         let permits = Arc::new(Semaphore::new(CONCURRENCY));
