@@ -19,6 +19,51 @@ use tokio_util::sync::CancellationToken;
 
 const REQUESTS: usize = 2_000;
 
+/// The simulated services in this process, so that their counters outlive the child.
+struct Services {
+    simulator: Simulator,
+    url: String,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Services {
+    async fn start() -> Self {
+        let simulator = Simulator::new(SimulatorOptions {
+            behaviour: Behaviour {
+                latency: Duration::from_millis(10),
+                jitter: Duration::from_millis(10),
+                ..Behaviour::default()
+            },
+            suspended_owners: Vec::new(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(simulator.clone().serve(listener, stop.clone()));
+        Self {
+            simulator,
+            url,
+            stop,
+            server,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.server.await.unwrap().unwrap();
+    }
+}
+
+/// The counters the worker logged as it stopped.
+fn worker_summary(log: &str) -> String {
+    log.lines()
+        .find(|l| l.contains("The worker stopped."))
+        .and_then(|l| l.split("counters=").nth(1))
+        .unwrap_or("(no summary)")
+        .to_owned()
+}
+
 fn args(data_dir: &Path, services: &str) -> Vec<String> {
     [
         "--listen",
@@ -43,23 +88,13 @@ fn args(data_dir: &Path, services: &str) -> Vec<String> {
 async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
     let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
     let dir = tempfile::tempdir().unwrap();
-    let simulator = Simulator::new(SimulatorOptions {
-        behaviour: Behaviour {
-            latency: Duration::from_millis(10),
-            jitter: Duration::from_millis(10),
-            ..Behaviour::default()
-        },
-        suspended_owners: Vec::new(),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let services = format!("http://{}/", listener.local_addr().unwrap());
-    let stop_services = CancellationToken::new();
-    let server = tokio::spawn(simulator.clone().serve(listener, stop_services.clone()));
+    let services = Services::start().await;
+    let simulator = &services.simulator;
 
     let data = dir.path().join("data");
     let first = ChildApp::spawn(
         binary,
-        &args(&data, &services),
+        &args(&data, &services.url),
         dir.path().join("first.log"),
     )
     .await;
@@ -88,7 +123,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
 
     let second = ChildApp::spawn(
         binary,
-        &args(&data, &services),
+        &args(&data, &services.url),
         dir.path().join("second.log"),
     )
     .await;
@@ -105,12 +140,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
         .filter(|d| d.state == DeliveryState::Scheduled)
         .count();
     let restarted = documents.iter().filter(|d| d.attempt > 1).count();
-    let summary = log
-        .lines()
-        .find(|l| l.contains("The worker stopped."))
-        .and_then(|l| l.split("counters=").nth(1))
-        .unwrap_or("(no summary)")
-        .to_owned();
+    let summary = worker_summary(&log);
     println!(
         "crash recovery: {REQUESTS} accepted, killed after {done_at_kill} drone bookings; \
          after restart {scheduled} Scheduled; {restarted} deliveries started again (attempt > 1); \
@@ -147,8 +177,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
         "events after the last checkpoint are read again: {summary}"
     );
 
-    stop_services.cancel();
-    server.await.unwrap().unwrap();
+    services.stop().await;
 }
 
 const ROUNDS: usize = 5;
@@ -174,25 +203,15 @@ async fn post_until_killed(client: Client, first: usize, count: usize) -> Vec<(u
 async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
     let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
     let dir = tempfile::tempdir().unwrap();
-    let simulator = Simulator::new(SimulatorOptions {
-        behaviour: Behaviour {
-            latency: Duration::from_millis(10),
-            jitter: Duration::from_millis(10),
-            ..Behaviour::default()
-        },
-        suspended_owners: Vec::new(),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let services = format!("http://{}/", listener.local_addr().unwrap());
-    let stop_services = CancellationToken::new();
-    let server = tokio::spawn(simulator.clone().serve(listener, stop_services.clone()));
+    let services = Services::start().await;
+    let simulator = &services.simulator;
     let data = dir.path().join("data");
     let seed = fastrand::u64(..);
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut accepted = Vec::new();
     for round in 0..ROUNDS {
         let log = dir.path().join(format!("round-{round}.log"));
-        let child = ChildApp::spawn(binary, &args(&data, &services), log).await;
+        let child = ChildApp::spawn(binary, &args(&data, &services.url), log).await;
         let posting = tokio::spawn(post_until_killed(
             child.client.clone(),
             round * PER_ROUND,
@@ -210,7 +229,12 @@ async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
         accepted.extend(round_accepted);
     }
 
-    let last = ChildApp::spawn(binary, &args(&data, &services), dir.path().join("last.log")).await;
+    let last = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url),
+        dir.path().join("last.log"),
+    )
+    .await;
     let urls: Vec<String> = accepted.iter().map(|(_, url)| url.clone()).collect();
     let documents = last
         .client
@@ -251,12 +275,7 @@ async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
     };
     let log = last.terminate().await;
     let stats = simulator.stats();
-    let summary = log
-        .lines()
-        .find(|l| l.contains("The worker stopped."))
-        .and_then(|l| l.split("counters=").nth(1))
-        .unwrap_or("(no summary)")
-        .to_owned();
+    let summary = worker_summary(&log);
     println!(
         "crash loop (seed {seed}): {} accepted, {scheduled} deliveries exist and are Scheduled, \
          {restarted} were started again after a kill; last worker: {summary}; \
@@ -276,6 +295,5 @@ async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
         );
         assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
     }
-    stop_services.cancel();
-    server.await.unwrap().unwrap();
+    services.stop().await;
 }

@@ -8,22 +8,13 @@ use super::rfc3339;
 use crate::workflow::client::Call;
 
 /// Where the resource lives, under the services' base URL.
-fn resource(id: &str) -> Vec<String> {
+pub(super) fn resource(id: &str) -> Vec<String> {
     vec![
         "delivery".into(),
         "api".into(),
         "deliveries".into(),
         id.to_owned(),
     ]
-}
-
-/// Deletes what [`call`] created (deleting what is not there succeeds).
-pub(super) fn undo(id: &str) -> Call {
-    Call {
-        method: Method::DELETE,
-        path: resource(id),
-        body: serde_json::Value::Null,
-    }
 }
 
 pub(super) fn call(event: &DeliveryRequested) -> Call {

@@ -46,12 +46,18 @@ pub fn call(step: Step, event: &DeliveryRequested, progress: &Progress) -> Call 
 /// The request that undoes `step`, for the steps that leave something behind
 /// (`None` for the package when its id is not known).
 pub fn undo(step: Step, delivery_id: &str, package_id: Option<&str>) -> Option<Call> {
-    match step {
-        Step::Account | Step::ThirdParty => None,
-        Step::Package => package_id.map(package::undo),
-        Step::Delivery => Some(delivery::undo(delivery_id)),
-        Step::Drone => Some(drone::undo(delivery_id)),
-    }
+    let resource = match step {
+        Step::Account | Step::ThirdParty => return None,
+        Step::Package => package::resource(package_id?),
+        Step::Delivery => delivery::resource(delivery_id),
+        Step::Drone => drone::resource(delivery_id),
+    };
+    // Deleting what is not there succeeds, so an undo can be repeated.
+    Some(Call {
+        method: reqwest::Method::DELETE,
+        path: resource,
+        body: Value::Null,
+    })
 }
 
 /// Whether `step` leaves something behind that a cancellation must undo.
