@@ -459,6 +459,11 @@ impl Settings {
             "must be from 1 to 100",
         )?;
         check(
+            self.services.max_attempts > self.services.breaker_consecutive_failures,
+            "services.max_attempts",
+            "must be more than services.breaker_consecutive_failures, or a lone call gives up before its circuit can open",
+        )?;
+        check(
             self.services.breaker_window >= 1,
             "services.breaker_window",
             "must be at least 1",
@@ -601,6 +606,12 @@ mod tests {
         })
         .expect_err("missing");
         assert_eq!(errors[0].key, "--config");
+    }
+
+    #[test]
+    fn attempts_that_run_out_before_the_circuit_opens_are_refused() {
+        let errors = Settings::load(&cli(&["services.max_attempts=5"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "services.max_attempts");
     }
 
     #[test]

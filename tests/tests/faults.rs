@@ -184,6 +184,45 @@ async fn a_drone_outage_pauses_intake_and_fails_nothing() {
     app.app.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_lone_delivery_that_probes_a_long_outage_again_and_again_does_not_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    settings.services.breaker_open_ms = 50;
+    settings.services.breaker_consecutive_failures = 2;
+    settings.services.max_attempts = 3;
+    let app = TestApp::spawn_with(settings).await;
+    let down = Behaviour {
+        error_rate: 1.0,
+        ..Behaviour::default()
+    };
+    app.simulator().set_behaviour(Service::Drone, down);
+    let accepted = app.client.post_delivery(&delivery_request(1)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let calls = app.simulator().stats().drone.calls;
+    assert!(
+        calls > 3,
+        "the delivery called (and probed) more often than it has attempts: {calls}"
+    );
+    app.simulator()
+        .set_behaviour(Service::Drone, Behaviour::default());
+    let document = app
+        .client
+        .wait_for_state(
+            &accepted.status_url,
+            DeliveryState::Scheduled,
+            Duration::from_secs(30),
+        )
+        .await;
+    let drone = document
+        .steps
+        .iter()
+        .find(|s| s.step == Step::Drone)
+        .unwrap();
+    assert!(drone.calls > 3, "{drone:?}");
+    app.app.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_delivery_calls_hold_back_only_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

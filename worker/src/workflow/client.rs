@@ -123,6 +123,9 @@ impl ServiceClient {
         });
         let breaker = self.breakers.get(step);
         let mut calls = 0u32;
+        // Probes of an open circuit are the breaker's business and do not use up attempts:
+        // a call that happens to probe a long outage again and again must not fail for it.
+        let mut attempts = 0u32;
         loop {
             let admission = breaker.admit(tokio::time::Instant::now());
             if let Admission::Wait(until) = admission {
@@ -132,6 +135,9 @@ impl ServiceClient {
                 }
             }
             calls += 1;
+            if admission == Admission::Call {
+                attempts += 1;
+            }
             let attempt = tokio::select! {
                 () = abandon.cancelled() => {
                     if admission == Admission::Probe {
@@ -161,7 +167,7 @@ impl ServiceClient {
                     retry_after,
                 } => (reason, retry_after),
             };
-            if calls >= self.max_attempts {
+            if attempts >= self.max_attempts {
                 tracing::warn!(step = step.as_str(), calls, %reason, "Gave up on a step after its last attempt.");
                 return Answer {
                     result: Err(StepError::Permanent {
@@ -173,7 +179,7 @@ impl ServiceClient {
             }
             let wait = self
                 .backoff
-                .delay(calls - 1)
+                .delay(attempts.saturating_sub(1))
                 .max(retry_after.unwrap_or_default());
             tracing::debug!(step = step.as_str(), calls, %reason, wait_ms = wait.as_millis(), "Retrying a transient failure.");
             tokio::select! {
