@@ -3,6 +3,7 @@
 //!
 //! Each adapter keeps its backend's types inside its own module.
 
+pub mod cosmos;
 pub mod embedded;
 
 use std::sync::Arc;
