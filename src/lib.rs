@@ -43,7 +43,21 @@ impl App {
     /// # Errors
     /// When the store cannot be opened or a listener cannot be bound.
     pub async fn start(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
-        let backends = Backends::open(&settings).context("cannot open the embedded store")?;
+        let backends = Backends::open(&settings)
+            .await
+            .context("cannot open the stream and the store")?;
+        Self::start_with(settings, backends, shutdown).await
+    }
+
+    /// Starts every part on backends already open.
+    ///
+    /// # Errors
+    /// When a listener cannot be bound.
+    pub async fn start_with(
+        settings: Settings,
+        backends: Backends,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Self> {
         let simulator_shutdown = CancellationToken::new();
         let (services_url, simulator, simulator_task) = match &settings.services.base_url {
             Some(url) => (url.clone(), None, None),
@@ -138,6 +152,7 @@ impl App {
                 }
             }
         }
+        self.backends.close().await;
         self.simulator_shutdown.cancel();
         if let Some(task) = self.simulator_task.take() {
             task.await.context("the simulated services panicked")??;

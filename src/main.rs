@@ -1,6 +1,7 @@
 //! `cargo run --release`: the whole Skyport on one machine, data under `./data`.
 
 use skyport::App;
+use skyport_shared::adapters::BackendError;
 use skyport_shared::adapters::embedded::OpenError;
 use skyport_shared::config::{EXIT_CONFIG, Settings};
 use tokio_util::sync::CancellationToken;
@@ -19,9 +20,12 @@ async fn main() {
         Ok(app) => app,
         Err(e) => {
             eprintln!("skyport: {e:#}");
-            let config = e
-                .chain()
-                .any(|c| matches!(c.downcast_ref(), Some(OpenError::PartitionMismatch { .. })));
+            let config = e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref(),
+                    Some(BackendError::Embedded(OpenError::PartitionMismatch { .. }))
+                )
+            });
             std::process::exit(if config { EXIT_CONFIG } else { 1 });
         }
     };

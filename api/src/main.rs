@@ -15,7 +15,9 @@ async fn main() -> anyhow::Result<()> {
         "skyport-gateway",
         "Skyport gateway: accepts delivery requests and serves their status.",
     );
-    let backends = Backends::open(&settings).context("cannot open the stream and store")?;
+    let backends = Backends::open(&settings)
+        .await
+        .context("cannot open the stream and store")?;
     let gateway = Gateway::bind(&backends, &settings.gateway, Vec::new()).await?;
     tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
     let shutdown = CancellationToken::new();

@@ -24,10 +24,13 @@ pub const ENV_PREFIX: &str = "SKYPORT__";
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
+    /// Which family of backends the defaults come from.
+    pub profile: Profile,
     pub gateway: GatewaySettings,
     pub stream: StreamSettings,
     pub store: StoreSettings,
     pub embedded: EmbeddedSettings,
+    pub cosmos: CosmosSettings,
     pub worker: WorkerSettings,
     pub services: ServicesSettings,
     pub simulator: SimulatorSettings,
@@ -97,18 +100,101 @@ impl Default for StreamSettings {
     }
 }
 
-/// Which store holds status documents and checkpoints.
+/// A family of backends: what a setting left unset defaults to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum StoreBackend {
+pub enum Profile {
+    /// Everything on this machine, in the embedded store.
     #[default]
     Embedded,
+    /// Azure: status, checkpoints and dead letters in Cosmos DB.
+    Azure,
+}
+
+/// Which store holds status documents and dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    Embedded,
+    Cosmos,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
-    pub backend: StoreBackend,
+    /// Unset: the profile's (embedded → embedded, azure → cosmos).
+    pub backend: Option<StoreBackend>,
+}
+
+/// How the Cosmos DB client authenticates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CosmosAuth {
+    /// The account key in `cosmos.key`.
+    #[default]
+    Key,
+    /// An Entra ID credential: workload identity on Kubernetes, managed identity, or developer tools.
+    Entra,
+}
+
+/// Azure Cosmos DB.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CosmosSettings {
+    /// Account endpoint, `https://ACCOUNT.documents.azure.com:443/`.
+    pub endpoint: Option<Url>,
+    pub auth: CosmosAuth,
+    /// The Azure region to route to first (the closest to this process).
+    pub region: String,
+    /// Account key (with `auth = "key"`).
+    pub key: Option<SecretString>,
+    pub database: String,
+    pub status_container: String,
+    pub leases_container: String,
+    pub dead_letter_container: String,
+    /// Create the database and containers when missing; when false, fail naming what is missing.
+    pub create_if_missing: bool,
+    /// Manual RU/s of containers created here; unset: the account's default (serverless or shared).
+    pub throughput: Option<u32>,
+    /// A partition's queue of status writes is flushed at this many…
+    pub bulk_max_items: usize,
+    /// …or when its oldest write has waited this long.
+    pub bulk_max_wait_ms: u64,
+    /// Batches in flight at once.
+    pub bulk_max_in_flight: usize,
+    /// Wait after a 429 that names no `x-ms-retry-after-ms`.
+    pub throttle_retry_ms: u64,
+}
+
+impl Default for CosmosSettings {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            auth: CosmosAuth::Key,
+            region: "East US".into(),
+            key: None,
+            database: "skyport".into(),
+            status_container: "status".into(),
+            leases_container: "leases".into(),
+            dead_letter_container: "deadletters".into(),
+            create_if_missing: true,
+            throughput: None,
+            bulk_max_items: 100,
+            bulk_max_wait_ms: 1_000,
+            bulk_max_in_flight: 32,
+            throttle_retry_ms: 2_000,
+        }
+    }
+}
+
+impl CosmosSettings {
+    pub fn bulk_max_wait(&self) -> Duration {
+        Duration::from_millis(self.bulk_max_wait_ms)
+    }
+
+    pub fn throttle_retry(&self) -> Duration {
+        Duration::from_millis(self.throttle_retry_ms)
+    }
 }
 
 /// The embedded store (stream, status, checkpoints in one file).
@@ -309,6 +395,14 @@ pub struct Cli {
 }
 
 impl Settings {
+    /// The status store in use: `store.backend`, else the profile's.
+    pub fn store_backend(&self) -> StoreBackend {
+        self.store.backend.unwrap_or(match self.profile {
+            Profile::Embedded => StoreBackend::Embedded,
+            Profile::Azure => StoreBackend::Cosmos,
+        })
+    }
+
     /// Loads the layers in order of precedence, taking the environment from `env`.
     ///
     /// # Errors
@@ -428,6 +522,41 @@ impl Settings {
                 "must be an http or https URL",
             )?;
         }
+        if self.store_backend() == StoreBackend::Cosmos {
+            check(
+                self.cosmos.endpoint.is_some(),
+                "cosmos.endpoint",
+                "must be set to use Cosmos DB",
+            )?;
+            if self.cosmos.auth == CosmosAuth::Key {
+                check(
+                    self.cosmos.key.is_some(),
+                    "cosmos.key",
+                    "must be set with cosmos.auth = \"key\" (or use cosmos.auth = \"entra\")",
+                )?;
+            }
+        }
+        for (key, name) in [
+            ("cosmos.database", &self.cosmos.database),
+            ("cosmos.status_container", &self.cosmos.status_container),
+            ("cosmos.leases_container", &self.cosmos.leases_container),
+            (
+                "cosmos.dead_letter_container",
+                &self.cosmos.dead_letter_container,
+            ),
+        ] {
+            check(!name.trim().is_empty(), key, "must not be empty")?;
+        }
+        check(
+            self.cosmos.bulk_max_items >= 1,
+            "cosmos.bulk_max_items",
+            "must be at least 1",
+        )?;
+        check(
+            self.cosmos.bulk_max_in_flight >= 1,
+            "cosmos.bulk_max_in_flight",
+            "must be at least 1",
+        )?;
         check(
             self.services.timeout_ms >= 1,
             "services.timeout_ms",
@@ -612,6 +741,32 @@ mod tests {
     fn attempts_that_run_out_before_the_circuit_opens_are_refused() {
         let errors = Settings::load(&cli(&["services.max_attempts=5"])).expect_err("invalid");
         assert_eq!(errors[0].key, "services.max_attempts");
+    }
+
+    #[test]
+    fn the_azure_profile_needs_a_cosmos_endpoint_and_key() {
+        let errors = Settings::load(&cli(&["profile=azure"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "cosmos.endpoint");
+        let errors = Settings::load(&cli(&[
+            "profile=azure",
+            "cosmos.endpoint=https://a.documents.azure.com/",
+        ]))
+        .expect_err("invalid");
+        assert_eq!(errors[0].key, "cosmos.key");
+        let settings = Settings::load(&cli(&[
+            "profile=azure",
+            "cosmos.endpoint=https://a.documents.azure.com/",
+            "cosmos.auth=entra",
+        ]))
+        .expect("valid");
+        assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
+    }
+
+    #[test]
+    fn an_explicit_backend_wins_over_the_profile() {
+        let settings =
+            Settings::load(&cli(&["profile=azure", "store.backend=embedded"])).expect("valid");
+        assert_eq!(settings.store_backend(), StoreBackend::Embedded);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod contract;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use skyport::App;
 use skyport_api::routes::deliveries::Accepted;
+use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
 use skyport_shared::status::StatusDocument;
 use skyport_worker::simulator::{Simulator, SimulatorStats};
@@ -57,6 +60,24 @@ impl TestApp {
         let app = App::start(settings.clone(), CancellationToken::new())
             .await
             .unwrap();
+        Self::running(app, settings)
+    }
+
+    /// Starts with status and dead letters in Cosmos DB on the SDK's in-memory
+    /// emulator (the stream stays on the embedded store).
+    pub async fn spawn_on_cosmos(settings: Settings) -> Self {
+        let (cosmos, _wire) =
+            skyport_shared::adapters::cosmos::emulator::open(&settings.cosmos, false)
+                .await
+                .unwrap();
+        let backends = Backends::open_with(&settings, Some(cosmos)).unwrap();
+        let app = App::start_with(settings.clone(), backends, CancellationToken::new())
+            .await
+            .unwrap();
+        Self::running(app, settings)
+    }
+
+    fn running(app: App, settings: Settings) -> Self {
         let client = Client::new(format!("http://{}", app.gateway_addr));
         Self {
             app,

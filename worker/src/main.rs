@@ -19,7 +19,9 @@ async fn main() -> anyhow::Result<()> {
         );
         std::process::exit(EXIT_CONFIG);
     };
-    let backends = Backends::open(&settings).context("cannot open the stream and store")?;
+    let backends = Backends::open(&settings)
+        .await
+        .context("cannot open the stream and store")?;
     let worker = Worker::new(
         backends,
         services_url,

@@ -1,0 +1,303 @@
+//! Cosmos DB on the SDK's in-memory emulator: the status-store contract (the
+//! same suite as the embedded store), throttling, the Event Hubs checkpoint
+//! store, and the whole system with its status in Cosmos DB.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_messaging_eventhubs::CheckpointStore;
+use azure_messaging_eventhubs::models::{Checkpoint, Ownership};
+use skyport_shared::adapters::cosmos::emulator;
+use skyport_shared::adapters::cosmos::request_units::Operation;
+use skyport_shared::adapters::embedded::EmbeddedStore;
+use skyport_shared::config::{CosmosSettings, EmbeddedSettings};
+use skyport_shared::ports::{Precondition, StatusStore};
+use skyport_shared::status::{DeliveryState, StatusDocument};
+use skyport_tests::contract::status_store_contract;
+use skyport_tests::{TestApp, test_settings};
+use time::OffsetDateTime;
+
+fn settings() -> CosmosSettings {
+    CosmosSettings {
+        bulk_max_wait_ms: 10,
+        ..CosmosSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn the_embedded_store_keeps_the_status_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    status_store_contract(store, "embedded").await;
+}
+
+#[tokio::test]
+async fn cosmos_keeps_the_status_store_contract() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    status_store_contract(store.clone(), "cosmos").await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_missing_container_is_named_when_it_may_not_be_created() {
+    let error = emulator::open(
+        &CosmosSettings {
+            create_if_missing: false,
+            ..settings()
+        },
+        false,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("database skyport does not exist"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("cosmos.create_if_missing"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_writes_all_land_without_sdk_retries() {
+    let throttled = CosmosSettings {
+        throughput: Some(400),
+        ..settings()
+    };
+    let (store, wire) = emulator::open(&throttled, true).await.unwrap();
+    let mut writes = tokio::task::JoinSet::new();
+    for n in 0..2_000 {
+        let store = Arc::clone(&store);
+        writes.spawn(async move {
+            let document =
+                StatusDocument::accepted(format!("delivery-{n}"), OffsetDateTime::UNIX_EPOCH);
+            StatusStore::put(&*store, &document, Precondition::IfNoneMatch)
+                .await
+                .unwrap();
+        });
+    }
+    writes.join_all().await;
+    let units = store.request_units();
+    let (written, write_units) = units.spent(Operation::Write);
+    let throttles = units.throttled_count();
+    for n in (0..2_000).step_by(97) {
+        let id = format!("delivery-{n}");
+        assert!(
+            StatusStore::get(&*store, &id).await.unwrap().is_some(),
+            "{id} landed"
+        );
+    }
+    let (read, _) = units.spent(Operation::Read);
+    println!(
+        "throttling: 2000 writes landed, {throttles} 429s waited out, {write_units:.0} RU written; \
+         {} document requests on the wire = {written} writes + {throttles} throttled + {read} reads",
+        wire.documents()
+    );
+    assert_eq!(written, 2_000);
+    assert!(
+        throttles > 0,
+        "a 400 RU/s container throttles 2000 quick writes"
+    );
+    assert_eq!(
+        wire.documents(),
+        written + throttles + read,
+        "every request on the wire is one the adapter made: the SDK retried nothing"
+    );
+    store.close().await;
+}
+
+const NAMESPACE: &str = "skyport.servicebus.windows.net";
+const HUB: &str = "deliveries-0";
+const GROUP: &str = "$Default";
+const PARTITIONS: usize = 32;
+
+fn ownership(partition: usize, owner: &str, etag: Option<azure_core::http::Etag>) -> Ownership {
+    Ownership {
+        fully_qualified_namespace: NAMESPACE.into(),
+        event_hub_name: HUB.into(),
+        consumer_group: GROUP.into(),
+        partition_id: partition.to_string(),
+        owner_id: Some(owner.into()),
+        etag,
+        last_modified_time: None,
+    }
+}
+
+/// Who owns what, by partition, as the store lists it.
+async fn owners(store: &dyn CheckpointStore) -> BTreeMap<String, Ownership> {
+    let listed = store.list_ownerships(NAMESPACE, HUB, GROUP).await.unwrap();
+    listed
+        .into_iter()
+        .map(|o| (o.partition_id.clone(), o))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_processors_each_win_distinct_partitions_and_an_idle_owner_loses_them() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    let leases = Arc::new(store.checkpoint_store());
+    // Three processors claim every partition at once: each partition goes to exactly one.
+    let mut racers = tokio::task::JoinSet::new();
+    for owner in ["a", "b", "c"] {
+        let leases = Arc::clone(&leases);
+        racers.spawn(async move {
+            let claims: Vec<_> = (0..PARTITIONS).map(|p| ownership(p, owner, None)).collect();
+            (owner, leases.claim_ownership(&claims).await.unwrap())
+        });
+    }
+    let won: Vec<(&str, Vec<Ownership>)> = racers.join_all().await;
+    let claimed: usize = won.iter().map(|(_, w)| w.len()).sum();
+    assert_eq!(
+        claimed, PARTITIONS,
+        "the claims won add up to the partitions, none twice"
+    );
+    let listed = owners(leases.as_ref()).await;
+    assert_eq!(listed.len(), PARTITIONS);
+    for (owner, claims) in &won {
+        for claim in claims {
+            assert_eq!(
+                listed[&claim.partition_id].owner_id.as_deref(),
+                Some(*owner)
+            );
+            assert!(claim.etag.is_some() && claim.last_modified_time.is_some());
+        }
+    }
+
+    // "a" stops renewing; "b" and "c" renew theirs. After the expiry, "b" takes "a"'s.
+    let expiry = Duration::from_secs(2);
+    tokio::time::sleep(expiry + Duration::from_millis(1_100)).await;
+    for (owner, claims) in &won {
+        if *owner != "a" {
+            let renewals: Vec<_> = claims
+                .iter()
+                .map(|c| {
+                    ownership(
+                        c.partition_id.parse().unwrap(),
+                        owner,
+                        listed[&c.partition_id].etag.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                leases.claim_ownership(&renewals).await.unwrap().len(),
+                renewals.len()
+            );
+        }
+    }
+    let now = OffsetDateTime::now_utc();
+    let listed = owners(leases.as_ref()).await;
+    let expired: Vec<&Ownership> = listed
+        .values()
+        .filter(|o| o.last_modified_time.is_some_and(|t| t + expiry < now))
+        .collect();
+    let idle: HashSet<String> = won
+        .iter()
+        .filter(|(owner, _)| *owner == "a")
+        .flat_map(|(_, claims)| claims.iter().map(|c| c.partition_id.clone()))
+        .collect();
+    assert_eq!(
+        expired
+            .iter()
+            .map(|o| o.partition_id.clone())
+            .collect::<HashSet<_>>(),
+        idle,
+        "exactly the idle owner's partitions expired"
+    );
+    let takeovers: Vec<_> = expired
+        .iter()
+        .map(|o| ownership(o.partition_id.parse().unwrap(), "b", o.etag.clone()))
+        .collect();
+    assert_eq!(
+        leases.claim_ownership(&takeovers).await.unwrap().len(),
+        takeovers.len()
+    );
+    // "a" wakes up and tries to renew with what it knew: it lost them.
+    let stale: Vec<_> = expired
+        .iter()
+        .map(|o| ownership(o.partition_id.parse().unwrap(), "a", o.etag.clone()))
+        .collect();
+    assert!(leases.claim_ownership(&stale).await.unwrap().is_empty());
+    let listed = owners(leases.as_ref()).await;
+    assert!(listed.values().all(|o| o.owner_id.as_deref() != Some("a")));
+    assert_eq!(listed.len(), PARTITIONS);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn checkpoints_list_back_exactly() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    let leases = store.checkpoint_store();
+    let written: Vec<Checkpoint> = (0..PARTITIONS)
+        .map(|p| Checkpoint {
+            fully_qualified_namespace: NAMESPACE.into(),
+            event_hub_name: HUB.into(),
+            consumer_group: GROUP.into(),
+            partition_id: p.to_string(),
+            offset: Some(format!("{}", p * 1_000)),
+            sequence_number: Some(p as i64 * 10),
+        })
+        .collect();
+    for checkpoint in &written {
+        leases.update_checkpoint(checkpoint.clone()).await.unwrap();
+    }
+    // A later checkpoint of one partition replaces its earlier one.
+    let mut moved = written[3].clone();
+    moved.sequence_number = Some(999);
+    leases.update_checkpoint(moved.clone()).await.unwrap();
+    let key = |c: &Checkpoint| (c.partition_id.clone(), c.offset.clone(), c.sequence_number);
+    let mut expected: Vec<_> = written.iter().map(key).collect();
+    expected[3] = key(&moved);
+    expected.sort();
+    let mut listed: Vec<_> = leases
+        .list_checkpoints(NAMESPACE, HUB, GROUP)
+        .await
+        .unwrap()
+        .iter()
+        .map(key)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, expected);
+    assert!(
+        leases
+            .list_checkpoints(NAMESPACE, "another-hub", GROUP)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
+    let dir = tempfile::tempdir().unwrap();
+    // The bulk defaults (100 items or 1 s) as deployed.
+    let app = TestApp::spawn_on_cosmos(test_settings(dir.path())).await;
+    let accepted = app.client.post_many(1_000).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled)
+    );
+    let cosmos = app.app.backends.cosmos.clone().unwrap();
+    let (written, _) = cosmos.request_units().spent(Operation::Write);
+    assert!(
+        written >= 2_000,
+        "Processing and Scheduled of every delivery went to Cosmos DB: {written}"
+    );
+    app.app.stop().await.unwrap();
+}
