@@ -202,16 +202,22 @@ impl CosmosCheckpointStore {
     async fn list(&self, key: String, kind: &'static str) -> azure_core::Result<Vec<Lease>> {
         let query =
             Query::from("SELECT * FROM c WHERE c.kind = @kind").with_parameter("@kind", kind)?;
-        let leases: Vec<Lease> = retry_throttled(&self.units, self.throttle_retry, || async {
-            self.leases
+        retry_throttled(&self.units, self.throttle_retry, || async {
+            let mut pages = self
+                .leases
                 .query_items::<Lease>(query.clone(), FeedScope::partition(key.clone()), None)
                 .await?
-                .try_collect()
-                .await
+                .into_pages();
+            let mut leases = Vec::new();
+            while let Some(page) = pages.try_next().await? {
+                let charge = page.headers().request_charge().map_or(0.0, |c| c.value());
+                self.units.record(Operation::Query, charge);
+                leases.extend(page.into_items());
+            }
+            Ok(leases)
         })
-        .await?;
-        self.units.record(Operation::Query, 0.0);
-        Ok(leases)
+        .await
+        .map_err(azure_core::Error::from)
     }
 }
 
