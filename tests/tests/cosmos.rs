@@ -79,38 +79,43 @@ async fn throttled_writes_all_land_without_sdk_retries() {
     for n in 0..2_000 {
         let store = Arc::clone(&store);
         writes.spawn(async move {
-            let document =
-                StatusDocument::accepted(format!("delivery-{n}"), OffsetDateTime::UNIX_EPOCH);
-            StatusStore::put(&*store, &document, Precondition::IfNoneMatch)
-                .await
-                .unwrap();
+            let id = format!("delivery-{n}");
+            let document = StatusDocument::accepted(id, OffsetDateTime::UNIX_EPOCH);
+            let put = StatusStore::put(&*store, &document, Precondition::IfNoneMatch);
+            put.await.unwrap();
         });
     }
     writes.join_all().await;
     let units = store.request_units();
     let (written, write_units) = units.spent(Operation::Write);
-    let throttles = units.throttled_count();
-    for n in (0..2_000).step_by(97) {
-        let id = format!("delivery-{n}");
-        assert!(
-            StatusStore::get(&*store, &id).await.unwrap().is_some(),
-            "{id} landed"
-        );
+    let write_throttles = units.throttled_count();
+    // Read every one back: none lost.
+    let mut reads = tokio::task::JoinSet::new();
+    for n in 0..2_000 {
+        let store = Arc::clone(&store);
+        reads.spawn(async move {
+            let id = format!("delivery-{n}");
+            let found = StatusStore::get(&*store, &id).await.unwrap();
+            assert!(found.is_some(), "{id} landed");
+        });
     }
+    reads.join_all().await;
     let (read, _) = units.spent(Operation::Read);
+    let throttles = units.throttled_count();
     println!(
-        "throttling: 2000 writes landed, {throttles} 429s waited out, {write_units:.0} RU written; \
-         {} document requests on the wire = {written} writes + {throttles} throttled + {read} reads",
+        "throttling: 2000 writes landed ({write_throttles} 429s waited out, {write_units:.0} RU), \
+         all 2000 read back; {} document requests on the wire = {written} writes + {read} reads + {throttles} throttled",
         wire.documents()
     );
     assert_eq!(written, 2_000);
+    assert_eq!(read, 2_000);
     assert!(
-        throttles > 0,
+        write_throttles > 0,
         "a 400 RU/s container throttles 2000 quick writes"
     );
     assert_eq!(
         wire.documents(),
-        written + throttles + read,
+        written + read + throttles,
         "every request on the wire is one the adapter made: the SDK retried nothing"
     );
     store.close().await;
@@ -230,6 +235,30 @@ async fn racing_processors_each_win_distinct_partitions_and_an_idle_owner_loses_
     let listed = owners(leases.as_ref()).await;
     assert!(listed.values().all(|o| o.owner_id.as_deref() != Some("a")));
     assert_eq!(listed.len(), PARTITIONS);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn dead_letters_keep_the_reason_the_time_and_the_raw_bytes() {
+    use skyport_shared::ports::{DeadLetter, DeadLetterStore};
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    let at = OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap();
+    let letter = DeadLetter {
+        partition: 3,
+        offset: 41,
+        reason: "schema version 99 is not supported".into(),
+        payload: bytes::Bytes::from_static(b"\xff\x00{not json"),
+        at,
+    };
+    DeadLetterStore::put(&*store, letter.clone()).await.unwrap();
+    // Dead-lettering the same event again (a replay) keeps one letter.
+    DeadLetterStore::put(&*store, letter.clone()).await.unwrap();
+    let letters = store.dead_letters().await.unwrap();
+    assert_eq!(letters.len(), 1);
+    let kept = &letters[0];
+    assert_eq!((kept.partition, kept.offset, kept.at), (3, 41, at));
+    assert_eq!(kept.reason, letter.reason);
+    assert_eq!(kept.payload, letter.payload);
     store.close().await;
 }
 

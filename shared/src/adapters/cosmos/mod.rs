@@ -185,6 +185,60 @@ impl CosmosStore {
         )
     }
 
+    /// The dead letters kept so far (in no particular order).
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the container cannot be read.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            partition: u32,
+            offset: u64,
+            reason: String,
+            #[serde(with = "time::serde::rfc3339")]
+            at: time::OffsetDateTime,
+            payload: String,
+        }
+        let unavailable = |e: BoxError| DeadLetterError::Unavailable(e);
+        let stored: Vec<Stored> = retry_throttled(&self.units, self.throttle_retry, || async {
+            let mut pages = self
+                .dead_letters
+                .query_items::<Stored>(
+                    "SELECT * FROM c",
+                    azure_data_cosmos::FeedScope::full_container(),
+                    None,
+                )
+                .await?
+                .into_pages();
+            let mut stored = Vec::new();
+            while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
+                self.units.record(
+                    Operation::Query,
+                    page.headers().request_charge().map_or(0.0, |c| c.value()),
+                );
+                stored.extend(page.into_items());
+            }
+            Ok(stored)
+        })
+        .await
+        .map_err(|e| unavailable(Box::new(e)))?;
+        stored
+            .into_iter()
+            .map(|s| {
+                let payload = base64::engine::general_purpose::STANDARD
+                    .decode(&s.payload)
+                    .map_err(|e| unavailable(Box::new(e)))?;
+                Ok(DeadLetter {
+                    partition: s.partition,
+                    offset: s.offset,
+                    reason: s.reason,
+                    payload: payload.into(),
+                    at: s.at,
+                })
+            })
+            .collect()
+    }
+
     /// Request units spent so far, by operation, and the 429s.
     pub fn request_units(&self) -> &RequestUnits {
         &self.units
