@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::request_units::{Operation, RequestUnits};
-use super::{error_charge, retry_throttled};
+use super::{charge, error_charge, retry_throttled};
 
 const OWNERSHIP: &str = "ownership";
 const CHECKPOINT: &str = "checkpoint";
@@ -173,13 +173,8 @@ impl CosmosCheckpointStore {
         .await;
         match result {
             Ok(response) => {
-                self.units.record(
-                    Operation::Write,
-                    response
-                        .headers()
-                        .request_charge()
-                        .map_or(0.0, |c| c.value()),
-                );
+                self.units
+                    .record(Operation::Write, charge(response.headers()));
                 let mut won = ownership.clone();
                 won.etag = response.headers().etag().cloned();
                 won.last_modified_time = Some(OffsetDateTime::now_utc());
@@ -210,7 +205,7 @@ impl CosmosCheckpointStore {
                 .into_pages();
             let mut leases = Vec::new();
             while let Some(page) = pages.try_next().await? {
-                let charge = page.headers().request_charge().map_or(0.0, |c| c.value());
+                let charge = charge(page.headers());
                 self.units.record(Operation::Query, charge);
                 leases.extend(page.into_items());
             }
@@ -280,13 +275,8 @@ impl CheckpointStore for CosmosCheckpointStore {
                 .upsert_item(key.clone(), &lease.id, &lease, None)
         })
         .await?;
-        self.units.record(
-            Operation::Write,
-            response
-                .headers()
-                .request_charge()
-                .map_or(0.0, |c| c.value()),
-        );
+        self.units
+            .record(Operation::Write, charge(response.headers()));
         Ok(())
     }
 }

@@ -212,10 +212,7 @@ impl CosmosStore {
                 .into_pages();
             let mut stored = Vec::new();
             while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
-                self.units.record(
-                    Operation::Query,
-                    page.headers().request_charge().map_or(0.0, |c| c.value()),
-                );
+                self.units.record(Operation::Query, charge(page.headers()));
                 stored.extend(page.into_items());
             }
             Ok(stored)
@@ -310,6 +307,11 @@ where
     }
 }
 
+/// The request charge a response carried (`x-ms-request-charge`).
+fn charge(headers: &azure_data_cosmos::models::ResponseHeaders) -> f64 {
+    headers.request_charge().map_or(0.0, |c| c.value())
+}
+
 /// The request charge an error response carried, if any.
 fn error_charge(error: &CosmosError) -> f64 {
     error
@@ -334,10 +336,7 @@ impl StatusStore for CosmosStore {
             }
             Err(e) => return Err(StatusStoreError::Unavailable(Box::new(e))),
         };
-        let charge = response
-            .headers()
-            .request_charge()
-            .map_or(0.0, |c| c.value());
+        let charge = charge(response.headers());
         self.units.record(Operation::Read, charge);
         let etag = response.headers().etag().map(ToString::to_string);
         let document: StatusDocument =
@@ -395,13 +394,8 @@ impl DeadLetterStore for CosmosStore {
         })
         .await
         .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))?;
-        self.units.record(
-            Operation::Write,
-            response
-                .headers()
-                .request_charge()
-                .map_or(0.0, |c| c.value()),
-        );
+        self.units
+            .record(Operation::Write, charge(response.headers()));
         Ok(())
     }
 }

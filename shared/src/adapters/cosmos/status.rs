@@ -16,7 +16,7 @@ use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecond
 
 use super::bulk::Executor;
 use super::request_units::{Operation, RequestUnits};
-use super::{error_charge, retry_throttled};
+use super::{charge, error_charge, retry_throttled};
 use crate::ports::{ETag, Precondition, StatusStoreError};
 use crate::status::StatusDocument;
 
@@ -73,13 +73,8 @@ impl StatusWriter {
         .await;
         match result {
             Ok(response) => {
-                self.units.record(
-                    Operation::Write,
-                    response
-                        .headers()
-                        .request_charge()
-                        .map_or(0.0, |c| c.value()),
-                );
+                self.units
+                    .record(Operation::Write, charge(response.headers()));
                 let etag = response
                     .headers()
                     .etag()
