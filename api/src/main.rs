@@ -23,6 +23,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));
     let result = gateway.serve(shutdown).await;
+    backends.close().await;
     signals.abort();
     result.context("the gateway failed")
 }

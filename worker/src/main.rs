@@ -23,7 +23,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("cannot open the stream and store")?;
     let worker = Worker::new(
-        backends,
+        backends.clone(),
         services_url,
         &settings.services,
         settings.worker.clone(),
@@ -31,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));
     let result = worker.run(shutdown).await;
+    backends.close().await;
     signals.abort();
     result.context("the worker stopped")
 }
