@@ -15,8 +15,9 @@ pub mod client;
 pub mod status;
 pub mod steps;
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
 use skyport_shared::ports::{DeadLetter, DeadLetterStore, StreamEvent, Versioned};
@@ -84,6 +85,33 @@ impl std::fmt::Display for Counters {
     }
 }
 
+/// Deliveries a cancellation event flagged while they were running here.
+///
+/// A cancellation travels on its delivery's partition, so the worker running
+/// the delivery reads it too: the delivery looks here before each step instead
+/// of re-reading its document. A cancellation handled elsewhere (after a
+/// rebalance) is still caught, by the conditional final write.
+#[derive(Debug, Default)]
+struct Cancellations(Mutex<HashSet<String>>);
+
+impl Cancellations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn request(&self, id: &str) {
+        self.lock().insert(id.to_owned());
+    }
+
+    fn is_requested(&self, id: &str) -> bool {
+        self.lock().contains(id)
+    }
+
+    fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
+
 /// How the final write of a delivery went.
 enum Finish {
     Written,
@@ -104,6 +132,7 @@ pub struct Workflow {
     dead_letters: Arc<dyn DeadLetterStore>,
     backoff: Backoff,
     limiter: Option<RateLimiter>,
+    cancellations: Cancellations,
     counters: Arc<Counters>,
 }
 
@@ -121,6 +150,7 @@ impl Workflow {
             dead_letters,
             backoff,
             limiter,
+            cancellations: Cancellations::default(),
             counters: Arc::default(),
         }
     }
@@ -153,7 +183,11 @@ impl Workflow {
 
     async fn run(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
         let result = match Event::decode(&event.payload) {
-            Ok(Event::DeliveryRequested(request)) => self.deliver(&request, abandon).await,
+            Ok(Event::DeliveryRequested(request)) => {
+                let outcome = self.deliver(&request, abandon).await;
+                self.cancellations.forget(&request.delivery_id);
+                outcome
+            }
             Ok(Event::CancellationRequested(cancel)) => self.cancel(&cancel, abandon).await,
             Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
         };
@@ -194,8 +228,9 @@ impl Workflow {
         let mut outcomes = Vec::with_capacity(steps::ORDER.len());
         let mut failure = None;
         for (index, step) in steps::ORDER.into_iter().enumerate() {
-            if index > 0 {
-                // Look for a cancellation before every step but the first, which `start` just read.
+            // Before every step but the first (whose document `start` just wrote), a
+            // cancellation that reached this worker is read from the document.
+            if index > 0 && self.cancellations.is_requested(id) {
                 match self.status.current(id, abandon).await? {
                     Some(fresh) if fresh.document.state.is_terminal() => {
                         return Ok(Outcome::AlreadyTerminal);
@@ -326,6 +361,10 @@ impl Workflow {
             })
             .await?;
         match (found, stored) {
+            (Found::Done(Outcome::CancelRequested), _) => {
+                self.cancellations.request(id);
+                Ok(Outcome::CancelRequested)
+            }
             (Found::Done(outcome), _) => Ok(outcome),
             (Found::Scheduled, Some(current)) => {
                 let outcomes = current.document.steps.clone();
