@@ -14,7 +14,7 @@ use skyport_shared::adapters::cosmos::emulator;
 use skyport_shared::adapters::cosmos::request_units::Operation;
 use skyport_shared::adapters::embedded::EmbeddedStore;
 use skyport_shared::config::{CosmosSettings, EmbeddedSettings};
-use skyport_shared::ports::{Precondition, StatusStore};
+use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError};
 use skyport_shared::status::{DeliveryState, StatusDocument};
 use skyport_tests::contract::status_store_contract;
 use skyport_tests::{TestApp, test_settings};
@@ -95,7 +95,16 @@ async fn throttled_writes_all_land_without_sdk_retries() {
         let store = Arc::clone(&store);
         reads.spawn(async move {
             let id = format!("delivery-{n}");
-            let found = StatusStore::get(&*store, &id).await.unwrap();
+            // A throttled read answers unavailable after a few 429s; readers retry.
+            let found = loop {
+                match StatusStore::get(&*store, &id).await {
+                    Ok(found) => break found,
+                    Err(StatusStoreError::Unavailable(_)) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
             assert!(found.is_some(), "{id} landed");
         });
     }

@@ -282,15 +282,32 @@ fn entra_credential() -> Result<Arc<dyn TokenCredential>, CosmosOpenError> {
 async fn retry_throttled<T, F, Fut>(
     units: &RequestUnits,
     default_wait: Duration,
+    call: F,
+) -> Result<T, CosmosError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, CosmosError>>,
+{
+    retry_throttled_up_to(units, default_wait, u32::MAX, call).await
+}
+
+/// Like [`retry_throttled`], but answers the 429 after waiting out `patience`
+/// of them: a client's status read is better served a fast 503 than a wait.
+async fn retry_throttled_up_to<T, F, Fut>(
+    units: &RequestUnits,
+    default_wait: Duration,
+    patience: u32,
     mut call: F,
 ) -> Result<T, CosmosError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, CosmosError>>,
 {
+    let mut throttled = 0;
     loop {
         match call().await {
-            Err(e) if e.status().is_throttled() => {
+            Err(e) if e.status().is_throttled() && throttled < patience => {
+                throttled += 1;
                 units.throttled();
                 let wait = e
                     .response()
@@ -306,6 +323,9 @@ where
         }
     }
 }
+
+/// How many 429s a status read waits out before answering unavailable.
+const READ_PATIENCE: u32 = 2;
 
 /// The request charge a response carried (`x-ms-request-charge`).
 fn charge(headers: &azure_data_cosmos::models::ResponseHeaders) -> f64 {
@@ -324,7 +344,7 @@ fn error_charge(error: &CosmosError) -> f64 {
 impl StatusStore for CosmosStore {
     async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
         let key = id.to_owned();
-        let read = retry_throttled(&self.units, self.throttle_retry, || {
+        let read = retry_throttled_up_to(&self.units, self.throttle_retry, READ_PATIENCE, || {
             self.status.read_item(key.clone(), &key, None)
         })
         .await;
@@ -334,7 +354,12 @@ impl StatusStore for CosmosStore {
                 self.units.record(Operation::Read, error_charge(&e));
                 return Ok(None);
             }
-            Err(e) => return Err(StatusStoreError::Unavailable(Box::new(e))),
+            Err(e) => {
+                if e.status().is_throttled() {
+                    self.units.throttled();
+                }
+                return Err(StatusStoreError::Unavailable(Box::new(e)));
+            }
         };
         let charge = charge(response.headers());
         self.units.record(Operation::Read, charge);
