@@ -115,7 +115,7 @@ impl Committer {
 
     fn commit(&mut self, batch: &mut Vec<Op>) {
         let before = self.next_offsets.clone();
-        match self.apply(batch) {
+        match self.apply(batch, &before) {
             Ok(results) => {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats
@@ -142,7 +142,9 @@ impl Committer {
         }
     }
 
-    fn apply(&mut self, batch: &[Op]) -> Result<Vec<Applied>, redb::Error> {
+    /// Applies `batch` in one transaction; `before` holds the next offsets as
+    /// they were, so that only the heads of partitions that moved are written.
+    fn apply(&mut self, batch: &[Op], before: &[u64]) -> Result<Vec<Applied>, redb::Error> {
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
         {
@@ -151,7 +153,6 @@ impl Committer {
             let mut checkpoints = txn.open_table(CHECKPOINTS)?;
             let mut dead_letters = txn.open_table(DEAD_LETTERS)?;
             let mut heads = txn.open_table(HEADS)?;
-            let mut appended = false;
             for op in batch {
                 results.push(match &op.kind {
                     OpKind::Append { partition, payload } => {
@@ -159,7 +160,6 @@ impl Committer {
                         let offset = *next;
                         log.insert((*partition, offset), payload.as_ref())?;
                         *next += 1;
-                        appended = true;
                         Applied::Appended(offset)
                     }
                     OpKind::PutStatus { id, expected, body } => {
@@ -203,8 +203,8 @@ impl Committer {
                     }
                 });
             }
-            if appended {
-                for (partition, next) in self.next_offsets.iter().enumerate() {
+            for (partition, (next, was)) in self.next_offsets.iter().zip(before).enumerate() {
+                if next != was {
                     let partition = u32::try_from(partition)
                         .unwrap_or_else(|_| unreachable!("partitions is a u32"));
                     heads.insert(partition, *next)?;
