@@ -19,7 +19,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use skyport_shared::event::{DeliveryRequested, Event};
-use skyport_shared::ports::OutboundEvent;
 use skyport_tests::{TestApp, delivery_request, test_settings};
 use time::OffsetDateTime;
 
@@ -63,14 +62,7 @@ async fn preload(app: &TestApp, count: usize) -> Duration {
                     idempotency_key: None,
                     request,
                 }));
-                let key = event.delivery_id().to_owned();
-                publisher
-                    .publish(OutboundEvent {
-                        key,
-                        payload: event.encode().into(),
-                    })
-                    .await
-                    .unwrap();
+                publisher.publish(event.outbound()).await.unwrap();
             }
         });
     }

@@ -15,6 +15,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use url::Url;
 
+use crate::adapters::eventhubs::ConnectionString;
+
 /// The exit code for a configuration error (`EX_USAGE` in sysexits.h).
 pub const EXIT_CONFIG: i32 = 64;
 /// The prefix of environment variables that set configuration keys.
@@ -31,6 +33,7 @@ pub struct Settings {
     pub store: StoreSettings,
     pub embedded: EmbeddedSettings,
     pub cosmos: CosmosSettings,
+    pub eventhubs: EventHubsSettings,
     pub worker: WorkerSettings,
     pub services: ServicesSettings,
     pub simulator: SimulatorSettings,
@@ -81,20 +84,23 @@ pub enum StreamBackend {
     /// The partitioned log inside the embedded store.
     #[default]
     Embedded,
+    /// Azure Event Hubs, sharded over `eventhubs.hubs`.
+    EventHubs,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamSettings {
-    pub backend: StreamBackend,
-    /// Partitions of the stream; fixed once the embedded store holds data.
+    /// Unset: the profile's (embedded → embedded, azure → eventhubs).
+    pub backend: Option<StreamBackend>,
+    /// Partitions of the embedded stream; fixed once the embedded store holds data.
     pub partitions: u32,
 }
 
 impl Default for StreamSettings {
     fn default() -> Self {
         Self {
-            backend: StreamBackend::Embedded,
+            backend: None,
             partitions: 8,
         }
     }
@@ -194,6 +200,92 @@ impl CosmosSettings {
 
     pub fn throttle_retry(&self) -> Duration {
         Duration::from_millis(self.throttle_retry_ms)
+    }
+}
+
+/// How the Event Hubs clients authenticate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventHubsAuth {
+    /// A shared access key from `eventhubs.connection_string`.
+    #[default]
+    ConnectionString,
+    /// An Entra ID credential: workload identity on Kubernetes, managed identity, or developer tools.
+    Entra,
+}
+
+/// Azure Event Hubs: the stream, sharded over one or more hubs of a namespace.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventHubsSettings {
+    /// Fully qualified namespace, `NAMESPACE.servicebus.windows.net`; with a
+    /// connection string, its `Endpoint` host when unset.
+    pub namespace: Option<String>,
+    /// The hubs events are sharded over (hub = hash of the key mod their
+    /// number); every gateway and worker must list the same hubs in the same order.
+    pub hubs: Vec<String>,
+    pub auth: EventHubsAuth,
+    /// `Endpoint=sb://…/;SharedAccessKeyName=…;SharedAccessKey=…` (with `auth = "connection_string"`).
+    pub connection_string: Option<SecretString>,
+    /// Where to connect instead of the namespace's own address (a private
+    /// endpoint, or `amqp://127.0.0.1:PORT` for a local test broker).
+    pub custom_endpoint: Option<Url>,
+    /// How long a send waits for more events to join its batch.
+    pub linger_ms: u64,
+    /// Largest batch, in bytes; the hub's own limit caps it further.
+    pub max_batch_bytes: u64,
+    /// Most events in one batch.
+    pub max_batch_events: usize,
+    /// Events that may wait for a partition's sender before publishers wait to queue.
+    pub queue_capacity: usize,
+    /// A send that has not been acknowledged by then fails (its requests get 503).
+    pub send_timeout_ms: u64,
+    /// How often each worker balances partition ownership with the others.
+    pub update_interval_ms: u64,
+    /// An owner that has not renewed its claim for this long loses it.
+    pub partition_expiration_ms: u64,
+    /// Events each partition receiver asks for ahead of processing.
+    pub prefetch: u32,
+    /// This worker's owner id in ownership claims; unset: a new random id per start.
+    pub instance_id: Option<String>,
+}
+
+impl Default for EventHubsSettings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            hubs: vec!["deliveries".into()],
+            auth: EventHubsAuth::ConnectionString,
+            connection_string: None,
+            custom_endpoint: None,
+            linger_ms: 5,
+            max_batch_bytes: 1_000_000,
+            max_batch_events: 1_000,
+            queue_capacity: 16_384,
+            send_timeout_ms: 10_000,
+            update_interval_ms: 10_000,
+            partition_expiration_ms: 60_000,
+            prefetch: 300,
+            instance_id: None,
+        }
+    }
+}
+
+impl EventHubsSettings {
+    pub fn linger(&self) -> Duration {
+        Duration::from_millis(self.linger_ms)
+    }
+
+    pub fn send_timeout(&self) -> Duration {
+        Duration::from_millis(self.send_timeout_ms)
+    }
+
+    pub fn update_interval(&self) -> Duration {
+        Duration::from_millis(self.update_interval_ms)
+    }
+
+    pub fn partition_expiration(&self) -> Duration {
+        Duration::from_millis(self.partition_expiration_ms)
     }
 }
 
@@ -403,6 +495,14 @@ impl Settings {
         })
     }
 
+    /// The event stream in use: `stream.backend`, else the profile's.
+    pub fn stream_backend(&self) -> StreamBackend {
+        self.stream.backend.unwrap_or(match self.profile {
+            Profile::Embedded => StreamBackend::Embedded,
+            Profile::Azure => StreamBackend::EventHubs,
+        })
+    }
+
     /// Loads the layers in order of precedence, taking the environment from `env`.
     ///
     /// # Errors
@@ -557,6 +657,15 @@ impl Settings {
             "cosmos.bulk_max_in_flight",
             "must be at least 1",
         )?;
+        if self.stream_backend() == StreamBackend::EventHubs {
+            self.validate_eventhubs()?;
+            check(
+                self.store_backend() == StoreBackend::Embedded
+                    || self.gateway.receipt_key.is_some(),
+                "gateway.receipt_key",
+                "must be set when neither the stream nor the store is embedded (no embedded store keeps one)",
+            )?;
+        }
         check(
             self.services.timeout_ms >= 1,
             "services.timeout_ms",
@@ -618,6 +727,116 @@ impl Settings {
             "must be from 0 to 1",
         )?;
         Ok(())
+    }
+
+    fn validate_eventhubs(&self) -> Result<(), ConfigError> {
+        let hubs = &self.eventhubs;
+        let check = |ok: bool, key: &str, message: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::new(key, message))
+            }
+        };
+        check(
+            (1..=64).contains(&hubs.hubs.len()),
+            "eventhubs.hubs",
+            "must list from 1 to 64 event hubs",
+        )?;
+        for (i, hub) in hubs.hubs.iter().enumerate() {
+            check(
+                !hub.is_empty()
+                    && hub.len() <= 256
+                    && hub
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+                "eventhubs.hubs",
+                "names must be 1 to 256 letters, digits, '-', '_' or '.'",
+            )?;
+            check(
+                !hubs.hubs[..i].contains(hub),
+                "eventhubs.hubs",
+                "must not list a hub twice",
+            )?;
+        }
+        match hubs.auth {
+            EventHubsAuth::ConnectionString => {
+                let Some(secret) = &hubs.connection_string else {
+                    return Err(ConfigError::new(
+                        "eventhubs.connection_string",
+                        "must be set with eventhubs.auth = \"connection_string\" (or use eventhubs.auth = \"entra\")",
+                    ));
+                };
+                let parsed = ConnectionString::parse(secret.expose_secret())
+                    .map_err(|e| ConfigError::new("eventhubs.connection_string", e.to_string()))?;
+                if let Some(entity) = &parsed.entity_path {
+                    check(
+                        hubs.hubs.len() == 1 && &hubs.hubs[0] == entity,
+                        "eventhubs.connection_string",
+                        "names one event hub (EntityPath) but eventhubs.hubs lists others; use a namespace-level key",
+                    )?;
+                }
+            }
+            EventHubsAuth::Entra => check(
+                hubs.namespace.is_some(),
+                "eventhubs.namespace",
+                "must be set with eventhubs.auth = \"entra\"",
+            )?,
+        }
+        if let Some(namespace) = &hubs.namespace {
+            check(
+                !namespace.is_empty() && !namespace.contains(['/', ':']),
+                "eventhubs.namespace",
+                "must be a host name such as NAMESPACE.servicebus.windows.net",
+            )?;
+        }
+        if let Some(url) = &hubs.custom_endpoint {
+            check(
+                matches!(url.scheme(), "amqp" | "amqps" | "sb") && url.host().is_some(),
+                "eventhubs.custom_endpoint",
+                "must be an amqp://, amqps:// or sb:// URL with a host",
+            )?;
+        }
+        check(
+            hubs.linger_ms <= 1_000,
+            "eventhubs.linger_ms",
+            "must be at most 1000",
+        )?;
+        check(
+            (1_024..=1_048_576).contains(&hubs.max_batch_bytes),
+            "eventhubs.max_batch_bytes",
+            "must be from 1024 to 1048576",
+        )?;
+        check(
+            hubs.max_batch_events >= 1,
+            "eventhubs.max_batch_events",
+            "must be at least 1",
+        )?;
+        check(
+            hubs.queue_capacity >= 1,
+            "eventhubs.queue_capacity",
+            "must be at least 1",
+        )?;
+        check(
+            hubs.send_timeout_ms >= 100,
+            "eventhubs.send_timeout_ms",
+            "must be at least 100",
+        )?;
+        check(
+            hubs.update_interval_ms >= 100,
+            "eventhubs.update_interval_ms",
+            "must be at least 100",
+        )?;
+        check(
+            hubs.partition_expiration_ms > hubs.update_interval_ms,
+            "eventhubs.partition_expiration_ms",
+            "must be longer than eventhubs.update_interval_ms, or owners lose partitions between renewals",
+        )?;
+        check(
+            hubs.prefetch >= 1,
+            "eventhubs.prefetch",
+            "must be at least 1",
+        )
     }
 
     /// Parses the process's flags and loads the settings, or exits: 0 after
@@ -696,6 +915,56 @@ mod tests {
     }
 
     #[test]
+    fn the_azure_profile_streams_through_event_hubs() {
+        let errors = Settings::load(&cli(&[
+            "profile=azure",
+            "cosmos.endpoint=https://a.documents.azure.com:443/",
+            "cosmos.key=k",
+        ]))
+        .expect_err("invalid");
+        assert_eq!(errors[0].key, "eventhubs.connection_string");
+    }
+
+    #[test]
+    fn event_hubs_settings_name_their_key() {
+        let base = [
+            "stream.backend=eventhubs",
+            "eventhubs.connection_string=Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0",
+        ];
+        let load = |extra: &[&str]| {
+            let mut set = base.to_vec();
+            set.extend_from_slice(extra);
+            Settings::load(&cli(&set))
+        };
+        let settings = load(&["eventhubs.hubs=[\"d-0\", \"d-1\"]"]).expect("valid");
+        assert_eq!(settings.stream_backend(), StreamBackend::EventHubs);
+        assert_eq!(settings.eventhubs.hubs, ["d-0", "d-1"]);
+        for (extra, key) in [
+            ("eventhubs.hubs=[]", "eventhubs.hubs"),
+            ("eventhubs.hubs=[\"a\", \"a\"]", "eventhubs.hubs"),
+            ("eventhubs.hubs=[\"a/b\"]", "eventhubs.hubs"),
+            (
+                "eventhubs.connection_string=Endpoint=sb://x/",
+                "eventhubs.connection_string",
+            ),
+            ("eventhubs.auth=entra", "eventhubs.namespace"),
+            (
+                "eventhubs.custom_endpoint=http://127.0.0.1:1",
+                "eventhubs.custom_endpoint",
+            ),
+            ("eventhubs.max_batch_bytes=10", "eventhubs.max_batch_bytes"),
+            (
+                "eventhubs.partition_expiration_ms=100",
+                "eventhubs.partition_expiration_ms",
+            ),
+            ("store.backend=cosmos", "cosmos.endpoint"),
+        ] {
+            let errors = load(&[extra]).expect_err(extra);
+            assert_eq!(errors[0].key, key, "{extra}");
+        }
+    }
+
+    #[test]
     fn an_unknown_backend_is_named() {
         let errors = Settings::load(&cli(&["stream.backend=carrier-pigeon"])).expect_err("invalid");
         assert_eq!(errors[0].key, "stream.backend");
@@ -757,16 +1026,25 @@ mod tests {
             "profile=azure",
             "cosmos.endpoint=https://a.documents.azure.com/",
             "cosmos.auth=entra",
+            "eventhubs.auth=entra",
+            "eventhubs.namespace=ns.servicebus.windows.net",
+            "gateway.receipt_key=0123456789abcdef0123456789abcdef",
         ]))
         .expect("valid");
         assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
+        assert_eq!(settings.stream_backend(), StreamBackend::EventHubs);
     }
 
     #[test]
     fn an_explicit_backend_wins_over_the_profile() {
-        let settings =
-            Settings::load(&cli(&["profile=azure", "store.backend=embedded"])).expect("valid");
+        let settings = Settings::load(&cli(&[
+            "profile=azure",
+            "store.backend=embedded",
+            "stream.backend=embedded",
+        ]))
+        .expect("valid");
         assert_eq!(settings.store_backend(), StoreBackend::Embedded);
+        assert_eq!(settings.stream_backend(), StreamBackend::Embedded);
     }
 
     #[test]

@@ -8,12 +8,13 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::ports::{EventProperties, OutboundEvent};
 use crate::request::DeliveryRequest;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
 /// Content type of an encoded envelope (an application property on brokers that have them).
-pub const CONTENT_TYPE: &str = "application/vnd.skyport.delivery-requested+json; v=1";
+pub const CONTENT_TYPE: &str = "application/vnd.skyport.event+json; v=1";
 
 /// What travels through the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +92,23 @@ impl Event {
         match self {
             Self::DeliveryRequested(e) => &e.delivery_id,
             Self::CancellationRequested(e) => &e.delivery_id,
+        }
+    }
+
+    /// The event as the stream takes it: keyed by delivery, encoded, with its
+    /// trace context and idempotency key beside the payload.
+    pub fn outbound(&self) -> OutboundEvent {
+        let (traceparent, idempotency_key) = match self {
+            Self::DeliveryRequested(e) => (e.traceparent.clone(), e.idempotency_key.clone()),
+            Self::CancellationRequested(e) => (e.traceparent.clone(), None),
+        };
+        OutboundEvent {
+            key: self.delivery_id().to_owned(),
+            payload: self.encode().into(),
+            properties: EventProperties {
+                traceparent,
+                idempotency_key,
+            },
         }
     }
 

@@ -21,13 +21,27 @@ pub type BoxError = Box<dyn StdError + Send + Sync>;
 pub struct OutboundEvent {
     pub key: String,
     pub payload: Bytes,
+    pub properties: EventProperties,
+}
+
+/// What travels beside an event's payload, where the stream has room for it
+/// (Event Hubs application properties). The payload carries them too, so a
+/// stream without properties loses nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventProperties {
+    /// The W3C trace context of the request that produced the event.
+    pub traceparent: Option<String>,
+    /// What makes a retried request the same logical request.
+    pub idempotency_key: Option<String>,
 }
 
 /// Where an event was made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Position {
+    /// The partition, numbered as the worker numbers them.
     pub partition: u32,
-    pub offset: u64,
+    /// The event's offset, when the stream tells it on append.
+    pub offset: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +78,10 @@ pub struct StreamEvent {
 pub enum ConsumeError {
     #[error("the stream is unavailable")]
     Unavailable(#[source] BoxError),
+    /// Another consumer owns the partition now: stop reading it, finish what
+    /// is in flight and write a final checkpoint.
+    #[error("the partition was taken over by another consumer")]
+    Revoked,
 }
 
 /// Hands out the partitions this consumer owns.
@@ -74,6 +92,11 @@ pub trait Consumer: std::fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// [`ConsumeError`] when the stream cannot be reached.
     async fn next_partition(&self) -> Result<Box<dyn PartitionReader>, ConsumeError>;
+
+    /// Gives up every partition once their readers are done (after their final
+    /// checkpoints), so that other consumers take them over without waiting
+    /// for an expiry. Called once, at shutdown.
+    async fn stop(&self) {}
 }
 
 /// Reads one partition in order, from just after its last checkpoint.
@@ -86,7 +109,8 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
     /// Waits until at least one event is available and returns up to `max` of them in order.
     ///
     /// # Errors
-    /// [`ConsumeError`] when the stream cannot be read.
+    /// [`ConsumeError::Unavailable`] when the stream cannot be read now;
+    /// [`ConsumeError::Revoked`] when the partition is no longer this reader's.
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError>;
 
     /// Records that every event up to and including `offset` is complete.

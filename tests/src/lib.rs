@@ -70,7 +70,7 @@ impl TestApp {
             skyport_shared::adapters::cosmos::emulator::open(&settings.cosmos, false)
                 .await
                 .unwrap();
-        let backends = Backends::open_with(&settings, Some(cosmos)).unwrap();
+        let backends = Backends::open_with(&settings, Some(cosmos)).await.unwrap();
         let app = App::start_with(settings.clone(), backends, CancellationToken::new())
             .await
             .unwrap();

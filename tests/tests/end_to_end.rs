@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use skyport_shared::ports::OutboundEvent;
+use skyport_shared::ports::{EventProperties, OutboundEvent};
 use skyport_shared::status::DeliveryState;
 use skyport_tests::{TestApp, delivery_request};
 use skyport_worker::simulator::Service;
@@ -87,6 +87,7 @@ async fn poison_events_are_dead_lettered_and_the_partition_moves_on() {
             .publish(OutboundEvent {
                 key: key.into(),
                 payload,
+                properties: EventProperties::default(),
             })
             .await
             .unwrap();

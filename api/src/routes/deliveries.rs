@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
-use skyport_shared::ports::OutboundEvent;
 use skyport_shared::request::is_valid_id;
 use skyport_shared::status::{DeliveryState, StatusDocument};
 use time::OffsetDateTime;
@@ -92,13 +91,7 @@ pub async fn cancel(
 }
 
 async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
-    state
-        .publisher
-        .publish(OutboundEvent {
-            key: event.delivery_id().to_owned(),
-            payload: event.encode().into(),
-        })
-        .await?;
+    state.publisher.publish(event.outbound()).await?;
     Ok(())
 }
 

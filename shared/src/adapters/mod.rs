@@ -5,6 +5,8 @@
 
 pub mod cosmos;
 pub mod embedded;
+pub mod entra;
+pub mod eventhubs;
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use secrecy::ExposeSecret;
 
 use self::cosmos::{CosmosOpenError, CosmosStore};
 use self::embedded::{EmbeddedStore, OpenError};
+use self::eventhubs::{EventHubsConsumer, EventHubsOpenError, EventHubsPublisher, Leases};
 use crate::config::{Settings, StoreBackend, StreamBackend};
 use crate::ports::{Consumer, DeadLetterStore, Publisher, StatusStore};
 
@@ -22,6 +25,10 @@ pub enum BackendError {
     Embedded(#[from] OpenError),
     #[error(transparent)]
     Cosmos(#[from] CosmosOpenError),
+    #[error(transparent)]
+    EventHubs(#[from] EventHubsOpenError),
+    #[error("gateway.receipt_key is not set, and no embedded store keeps one")]
+    NoReceiptKey,
 }
 
 /// The ports a Skyport process runs on, as the settings choose them.
@@ -49,39 +56,74 @@ impl Backends {
             StoreBackend::Embedded => None,
             StoreBackend::Cosmos => Some(CosmosStore::open(&settings.cosmos).await?),
         };
-        Self::open_with(settings, cosmos)
+        Self::open_with(settings, cosmos).await
     }
 
-    /// Opens the stream the settings name, with status and dead letters in
-    /// `cosmos` when given (tests hand in one on the SDK's emulator).
+    /// Opens the stream the settings name, with status, dead letters and
+    /// Event Hubs checkpoints in `cosmos` when given (tests hand in one on the
+    /// SDK's emulator).
     ///
     /// # Errors
-    /// [`BackendError`] when the embedded store cannot be opened.
-    pub fn open_with(
+    /// [`BackendError`] when a backend cannot be opened.
+    pub async fn open_with(
         settings: &Settings,
         cosmos: Option<Arc<CosmosStore>>,
     ) -> Result<Self, BackendError> {
-        let store = match settings.stream.backend {
+        let stream = settings.stream_backend();
+        let embedded = if stream == StreamBackend::Embedded || cosmos.is_none() {
+            Some(EmbeddedStore::open(
+                &settings.embedded,
+                settings.stream.partitions,
+            )?)
+        } else {
+            None
+        };
+        let receipt_key = match (&settings.gateway.receipt_key, &embedded) {
+            (Some(key), _) => key.expose_secret().as_bytes().to_vec(),
+            (None, Some(store)) => store.receipt_key().to_vec(),
+            (None, None) => return Err(BackendError::NoReceiptKey),
+        };
+        let (status, dead_letters): (Arc<dyn StatusStore>, Arc<dyn DeadLetterStore>) =
+            match (&cosmos, &embedded) {
+                (Some(cosmos), _) => (cosmos.clone(), cosmos.clone()),
+                (None, Some(store)) => (store.clone(), store.clone()),
+                (None, None) => unreachable!("the embedded store opens when Cosmos DB does not"),
+            };
+        let (publisher, consumer): (Arc<dyn Publisher>, Arc<dyn Consumer>) = match stream {
             StreamBackend::Embedded => {
-                EmbeddedStore::open(&settings.embedded, settings.stream.partitions)?
+                let store = embedded
+                    .as_ref()
+                    .unwrap_or_else(|| unreachable!("an embedded stream opens the embedded store"));
+                (
+                    store.clone(),
+                    Arc::new(store.consumer(&settings.worker.consumer_group)),
+                )
+            }
+            StreamBackend::EventHubs => {
+                let leases: Leases = match (&cosmos, &embedded) {
+                    (Some(cosmos), _) => Arc::new(cosmos.checkpoint_store()),
+                    (None, Some(store)) => Arc::new(store.checkpoint_store()),
+                    (None, None) => {
+                        unreachable!("the embedded store opens when Cosmos DB does not")
+                    }
+                };
+                (
+                    Arc::new(EventHubsPublisher::open(&settings.eventhubs).await?),
+                    Arc::new(EventHubsConsumer::new(
+                        &settings.eventhubs,
+                        &settings.worker.consumer_group,
+                        leases,
+                    )),
+                )
             }
         };
-        let receipt_key = settings.gateway.receipt_key.as_ref().map_or_else(
-            || store.receipt_key().to_vec(),
-            |key| key.expose_secret().as_bytes().to_vec(),
-        );
-        let (status, dead_letters): (Arc<dyn StatusStore>, Arc<dyn DeadLetterStore>) = match &cosmos
-        {
-            Some(cosmos) => (cosmos.clone(), cosmos.clone()),
-            None => (store.clone(), store.clone()),
-        };
         Ok(Self {
-            publisher: store.clone(),
-            consumer: Arc::new(store.consumer(&settings.worker.consumer_group)),
+            publisher,
+            consumer,
             status,
             dead_letters,
             receipt_key,
-            embedded: Some(store),
+            embedded,
             cosmos,
         })
     }

@@ -29,7 +29,8 @@ pub struct Shared {
 }
 
 /// Consumes every partition the consumer assigns until `shutdown`, then waits
-/// for each partition to drain and write its final checkpoint.
+/// for each partition to drain and write its final checkpoint, and gives the
+/// partitions up.
 pub async fn run(consumer: Arc<dyn Consumer>, shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut partitions = JoinSet::new();
     loop {
@@ -57,6 +58,7 @@ pub async fn run(consumer: Arc<dyn Consumer>, shared: Arc<Shared>, shutdown: Can
     while let Some(joined) = partitions.join_next().await {
         report(joined);
     }
+    consumer.stop().await;
 }
 
 fn report(joined: Result<(), tokio::task::JoinError>) {

@@ -1,7 +1,8 @@
 //! One partition: read in order, run up to `max_in_flight` events at once,
-//! checkpoint what is complete every `checkpoint_interval`, and on shutdown stop
-//! reading, let in-flight events finish within the grace period and write a
-//! final checkpoint.
+//! checkpoint what is complete every `checkpoint_interval`, and on shutdown or
+//! revocation (another consumer took the partition over) stop reading, let
+//! in-flight events finish within the grace period and write a final
+//! checkpoint.
 //!
 //! Events run as they arrive, never batch by batch: a slow event holds back
 //! only the checkpoint, not the events behind it.
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyport_shared::ports::PartitionReader;
+use skyport_shared::ports::{ConsumeError, PartitionReader};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -73,7 +74,11 @@ pub async fn run(
                         partition.offsets.insert(handle.id(), offset);
                     }
                 }
-                Err(e) => {
+                Err(ConsumeError::Revoked) => {
+                    tracing::info!(in_flight = partition.tasks.len(), "The partition was taken over; draining what is in flight.");
+                    break;
+                }
+                Err(e @ ConsumeError::Unavailable(_)) => {
                     tracing::error!(error = %e, "Cannot read the partition; retrying in 1 s.");
                     tokio::select! {
                         () = shutdown.cancelled() => break,

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use azure_core::credentials::{Secret, TokenCredential};
+use azure_core::credentials::Secret;
 use azure_data_cosmos::options::{
     OperationOptions, OperationOptionsBuilder, Region, RoutingStrategy,
     ThrottlingRetryOptionsBuilder,
@@ -126,9 +126,10 @@ impl CosmosStore {
             (CosmosAuth::Key, None) => {
                 return Err(CosmosOpenError::Endpoint("cosmos.key is not set".into()));
             }
-            (CosmosAuth::Entra, _) => {
-                AccountReference::with_credential(endpoint, entra_credential()?)
-            }
+            (CosmosAuth::Entra, _) => AccountReference::with_credential(
+                endpoint,
+                super::entra::credential().map_err(|e| CosmosOpenError::Credential(Box::new(e)))?,
+            ),
         };
         let client = CosmosClientBuilder::new()
             .with_default_operation_options(no_throttle_retry())
@@ -256,25 +257,6 @@ impl CosmosStore {
         }
         tracing::info!(request_units = %self.units, "Cosmos DB request units spent.");
     }
-}
-
-/// The Entra ID credential of this environment: workload identity on
-/// Kubernetes, a managed identity on Azure, developer tools elsewhere.
-fn entra_credential() -> Result<Arc<dyn TokenCredential>, CosmosOpenError> {
-    let credential: Arc<dyn TokenCredential> =
-        if std::env::var_os("AZURE_FEDERATED_TOKEN_FILE").is_some() {
-            azure_identity::WorkloadIdentityCredential::new(None)
-                .map_err(|e| CosmosOpenError::Credential(Box::new(e)))?
-        } else if std::env::var_os("IDENTITY_ENDPOINT").is_some()
-            || std::env::var_os("MSI_ENDPOINT").is_some()
-        {
-            azure_identity::ManagedIdentityCredential::new(None)
-                .map_err(|e| CosmosOpenError::Credential(Box::new(e)))?
-        } else {
-            azure_identity::DeveloperToolsCredential::new(None)
-                .map_err(|e| CosmosOpenError::Credential(Box::new(e)))?
-        };
-    Ok(credential)
 }
 
 /// Runs `call` until it is not throttled: a 429 is counted, waited out

@@ -16,7 +16,7 @@ use redb::{Database, ReadableTable};
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{CHECKPOINTS, DEAD_LETTERS, HEADS, LOG, STATUS};
+use super::{CHECKPOINTS, DEAD_LETTERS, HEADS, LEASES, LOG, STATUS};
 use crate::ports::DeadLetter;
 
 /// A commit that did not happen; every operation in it failed.
@@ -51,6 +51,21 @@ pub(super) enum OpKind {
         offset: u64,
     },
     DeadLetter(DeadLetter),
+    /// Write a lease (an ownership claim or a checkpoint of the Event Hubs
+    /// processor) if its stored version is as expected.
+    PutLease {
+        key: String,
+        expected: Expected,
+        body: Vec<u8>,
+    },
+}
+
+/// The version a conditional write expects to replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expected {
+    Any,
+    Absent,
+    Version(u64),
 }
 
 /// The durable result of one operation.
@@ -153,6 +168,10 @@ impl Committer {
             let mut checkpoints = txn.open_table(CHECKPOINTS)?;
             let mut dead_letters = txn.open_table(DEAD_LETTERS)?;
             let mut heads = txn.open_table(HEADS)?;
+            let mut leases = txn.open_table(LEASES)?;
+            let now_ms =
+                i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
+                    .unwrap_or(i64::MAX);
             for op in batch {
                 results.push(match &op.kind {
                     OpKind::Append { partition, payload } => {
@@ -200,6 +219,25 @@ impl Committer {
                             (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
                         )?;
                         Applied::Done
+                    }
+                    OpKind::PutLease {
+                        key,
+                        expected,
+                        body,
+                    } => {
+                        let current = leases.get(key.as_str())?.map(|v| v.value().0);
+                        let holds = match expected {
+                            Expected::Any => true,
+                            Expected::Absent => current.is_none(),
+                            Expected::Version(version) => current == Some(*version),
+                        };
+                        if holds {
+                            let version = current.map_or(1, |v| v + 1);
+                            leases.insert(key.as_str(), (version, now_ms, body.as_slice()))?;
+                            Applied::Written(version)
+                        } else {
+                            Applied::PreconditionFailed
+                        }
                     }
                 });
             }

@@ -16,10 +16,13 @@
 //! - `checkpoints`: (consumer group, partition) → last completed offset.
 //! - `status`: delivery id → (version, status document JSON).
 //! - `dead_letters`: (partition, offset) → (reason, time, raw payload).
+//! - `leases`: Event Hubs ownership claims and checkpoints, by the SDK's blob
+//!   names → (version, last modified in Unix ms, body); see [`leases`].
 //! - `meta`: `partitions` (fixed at creation) and `receipt-key`.
 
 mod committer;
 mod consumer;
+mod leases;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -34,6 +37,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub use self::committer::CommitStats;
 use self::committer::{Applied, CommitFailed, Op, OpKind};
 pub use self::consumer::EmbeddedConsumer;
+pub use self::leases::EmbeddedCheckpointStore;
 use crate::config::EmbeddedSettings;
 use crate::partitioning::partition_for;
 use crate::ports::{
@@ -49,6 +53,7 @@ const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("status
 const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
     TableDefinition::new("dead_letters");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const LEASES: TableDefinition<&str, (u64, i64, &[u8])> = TableDefinition::new("leases");
 
 const DATABASE_FILE: &str = "skyport.redb";
 const RECEIPT_KEY_LEN: usize = 32;
@@ -176,6 +181,11 @@ impl EmbeddedStore {
         EmbeddedConsumer::new(Arc::clone(self), group)
     }
 
+    /// The Event Hubs processor's ownership and checkpoint store, in this store.
+    pub fn checkpoint_store(self: &Arc<Self>) -> EmbeddedCheckpointStore {
+        EmbeddedCheckpointStore::new(Arc::clone(self))
+    }
+
     /// The checkpoint (last completed offset) of each partition `group` has checkpointed.
     ///
     /// # Errors
@@ -284,7 +294,10 @@ impl Publisher for EmbeddedStore {
             payload: event.payload,
         };
         match self.submit(kind).await {
-            Ok(Applied::Appended(offset)) => Ok(Position { partition, offset }),
+            Ok(Applied::Appended(offset)) => Ok(Position {
+                partition,
+                offset: Some(offset),
+            }),
             Ok(other) => unreachable!("an append is answered with its offset, not {other:?}"),
             Err(SubmitError::Closed) => Err(PublishError::Closed),
             Err(SubmitError::Failed(e)) => Err(PublishError::Unavailable(Box::new(e))),
@@ -422,6 +435,7 @@ fn initialize(
         txn.open_table(CHECKPOINTS)?;
         txn.open_table(STATUS)?;
         txn.open_table(DEAD_LETTERS)?;
+        txn.open_table(LEASES)?;
         let heads = txn.open_table(HEADS)?;
         let mut next_offsets = Vec::with_capacity(partitions as usize);
         for partition in 0..partitions {

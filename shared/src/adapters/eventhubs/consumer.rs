@@ -1,0 +1,578 @@
+//! The Event Hubs consumer: a processor per hub, and their partition loops, on
+//! a `LocalSet` on a thread of their own.
+//!
+//! The thread starts when the worker asks for its first partition, so a
+//! gateway that never consumes never claims a partition. At shutdown (after
+//! every partition has drained and written its final checkpoint) the thread
+//! gives up this instance's ownerships, so other workers take them over at
+//! their next balancing instead of after the expiry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use azure_messaging_eventhubs::error::ErrorKind;
+use azure_messaging_eventhubs::models::{Checkpoint, Ownership, ReceivedEventData, StartPositions};
+use azure_messaging_eventhubs::processor::PartitionClient;
+use azure_messaging_eventhubs::{
+    CheckpointStore, ConsumerClient, EventProcessor, ProcessorStrategy, StartLocation,
+    StartPosition,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::LocalSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{Leases, Namespace, sorted_partition_ids};
+use crate::config::EventHubsSettings;
+use crate::ports::{ConsumeError, Consumer, PartitionReader, StreamEvent};
+
+/// How long a failed processor or connection waits before it is tried again, at most.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Hands out the partitions this worker's processors win, one per hub.
+pub struct EventHubsConsumer {
+    settings: EventHubsSettings,
+    consumer_group: String,
+    store: Leases,
+    running: Mutex<Option<Running>>,
+}
+
+impl std::fmt::Debug for EventHubsConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHubsConsumer")
+            .field("hubs", &self.settings.hubs)
+            .field("consumer_group", &self.consumer_group)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Running {
+    readers: mpsc::Receiver<EventHubsReader>,
+    stop: CancellationToken,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Where one hub's partitions are and who this instance is in its ownership records.
+#[derive(Debug, Clone)]
+struct HubContext {
+    namespace: String,
+    hub: String,
+    consumer_group: String,
+    owner: String,
+    /// The worker's number of this hub's first partition.
+    first: u32,
+    /// The partition ids, in the order the worker numbers them.
+    partition_ids: Vec<String>,
+}
+
+impl EventHubsConsumer {
+    /// A consumer in `consumer_group` keeping its ownerships and checkpoints in `store`.
+    pub fn new(settings: &EventHubsSettings, consumer_group: &str, store: Leases) -> Self {
+        Self {
+            settings: settings.clone(),
+            consumer_group: consumer_group.to_owned(),
+            store,
+            running: Mutex::new(None),
+        }
+    }
+
+    fn start(&self) -> std::io::Result<Running> {
+        let owner = self
+            .settings
+            .instance_id
+            .clone()
+            .unwrap_or_else(random_owner_id);
+        let capacity = self.settings.hubs.len() * 64;
+        let (readers, rx) = mpsc::channel(capacity);
+        let stop = CancellationToken::new();
+        let processors = Processors {
+            settings: self.settings.clone(),
+            consumer_group: self.consumer_group.clone(),
+            owner,
+            store: Arc::clone(&self.store),
+            readers,
+            stop: stop.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("skyport-eventhubs".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        tracing::error!(error = %e, "Cannot start the Event Hubs consumer's runtime.");
+                        return;
+                    }
+                };
+                LocalSet::new().block_on(&runtime, processors.run());
+            })?;
+        Ok(Running {
+            readers: rx,
+            stop,
+            thread,
+        })
+    }
+}
+
+#[async_trait]
+impl Consumer for EventHubsConsumer {
+    async fn next_partition(&self) -> Result<Box<dyn PartitionReader>, ConsumeError> {
+        let mut running = self.running.lock().await;
+        if running.is_none() {
+            *running = Some(
+                self.start()
+                    .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?,
+            );
+        }
+        let Some(Running { readers, .. }) = running.as_mut() else {
+            unreachable!("started above");
+        };
+        match readers.recv().await {
+            Some(reader) => Ok(Box::new(reader)),
+            None => Err(ConsumeError::Unavailable(
+                "the Event Hubs consumer thread has stopped".into(),
+            )),
+        }
+    }
+
+    async fn stop(&self) {
+        let Some(running) = self.running.lock().await.take() else {
+            return;
+        };
+        let Running {
+            readers,
+            stop,
+            thread,
+        } = running;
+        // Partitions handed over but never started are dropped, which ends their loops.
+        drop(readers);
+        stop.cancel();
+        let joined = tokio::task::spawn_blocking(move || thread.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            tracing::error!("The Event Hubs consumer thread did not stop cleanly.");
+        }
+    }
+}
+
+/// Everything the consumer thread runs.
+struct Processors {
+    settings: EventHubsSettings,
+    consumer_group: String,
+    owner: String,
+    store: Leases,
+    readers: mpsc::Sender<EventHubsReader>,
+    stop: CancellationToken,
+}
+
+impl Processors {
+    async fn run(self) {
+        let namespace = match Namespace::new(&self.settings) {
+            Ok(namespace) => namespace,
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot consume from Event Hubs.");
+                return;
+            }
+        };
+        let Some(opened) = self.open_hubs(&namespace).await else {
+            return;
+        };
+        let mut loops = tokio::task::JoinSet::new();
+        let mut hubs = Vec::with_capacity(opened.len());
+        for (client, context) in opened {
+            let span = tracing::info_span!("eventhubs_processor", hub = %context.hub);
+            loops.spawn_local(
+                supervise(
+                    client,
+                    context.clone(),
+                    self.settings.clone(),
+                    Arc::clone(&self.store),
+                    self.readers.clone(),
+                    self.stop.clone(),
+                )
+                .instrument(span),
+            );
+            hubs.push(context);
+        }
+        tracing::info!(owner = %self.owner, hubs = hubs.len(), "Consuming from Event Hubs.");
+        self.stop.cancelled().await;
+        while loops.join_next().await.is_some() {}
+        for context in &hubs {
+            relinquish(self.store.as_ref(), context).await;
+        }
+    }
+
+    /// Opens a client per hub and learns its partitions, retrying until every
+    /// hub answers or the consumer stops.
+    async fn open_hubs(&self, namespace: &Namespace) -> Option<Vec<(ConsumerClient, HubContext)>> {
+        let mut opened = Vec::with_capacity(self.settings.hubs.len());
+        let mut first = 0u32;
+        for hub in &self.settings.hubs {
+            let mut backoff = Duration::from_secs(1);
+            let (client, partition_ids) = loop {
+                let attempt = async {
+                    let client = namespace
+                        .consumer(hub, &self.consumer_group, Some(&self.owner))
+                        .await?;
+                    let properties = client
+                        .get_eventhub_properties()
+                        .await
+                        .map_err(|e| namespace.open_error(hub, e))?;
+                    let ids = sorted_partition_ids(hub, properties.partition_ids)?;
+                    Ok::<_, super::EventHubsOpenError>((client, ids))
+                };
+                match attempt.await {
+                    Ok(opened) => break opened,
+                    Err(e) => {
+                        tracing::error!(error = %e, retry_in_ms = backoff.as_millis(), "Cannot open the event hub for consuming.");
+                        tokio::select! {
+                            () = self.stop.cancelled() => return None,
+                            () = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            };
+            let count = u32::try_from(partition_ids.len()).unwrap_or(u32::MAX);
+            opened.push((
+                client,
+                HubContext {
+                    namespace: namespace.name.clone(),
+                    hub: hub.clone(),
+                    consumer_group: self.consumer_group.clone(),
+                    owner: self.owner.clone(),
+                    first,
+                    partition_ids,
+                },
+            ));
+            first = first.saturating_add(count);
+        }
+        Some(opened)
+    }
+}
+
+/// Runs one hub's processor, restarting its `run` loop after a back-off
+/// whenever it fails, and turns each partition it wins into a reader.
+async fn supervise(
+    client: ConsumerClient,
+    context: HubContext,
+    settings: EventHubsSettings,
+    store: Leases,
+    readers: mpsc::Sender<EventHubsReader>,
+    stop: CancellationToken,
+) {
+    let processor = tokio::select! {
+        () = stop.cancelled() => return,
+        built = build_processor(client, &settings, Arc::clone(&store)) => match built {
+            Ok(processor) => processor,
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot build the event processor.");
+                return;
+            }
+        },
+    };
+    let mut pumps = tokio::task::JoinSet::new();
+    let handout = async {
+        loop {
+            let client = match processor.next_partition_client().await {
+                Ok(client) => client,
+                Err(e) => {
+                    tracing::error!(error = %e, "The event processor handed out no partition.");
+                    return;
+                }
+            };
+            let (reader, fed) = EventHubsReader::new(
+                &context,
+                client.get_partition_id(),
+                Arc::clone(&store),
+                settings.prefetch,
+            );
+            let span = tracing::info_span!("eventhubs_partition", partition = reader.partition);
+            let partition = reader.partition;
+            if readers.send(reader).await.is_err() {
+                return;
+            }
+            pumps.spawn_local(pump(client, partition, fed).instrument(span));
+        }
+    };
+    let run = async {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let started = tokio::time::Instant::now();
+            match processor.run().await {
+                Ok(()) => return,
+                Err(e) => {
+                    if started.elapsed() > MAX_BACKOFF {
+                        backoff = Duration::from_secs(1);
+                    }
+                    tracing::error!(error = %e, restart_in_ms = backoff.as_millis(), "The event processor stopped; restarting it.");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = handout => {}
+        () = run => {}
+    }
+    if let Err(e) = processor.shutdown().await {
+        tracing::warn!(error = %e, "The event processor did not shut down cleanly.");
+    }
+    // The worker has drained its partitions by now; let the loops give their clients back.
+    while pumps.join_next().await.is_some() {}
+}
+
+async fn build_processor(
+    client: ConsumerClient,
+    settings: &EventHubsSettings,
+    store: Leases,
+) -> azure_messaging_eventhubs::Result<Arc<EventProcessor>> {
+    let duration = |d: Duration| {
+        azure_core::time::Duration::try_from(d).unwrap_or(azure_core::time::Duration::MAX)
+    };
+    EventProcessor::builder()
+        .with_load_balancing_strategy(ProcessorStrategy::Balanced)
+        .with_update_interval(duration(settings.update_interval()))
+        .with_partition_expiration_duration(duration(settings.partition_expiration()))
+        .with_prefetch(settings.prefetch)
+        .with_start_positions(StartPositions {
+            // A partition nobody has checkpointed starts at its first event:
+            // whatever was accepted before the first worker started is processed.
+            default: StartPosition {
+                location: StartLocation::Earliest,
+                inclusive: false,
+            },
+            ..StartPositions::default()
+        })
+        .build(client, store)
+        .await
+}
+
+/// What a partition loop feeds its reader.
+#[derive(Debug)]
+enum Fed {
+    Event(StreamEvent, Option<String>),
+    /// The partition's stream ended: taken over, or its link broke.
+    Ended,
+}
+
+/// Moves one partition's events from the SDK's stream (not `Send`) to its
+/// reader, until the stream ends or the reader is dropped. The client goes
+/// back to the processor (closed) only once the worker is done with the
+/// partition, so the processor does not reopen it while events still drain.
+async fn pump(client: Arc<PartitionClient>, partition: u32, fed: mpsc::Sender<Fed>) {
+    {
+        let mut events = client.stream_events();
+        loop {
+            tokio::select! {
+                () = fed.closed() => break,
+                next = events.next() => {
+                    let item = match next {
+                        Some(Ok(event)) => match stream_event(partition, &event) {
+                            Some((event, offset)) => Fed::Event(event, offset),
+                            None => {
+                                tracing::error!("An event came without a sequence number; skipping it.");
+                                continue;
+                            }
+                        },
+                        Some(Err(e)) => {
+                            if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
+                                tracing::info!("The partition was taken over.");
+                            } else {
+                                tracing::warn!(error = %e, "The partition's stream failed; giving the partition back.");
+                            }
+                            Fed::Ended
+                        }
+                        None => Fed::Ended,
+                    };
+                    let ended = matches!(item, Fed::Ended);
+                    if fed.send(item).await.is_err() || ended {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    fed.closed().await;
+    if let Ok(client) = Arc::try_unwrap(client)
+        && let Err(e) = client.close().await
+    {
+        tracing::debug!(error = %e, "Closing the partition client failed.");
+    }
+}
+
+fn stream_event(
+    partition: u32,
+    event: &ReceivedEventData,
+) -> Option<(StreamEvent, Option<String>)> {
+    let sequence_number = u64::try_from(event.sequence_number()?).ok()?;
+    let payload = event
+        .event_data()
+        .body()
+        .map_or_else(Bytes::new, Bytes::copy_from_slice);
+    Some((
+        StreamEvent {
+            partition,
+            offset: sequence_number,
+            payload,
+        },
+        event.offset().clone(),
+    ))
+}
+
+/// One Event Hubs partition as the worker reads it: offsets are sequence
+/// numbers, and a checkpoint records the sequence number and the service's
+/// offset of the last completed event.
+struct EventHubsReader {
+    partition: u32,
+    context: HubContext,
+    partition_id: String,
+    events: mpsc::Receiver<Fed>,
+    /// The service's offset of each event handed out and not yet checkpointed.
+    offsets: BTreeMap<u64, Option<String>>,
+    store: Leases,
+    ended: bool,
+}
+
+impl std::fmt::Debug for EventHubsReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHubsReader")
+            .field("hub", &self.context.hub)
+            .field("partition_id", &self.partition_id)
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventHubsReader {
+    fn new(
+        context: &HubContext,
+        partition_id: &str,
+        store: Leases,
+        prefetch: u32,
+    ) -> (Self, mpsc::Sender<Fed>) {
+        let index = context
+            .partition_ids
+            .iter()
+            .position(|id| id == partition_id)
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(0);
+        let (tx, rx) = mpsc::channel(usize::try_from(prefetch).unwrap_or(300).max(1));
+        (
+            Self {
+                partition: context.first + index,
+                context: context.clone(),
+                partition_id: partition_id.to_owned(),
+                events: rx,
+                offsets: BTreeMap::new(),
+                store,
+                ended: false,
+            },
+            tx,
+        )
+    }
+
+    fn take(&mut self, fed: Fed, batch: &mut Vec<StreamEvent>) {
+        match fed {
+            Fed::Event(event, offset) => {
+                self.offsets.insert(event.offset, offset);
+                batch.push(event);
+            }
+            Fed::Ended => self.ended = true,
+        }
+    }
+}
+
+#[async_trait]
+impl PartitionReader for EventHubsReader {
+    fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if self.ended {
+            return Err(ConsumeError::Revoked);
+        }
+        let mut batch = Vec::new();
+        match self.events.recv().await {
+            Some(fed) => self.take(fed, &mut batch),
+            None => self.ended = true,
+        }
+        while batch.len() < max && !self.ended {
+            match self.events.try_recv() {
+                Ok(fed) => self.take(fed, &mut batch),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            Err(ConsumeError::Revoked)
+        } else {
+            Ok(batch)
+        }
+    }
+
+    async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
+        let checkpoint = Checkpoint {
+            fully_qualified_namespace: self.context.namespace.clone(),
+            event_hub_name: self.context.hub.clone(),
+            consumer_group: self.context.consumer_group.clone(),
+            partition_id: self.partition_id.clone(),
+            offset: self.offsets.get(&offset).cloned().flatten(),
+            sequence_number: i64::try_from(offset).ok(),
+        };
+        self.store
+            .update_checkpoint(checkpoint)
+            .await
+            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
+        self.offsets = self.offsets.split_off(&(offset + 1));
+        Ok(())
+    }
+}
+
+/// Hands this instance's partitions of one hub back: ownership records with no
+/// owner, which other processors claim at their next balancing.
+async fn relinquish(store: &dyn CheckpointStore, context: &HubContext) {
+    let owned: Vec<Ownership> = match store
+        .list_ownerships(&context.namespace, &context.hub, &context.consumer_group)
+        .await
+    {
+        Ok(listed) => listed
+            .into_iter()
+            .filter(|o| o.owner_id.as_deref() == Some(context.owner.as_str()))
+            .map(|o| Ownership {
+                owner_id: None,
+                ..o
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, hub = %context.hub, "Cannot list ownerships to give them up; they will expire.");
+            return;
+        }
+    };
+    match store.claim_ownership(&owned).await {
+        Ok(released) => {
+            tracing::info!(hub = %context.hub, partitions = released.len(), "Gave up the partitions.")
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, hub = %context.hub, "Cannot give up the partitions; they will expire.")
+        }
+    }
+}
+
+/// An owner id for ownership records: the host (the pod's name on Kubernetes) and a random suffix.
+fn random_owner_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "skyport".into());
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes = std::process::id().to_be_bytes();
+    }
+    format!("{host}-{:08x}", u32::from_be_bytes(bytes))
+}

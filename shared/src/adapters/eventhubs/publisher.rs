@@ -1,0 +1,234 @@
+//! The Event Hubs publisher: one batching sender task per (hub, partition).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use azure_messaging_eventhubs::models::EventData;
+use azure_messaging_eventhubs::{EventDataBatchOptions, ProducerClient};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{
+    EventHubsOpenError, IDEMPOTENCY_KEY_PROPERTY, Namespace, SCHEMA_VERSION_PROPERTY,
+    TRACEPARENT_PROPERTY, sorted_partition_ids,
+};
+use crate::config::EventHubsSettings;
+use crate::event::{CONTENT_TYPE, SCHEMA_VERSION};
+use crate::partitioning::shard_for;
+use crate::ports::{BoxError, OutboundEvent, Position, PublishError, Publisher};
+
+/// Publishes to Event Hubs, sharded over the configured hubs.
+#[derive(Debug)]
+pub struct EventHubsPublisher {
+    /// Per hub, the queue of each partition's sender task.
+    hubs: Vec<Vec<mpsc::Sender<Pending>>>,
+    /// Partitions of the hubs listed before each hub (the worker's numbering).
+    first: Vec<u32>,
+    healthy: Arc<AtomicBool>,
+    _senders: JoinSet<()>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    event: OutboundEvent,
+    reply: oneshot::Sender<Result<(), Arc<BoxError>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    linger: Duration,
+    max_bytes: u64,
+    max_events: usize,
+    send_timeout: Duration,
+}
+
+impl EventHubsPublisher {
+    /// Connects to every hub and starts a sender per partition.
+    ///
+    /// # Errors
+    /// [`EventHubsOpenError`] names the hub that cannot be opened.
+    pub async fn open(settings: &EventHubsSettings) -> Result<Self, EventHubsOpenError> {
+        let namespace = Namespace::new(settings)?;
+        let limits = Limits {
+            linger: settings.linger(),
+            max_bytes: settings.max_batch_bytes,
+            max_events: settings.max_batch_events,
+            send_timeout: settings.send_timeout(),
+        };
+        let healthy = Arc::new(AtomicBool::new(true));
+        let mut senders = JoinSet::new();
+        let mut hubs = Vec::with_capacity(settings.hubs.len());
+        let mut first = Vec::with_capacity(settings.hubs.len());
+        let mut numbered = 0u32;
+        for hub in &settings.hubs {
+            let client = Arc::new(namespace.producer(hub).await?);
+            let properties = client
+                .get_eventhub_properties()
+                .await
+                .map_err(|e| namespace.open_error(hub, e))?;
+            let ids = sorted_partition_ids(hub, properties.partition_ids)?;
+            let mut queues = Vec::with_capacity(ids.len());
+            for id in ids {
+                let (tx, rx) = mpsc::channel(settings.queue_capacity);
+                let span = tracing::info_span!("eventhubs_sender", hub = %hub, partition = %id);
+                senders.spawn(
+                    send_loop(Arc::clone(&client), id, rx, limits, Arc::clone(&healthy))
+                        .instrument(span),
+                );
+                queues.push(tx);
+            }
+            first.push(numbered);
+            numbered += u32::try_from(queues.len()).unwrap_or(u32::MAX);
+            hubs.push(queues);
+            tracing::info!(hub = %hub, namespace = %namespace.name, "Publishing to the event hub.");
+        }
+        Ok(Self {
+            hubs,
+            first,
+            healthy,
+            _senders: senders,
+        })
+    }
+}
+
+#[async_trait]
+impl Publisher for EventHubsPublisher {
+    async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
+        let hubs = u32::try_from(self.hubs.len()).unwrap_or(u32::MAX);
+        let (hub, partition) = shard_for(&event.key, hubs, |hub| {
+            u32::try_from(self.hubs[hub as usize].len()).unwrap_or(u32::MAX)
+        });
+        let (reply, answer) = oneshot::channel();
+        self.hubs[hub as usize][partition as usize]
+            .send(Pending { event, reply })
+            .await
+            .map_err(|_| PublishError::Closed)?;
+        match answer.await {
+            Ok(Ok(())) => Ok(Position {
+                partition: self.first[hub as usize] + partition,
+                offset: None,
+            }),
+            Ok(Err(e)) => Err(PublishError::Unavailable(Box::new(SendFailed(e)))),
+            Err(_) => Err(PublishError::Closed),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+}
+
+/// A batch that was not acknowledged; shared by every request in it.
+#[derive(Debug, thiserror::Error)]
+#[error("the batch was not acknowledged by Event Hubs")]
+struct SendFailed(#[source] Arc<BoxError>);
+
+/// Takes what is queued for one partition, lingers for more, sends it, and
+/// answers each request; one batch in flight at a time keeps each key's order.
+async fn send_loop(
+    client: Arc<ProducerClient>,
+    partition_id: String,
+    mut queue: mpsc::Receiver<Pending>,
+    limits: Limits,
+    healthy: Arc<AtomicBool>,
+) {
+    let mut waiting: Vec<Pending> = Vec::new();
+    loop {
+        if waiting.is_empty() {
+            match queue.recv().await {
+                Some(first) => waiting.push(first),
+                None => return,
+            }
+        }
+        let deadline = Instant::now() + limits.linger;
+        while waiting.len() < limits.max_events {
+            match tokio::time::timeout_at(deadline, queue.recv()).await {
+                Ok(Some(next)) => waiting.push(next),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let sent = send_batch(&client, &partition_id, &mut waiting, limits).await;
+        match sent {
+            Ok((batch, events)) => {
+                healthy.store(true, Ordering::Relaxed);
+                tracing::trace!(events, "Sent a batch.");
+                for pending in batch {
+                    let _ = pending.reply.send(Ok(()));
+                }
+            }
+            Err((batch, e)) => {
+                healthy.store(false, Ordering::Relaxed);
+                tracing::warn!(events = batch.len(), error = %e, "A batch was not acknowledged; its requests are refused.");
+                let e = Arc::new(e);
+                for pending in batch {
+                    let _ = pending.reply.send(Err(Arc::clone(&e)));
+                }
+            }
+        }
+    }
+}
+
+type Sent = (Vec<Pending>, usize);
+type Failed = (Vec<Pending>, BoxError);
+
+/// Sends as many of `waiting` (from the front) as fit in one batch, and hands
+/// them back with the outcome; the rest stay waiting for the next batch.
+async fn send_batch(
+    client: &ProducerClient,
+    partition_id: &str,
+    waiting: &mut Vec<Pending>,
+    limits: Limits,
+) -> Result<Sent, Failed> {
+    let options = EventDataBatchOptions {
+        partition_id: Some(partition_id.to_owned()),
+        ..EventDataBatchOptions::default()
+    };
+    let batch =
+        match tokio::time::timeout(limits.send_timeout, client.create_batch(Some(options))).await {
+            Ok(Ok(batch)) => batch,
+            Ok(Err(e)) => return Err((std::mem::take(waiting), Box::new(e))),
+            Err(elapsed) => return Err((std::mem::take(waiting), Box::new(elapsed))),
+        };
+    let mut taken = 0;
+    for pending in waiting.iter() {
+        if batch.size() >= limits.max_bytes {
+            break;
+        }
+        match batch.try_add_event_data(event_data(&pending.event), None) {
+            Ok(true) => taken += 1,
+            Ok(false) => break,
+            Err(e) => return Err((std::mem::take(waiting), Box::new(e))),
+        }
+    }
+    if taken == 0 {
+        // One event larger than the hub takes: refuse it alone.
+        let refused = waiting.remove(0);
+        let e: BoxError = "the event is larger than the event hub accepts".into();
+        return Err((vec![refused], e));
+    }
+    let rest = waiting.split_off(taken);
+    let batch_events = std::mem::replace(waiting, rest);
+    match tokio::time::timeout(limits.send_timeout, client.send_batch(batch, None)).await {
+        Ok(Ok(())) => Ok((batch_events, taken)),
+        Ok(Err(e)) => Err((batch_events, Box::new(e))),
+        Err(elapsed) => Err((batch_events, Box::new(elapsed))),
+    }
+}
+
+fn event_data(event: &OutboundEvent) -> EventData {
+    let mut builder = EventData::builder()
+        .with_body(event.payload.to_vec())
+        .with_content_type(CONTENT_TYPE.to_owned())
+        .add_property(SCHEMA_VERSION_PROPERTY.to_owned(), SCHEMA_VERSION);
+    if let Some(traceparent) = &event.properties.traceparent {
+        builder = builder.add_property(TRACEPARENT_PROPERTY.to_owned(), traceparent.clone());
+    }
+    if let Some(key) = &event.properties.idempotency_key {
+        builder = builder.add_property(IDEMPOTENCY_KEY_PROPERTY.to_owned(), key.clone());
+    }
+    builder.build()
+}
