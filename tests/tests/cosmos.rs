@@ -1,15 +1,12 @@
-//! Cosmos DB on the SDK's in-memory emulator: the status-store contract (the
-//! same suite as the embedded store), throttling, the Event Hubs checkpoint
-//! store, and the whole system with its status in Cosmos DB.
+//! Cosmos DB on the SDK's in-memory emulator: the status-store and
+//! checkpoint-store contracts (the same suites as the embedded store),
+//! throttling, dead letters, and the whole system with its status in Cosmos DB.
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_messaging_eventhubs::CheckpointStore;
-use azure_messaging_eventhubs::models::{Checkpoint, Ownership};
 use skyport_shared::adapters::cosmos::emulator;
 use skyport_shared::adapters::cosmos::request_units::Operation;
 use skyport_shared::adapters::embedded::EmbeddedStore;
@@ -17,6 +14,7 @@ use skyport_shared::config::{CosmosSettings, EmbeddedSettings};
 use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError};
 use skyport_shared::status::{DeliveryState, StatusDocument};
 use skyport_tests::contract::status_store_contract;
+use skyport_tests::leases_contract::checkpoint_store_contract;
 use skyport_tests::{TestApp, test_settings};
 use time::OffsetDateTime;
 
@@ -36,6 +34,17 @@ async fn the_embedded_store_keeps_the_status_store_contract() {
     };
     let store = EmbeddedStore::open(&settings, 1).unwrap();
     status_store_contract(store, "embedded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_keeps_the_checkpoint_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    checkpoint_store_contract(Arc::new(store.checkpoint_store())).await;
 }
 
 #[tokio::test]
@@ -130,120 +139,10 @@ async fn throttled_writes_all_land_without_sdk_retries() {
     store.close().await;
 }
 
-const NAMESPACE: &str = "skyport.servicebus.windows.net";
-const HUB: &str = "deliveries-0";
-const GROUP: &str = "$Default";
-const PARTITIONS: usize = 32;
-
-fn ownership(partition: usize, owner: &str, etag: Option<azure_core::http::Etag>) -> Ownership {
-    Ownership {
-        fully_qualified_namespace: NAMESPACE.into(),
-        event_hub_name: HUB.into(),
-        consumer_group: GROUP.into(),
-        partition_id: partition.to_string(),
-        owner_id: Some(owner.into()),
-        etag,
-        last_modified_time: None,
-    }
-}
-
-/// Who owns what, by partition, as the store lists it.
-async fn owners(store: &dyn CheckpointStore) -> BTreeMap<String, Ownership> {
-    let listed = store.list_ownerships(NAMESPACE, HUB, GROUP).await.unwrap();
-    listed
-        .into_iter()
-        .map(|o| (o.partition_id.clone(), o))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_processors_each_win_distinct_partitions_and_an_idle_owner_loses_them() {
+async fn cosmos_keeps_the_checkpoint_store_contract() {
     let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
-    let leases = Arc::new(store.checkpoint_store());
-    // Three processors claim every partition at once: each partition goes to exactly one.
-    let mut racers = tokio::task::JoinSet::new();
-    for owner in ["a", "b", "c"] {
-        let leases = Arc::clone(&leases);
-        racers.spawn(async move {
-            let claims: Vec<_> = (0..PARTITIONS).map(|p| ownership(p, owner, None)).collect();
-            (owner, leases.claim_ownership(&claims).await.unwrap())
-        });
-    }
-    let won: Vec<(&str, Vec<Ownership>)> = racers.join_all().await;
-    let claimed: usize = won.iter().map(|(_, w)| w.len()).sum();
-    assert_eq!(
-        claimed, PARTITIONS,
-        "the claims won add up to the partitions, none twice"
-    );
-    let listed = owners(leases.as_ref()).await;
-    assert_eq!(listed.len(), PARTITIONS);
-    for (owner, claims) in &won {
-        for claim in claims {
-            assert_eq!(
-                listed[&claim.partition_id].owner_id.as_deref(),
-                Some(*owner)
-            );
-            assert!(claim.etag.is_some() && claim.last_modified_time.is_some());
-        }
-    }
-
-    // "a" stops renewing; "b" and "c" renew theirs. After the expiry, "b" takes "a"'s.
-    let expiry = Duration::from_secs(2);
-    tokio::time::sleep(expiry + Duration::from_millis(1_100)).await;
-    for (owner, claims) in &won {
-        if *owner != "a" {
-            let renewals: Vec<_> = claims
-                .iter()
-                .map(|c| {
-                    ownership(
-                        c.partition_id.parse().unwrap(),
-                        owner,
-                        listed[&c.partition_id].etag.clone(),
-                    )
-                })
-                .collect();
-            assert_eq!(
-                leases.claim_ownership(&renewals).await.unwrap().len(),
-                renewals.len()
-            );
-        }
-    }
-    let now = OffsetDateTime::now_utc();
-    let listed = owners(leases.as_ref()).await;
-    let expired: Vec<&Ownership> = listed
-        .values()
-        .filter(|o| o.last_modified_time.is_some_and(|t| t + expiry < now))
-        .collect();
-    let idle: HashSet<String> = won
-        .iter()
-        .filter(|(owner, _)| *owner == "a")
-        .flat_map(|(_, claims)| claims.iter().map(|c| c.partition_id.clone()))
-        .collect();
-    assert_eq!(
-        expired
-            .iter()
-            .map(|o| o.partition_id.clone())
-            .collect::<HashSet<_>>(),
-        idle,
-        "exactly the idle owner's partitions expired"
-    );
-    let takeovers: Vec<_> = expired
-        .iter()
-        .map(|o| ownership(o.partition_id.parse().unwrap(), "b", o.etag.clone()))
-        .collect();
-    assert_eq!(
-        leases.claim_ownership(&takeovers).await.unwrap().len(),
-        takeovers.len()
-    );
-    // "a" wakes up and tries to renew with what it knew: it lost them.
-    let stale: Vec<_> = expired
-        .iter()
-        .map(|o| ownership(o.partition_id.parse().unwrap(), "a", o.etag.clone()))
-        .collect();
-    assert!(leases.claim_ownership(&stale).await.unwrap().is_empty());
-    let listed = owners(leases.as_ref()).await;
-    assert!(listed.values().all(|o| o.owner_id.as_deref() != Some("a")));
-    assert_eq!(listed.len(), PARTITIONS);
+    checkpoint_store_contract(Arc::new(store.checkpoint_store())).await;
     store.close().await;
 }
 
@@ -268,50 +167,6 @@ async fn dead_letters_keep_the_reason_the_time_and_the_raw_bytes() {
     assert_eq!((kept.partition, kept.offset, kept.at), (3, 41, at));
     assert_eq!(kept.reason, letter.reason);
     assert_eq!(kept.payload, letter.payload);
-    store.close().await;
-}
-
-#[tokio::test]
-async fn checkpoints_list_back_exactly() {
-    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
-    let leases = store.checkpoint_store();
-    let written: Vec<Checkpoint> = (0..PARTITIONS)
-        .map(|p| Checkpoint {
-            fully_qualified_namespace: NAMESPACE.into(),
-            event_hub_name: HUB.into(),
-            consumer_group: GROUP.into(),
-            partition_id: p.to_string(),
-            offset: Some(format!("{}", p * 1_000)),
-            sequence_number: Some(p as i64 * 10),
-        })
-        .collect();
-    for checkpoint in &written {
-        leases.update_checkpoint(checkpoint.clone()).await.unwrap();
-    }
-    // A later checkpoint of one partition replaces its earlier one.
-    let mut moved = written[3].clone();
-    moved.sequence_number = Some(999);
-    leases.update_checkpoint(moved.clone()).await.unwrap();
-    let key = |c: &Checkpoint| (c.partition_id.clone(), c.offset.clone(), c.sequence_number);
-    let mut expected: Vec<_> = written.iter().map(key).collect();
-    expected[3] = key(&moved);
-    expected.sort();
-    let mut listed: Vec<_> = leases
-        .list_checkpoints(NAMESPACE, HUB, GROUP)
-        .await
-        .unwrap()
-        .iter()
-        .map(key)
-        .collect();
-    listed.sort();
-    assert_eq!(listed, expected);
-    assert!(
-        leases
-            .list_checkpoints(NAMESPACE, "another-hub", GROUP)
-            .await
-            .unwrap()
-            .is_empty()
-    );
     store.close().await;
 }
 

@@ -39,8 +39,65 @@ impl RequestObserver for WireRequests {
     }
 }
 
-/// A store on a fresh emulator; `throttling` makes it answer 429 past the
-/// containers' provisioned throughput (`settings.throughput`).
+/// One in-memory Cosmos DB account; every store opened on it shares its data,
+/// as separate processes share a real account.
+#[derive(Debug, Clone)]
+pub struct Emulator {
+    http: Arc<InMemoryEmulatorHttpClient>,
+    wire: Arc<WireRequests>,
+}
+
+impl Emulator {
+    /// A fresh account; `throttling` makes it answer 429 past the containers'
+    /// provisioned throughput (`settings.throughput`).
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the emulator cannot be set up.
+    pub fn new(throttling: bool) -> Result<Self, CosmosOpenError> {
+        let gateway = Url::parse(GATEWAY).map_err(|e| connect(Box::new(e)))?;
+        let config = VirtualAccountConfig::new(vec![VirtualRegion::new("East US", gateway)])
+            .map_err(|e| connect(Box::new(e)))?
+            .with_throttling_enabled(throttling);
+        let wire = Arc::new(WireRequests::default());
+        let http =
+            Arc::new(InMemoryEmulatorHttpClient::new(config).with_request_observer(wire.clone()));
+        Ok(Self { http, wire })
+    }
+
+    /// The document requests that reached the account so far.
+    pub fn wire(&self) -> Arc<WireRequests> {
+        Arc::clone(&self.wire)
+    }
+
+    /// A store with a client of its own on this account.
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the client or the containers cannot be set up.
+    pub async fn store(
+        &self,
+        settings: &CosmosSettings,
+    ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
+        let runtime = CosmosRuntimeBuilder::from(self.http.runtime_builder())
+            .build()
+            .await
+            .map_err(|e| connect(Box::new(e)))?;
+        let endpoint: AccountEndpoint = GATEWAY
+            .parse()
+            .map_err(|e: azure_data_cosmos::CosmosError| connect(Box::new(e)))?;
+        let client = CosmosClientBuilder::new()
+            .with_runtime(runtime)
+            .with_default_operation_options(no_throttle_retry())
+            .build(
+                AccountReference::with_authentication_key(endpoint, Secret::new(KEY)),
+                RoutingStrategy::ProximityTo(Region::EAST_US),
+            )
+            .await
+            .map_err(|e| connect(Box::new(e)))?;
+        CosmosStore::on_client(client, settings).await
+    }
+}
+
+/// A store on a fresh emulator, and the count of what reaches it.
 ///
 /// # Errors
 /// [`CosmosOpenError`] when the emulator or the containers cannot be set up.
@@ -48,29 +105,10 @@ pub async fn open(
     settings: &CosmosSettings,
     throttling: bool,
 ) -> Result<(Arc<CosmosStore>, Arc<WireRequests>), CosmosOpenError> {
-    let connect = |e: Box<dyn std::error::Error + Send + Sync>| CosmosOpenError::Connect(e);
-    let gateway = Url::parse(GATEWAY).map_err(|e| connect(Box::new(e)))?;
-    let config = VirtualAccountConfig::new(vec![VirtualRegion::new("East US", gateway)])
-        .map_err(|e| connect(Box::new(e)))?
-        .with_throttling_enabled(throttling);
-    let wire = Arc::new(WireRequests::default());
-    let emulator =
-        Arc::new(InMemoryEmulatorHttpClient::new(config).with_request_observer(wire.clone()));
-    let runtime = CosmosRuntimeBuilder::from(emulator.runtime_builder())
-        .build()
-        .await
-        .map_err(|e| connect(Box::new(e)))?;
-    let endpoint: AccountEndpoint = GATEWAY
-        .parse()
-        .map_err(|e: azure_data_cosmos::CosmosError| connect(Box::new(e)))?;
-    let client = CosmosClientBuilder::new()
-        .with_runtime(runtime)
-        .with_default_operation_options(no_throttle_retry())
-        .build(
-            AccountReference::with_authentication_key(endpoint, Secret::new(KEY)),
-            RoutingStrategy::ProximityTo(Region::EAST_US),
-        )
-        .await
-        .map_err(|e| connect(Box::new(e)))?;
-    Ok((CosmosStore::on_client(client, settings).await?, wire))
+    let emulator = Emulator::new(throttling)?;
+    Ok((emulator.store(settings).await?, emulator.wire()))
+}
+
+fn connect(e: Box<dyn std::error::Error + Send + Sync>) -> CosmosOpenError {
+    CosmosOpenError::Connect(e)
 }

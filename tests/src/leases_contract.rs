@@ -1,0 +1,204 @@
+//! The Event Hubs processor's ownership and checkpoint store contract: what
+//! every `CheckpointStore` adapter must do, as one suite run against each
+//! (the embedded store and Cosmos DB).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_messaging_eventhubs::CheckpointStore;
+use azure_messaging_eventhubs::models::{Checkpoint, Ownership};
+use time::OffsetDateTime;
+
+/// A store as the processors hold it.
+pub type Leases = Arc<dyn CheckpointStore + Send + Sync>;
+
+/// Runs the whole contract on `leases`, which must be empty.
+pub async fn checkpoint_store_contract(leases: Leases) {
+    racing_claims_expire_and_move(&leases).await;
+    checkpoints_list_back_exactly(&leases).await;
+}
+
+const NAMESPACE: &str = "skyport.servicebus.windows.net";
+const HUB: &str = "deliveries-0";
+const GROUP: &str = "$Default";
+const PARTITIONS: usize = 32;
+
+fn ownership(partition: usize, owner: &str, etag: Option<azure_core::http::Etag>) -> Ownership {
+    Ownership {
+        fully_qualified_namespace: NAMESPACE.into(),
+        event_hub_name: HUB.into(),
+        consumer_group: GROUP.into(),
+        partition_id: partition.to_string(),
+        owner_id: Some(owner.into()),
+        etag,
+        last_modified_time: None,
+    }
+}
+
+/// Who owns what, by partition, as the store lists it.
+async fn owners(store: &(dyn CheckpointStore + Send + Sync)) -> BTreeMap<String, Ownership> {
+    let listed = store.list_ownerships(NAMESPACE, HUB, GROUP).await.unwrap();
+    listed
+        .into_iter()
+        .map(|o| (o.partition_id.clone(), o))
+        .collect()
+}
+
+/// Three processors racing for every partition each win distinct ones; an
+/// idle owner's claims expire and go to another; a stale claim loses.
+async fn racing_claims_expire_and_move(leases: &Leases) {
+    // Three processors claim every partition at once: each partition goes to exactly one.
+    let mut racers = tokio::task::JoinSet::new();
+    for owner in ["a", "b", "c"] {
+        let leases = Arc::clone(leases);
+        racers.spawn(async move {
+            let claims: Vec<_> = (0..PARTITIONS).map(|p| ownership(p, owner, None)).collect();
+            (owner, leases.claim_ownership(&claims).await.unwrap())
+        });
+    }
+    let won: Vec<(&str, Vec<Ownership>)> = racers.join_all().await;
+    let claimed: usize = won.iter().map(|(_, w)| w.len()).sum();
+    assert_eq!(
+        claimed, PARTITIONS,
+        "the claims won add up to the partitions, none twice"
+    );
+    let listed = owners(leases.as_ref()).await;
+    assert_eq!(listed.len(), PARTITIONS);
+    for (owner, claims) in &won {
+        for claim in claims {
+            assert_eq!(
+                listed[&claim.partition_id].owner_id.as_deref(),
+                Some(*owner)
+            );
+            assert!(claim.etag.is_some() && claim.last_modified_time.is_some());
+        }
+    }
+
+    // "a" stops renewing; "b" and "c" renew theirs. After the expiry, "b" takes "a"'s.
+    let expiry = Duration::from_secs(2);
+    tokio::time::sleep(expiry + Duration::from_millis(1_100)).await;
+    for (owner, claims) in &won {
+        if *owner != "a" {
+            let renewals: Vec<_> = claims
+                .iter()
+                .map(|c| {
+                    ownership(
+                        c.partition_id.parse().unwrap(),
+                        owner,
+                        listed[&c.partition_id].etag.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                leases.claim_ownership(&renewals).await.unwrap().len(),
+                renewals.len()
+            );
+        }
+    }
+    let now = OffsetDateTime::now_utc();
+    let listed = owners(leases.as_ref()).await;
+    let expired: Vec<&Ownership> = listed
+        .values()
+        .filter(|o| o.last_modified_time.is_some_and(|t| t + expiry < now))
+        .collect();
+    let idle: HashSet<String> = won
+        .iter()
+        .filter(|(owner, _)| *owner == "a")
+        .flat_map(|(_, claims)| claims.iter().map(|c| c.partition_id.clone()))
+        .collect();
+    assert_eq!(
+        expired
+            .iter()
+            .map(|o| o.partition_id.clone())
+            .collect::<HashSet<_>>(),
+        idle,
+        "exactly the idle owner's partitions expired"
+    );
+    let takeovers: Vec<_> = expired
+        .iter()
+        .map(|o| ownership(o.partition_id.parse().unwrap(), "b", o.etag.clone()))
+        .collect();
+    assert_eq!(
+        leases.claim_ownership(&takeovers).await.unwrap().len(),
+        takeovers.len()
+    );
+    // "a" wakes up and tries to renew with what it knew: it lost them.
+    let stale: Vec<_> = expired
+        .iter()
+        .map(|o| ownership(o.partition_id.parse().unwrap(), "a", o.etag.clone()))
+        .collect();
+    assert!(leases.claim_ownership(&stale).await.unwrap().is_empty());
+    let listed = owners(leases.as_ref()).await;
+    assert!(listed.values().all(|o| o.owner_id.as_deref() != Some("a")));
+    assert_eq!(listed.len(), PARTITIONS);
+
+    // "c" gives its partitions up (a graceful stop): they are unowned, and "b" claims them at once.
+    let released: Vec<_> = listed
+        .values()
+        .filter(|o| o.owner_id.as_deref() == Some("c"))
+        .map(|o| Ownership {
+            owner_id: None,
+            ..o.clone()
+        })
+        .collect();
+    assert!(!released.is_empty());
+    assert_eq!(
+        leases.claim_ownership(&released).await.unwrap().len(),
+        released.len()
+    );
+    let listed = owners(leases.as_ref()).await;
+    let unowned: Vec<_> = listed.values().filter(|o| o.owner_id.is_none()).collect();
+    assert_eq!(unowned.len(), released.len());
+    let claims: Vec<_> = unowned
+        .iter()
+        .map(|o| ownership(o.partition_id.parse().unwrap(), "b", o.etag.clone()))
+        .collect();
+    assert_eq!(
+        leases.claim_ownership(&claims).await.unwrap().len(),
+        claims.len()
+    );
+    let listed = owners(leases.as_ref()).await;
+    assert!(listed.values().all(|o| o.owner_id.as_deref() == Some("b")));
+}
+
+/// Checkpoints list back exactly, per hub, the latest of each partition.
+async fn checkpoints_list_back_exactly(leases: &Leases) {
+    let written: Vec<Checkpoint> = (0..PARTITIONS)
+        .map(|p| Checkpoint {
+            fully_qualified_namespace: NAMESPACE.into(),
+            event_hub_name: HUB.into(),
+            consumer_group: GROUP.into(),
+            partition_id: p.to_string(),
+            offset: Some(format!("{}", p * 1_000)),
+            sequence_number: Some(p as i64 * 10),
+        })
+        .collect();
+    for checkpoint in &written {
+        leases.update_checkpoint(checkpoint.clone()).await.unwrap();
+    }
+    // A later checkpoint of one partition replaces its earlier one.
+    let mut moved = written[3].clone();
+    moved.sequence_number = Some(999);
+    leases.update_checkpoint(moved.clone()).await.unwrap();
+    let key = |c: &Checkpoint| (c.partition_id.clone(), c.offset.clone(), c.sequence_number);
+    let mut expected: Vec<_> = written.iter().map(key).collect();
+    expected[3] = key(&moved);
+    expected.sort();
+    let mut listed: Vec<_> = leases
+        .list_checkpoints(NAMESPACE, HUB, GROUP)
+        .await
+        .unwrap()
+        .iter()
+        .map(key)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, expected);
+    assert!(
+        leases
+            .list_checkpoints(NAMESPACE, "another-hub", GROUP)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
