@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod contract;
+pub mod eventhubs;
 pub mod leases_contract;
 
 use std::path::{Path, PathBuf};

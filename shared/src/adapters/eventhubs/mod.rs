@@ -36,7 +36,7 @@ use azure_messaging_eventhubs::{ConsumerClient, ProducerClient, RetryOptions};
 use secrecy::ExposeSecret;
 
 pub use self::consumer::EventHubsConsumer;
-pub use self::publisher::EventHubsPublisher;
+pub use self::publisher::{EventHubsPublisher, PublishStats};
 pub use self::sas::{ConnectionString, ConnectionStringError, SasCredential};
 use crate::config::{EventHubsAuth, EventHubsSettings};
 use crate::ports::BoxError;

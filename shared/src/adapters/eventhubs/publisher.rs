@@ -1,7 +1,7 @@
 //! The Event Hubs publisher: one batching sender task per (hub, partition).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +29,29 @@ pub struct EventHubsPublisher {
     /// Partitions of the hubs listed before each hub (the worker's numbering).
     first: Vec<u32>,
     healthy: Arc<AtomicBool>,
+    stats: Arc<PublishStats>,
     _senders: JoinSet<()>,
+}
+
+/// Batches acknowledged by Event Hubs and the events they carried.
+#[derive(Debug, Default)]
+pub struct PublishStats {
+    pub batches: AtomicU64,
+    pub events: AtomicU64,
+}
+
+impl PublishStats {
+    /// Events per acknowledged batch, on average.
+    pub fn mean_batch_size(&self) -> f64 {
+        let batches = self.batches.load(Ordering::Relaxed);
+        if batches == 0 {
+            return 0.0;
+        }
+        // Counts stay far below 2^52, where f64 is exact.
+        #[allow(clippy::cast_precision_loss)]
+        let mean = self.events.load(Ordering::Relaxed) as f64 / batches as f64;
+        mean
+    }
 }
 
 #[derive(Debug)]
@@ -60,6 +82,7 @@ impl EventHubsPublisher {
             send_timeout: settings.send_timeout(),
         };
         let healthy = Arc::new(AtomicBool::new(true));
+        let stats = Arc::new(PublishStats::default());
         let mut senders = JoinSet::new();
         let mut hubs = Vec::with_capacity(settings.hubs.len());
         let mut first = Vec::with_capacity(settings.hubs.len());
@@ -76,8 +99,15 @@ impl EventHubsPublisher {
                 let (tx, rx) = mpsc::channel(settings.queue_capacity);
                 let span = tracing::info_span!("eventhubs_sender", hub = %hub, partition = %id);
                 senders.spawn(
-                    send_loop(Arc::clone(&client), id, rx, limits, Arc::clone(&healthy))
-                        .instrument(span),
+                    send_loop(
+                        Arc::clone(&client),
+                        id,
+                        rx,
+                        limits,
+                        Arc::clone(&healthy),
+                        Arc::clone(&stats),
+                    )
+                    .instrument(span),
                 );
                 queues.push(tx);
             }
@@ -90,8 +120,14 @@ impl EventHubsPublisher {
             hubs,
             first,
             healthy,
+            stats,
             _senders: senders,
         })
+    }
+
+    /// What has been sent so far.
+    pub fn stats(&self) -> &PublishStats {
+        &self.stats
     }
 }
 
@@ -135,6 +171,7 @@ async fn send_loop(
     mut queue: mpsc::Receiver<Pending>,
     limits: Limits,
     healthy: Arc<AtomicBool>,
+    stats: Arc<PublishStats>,
 ) {
     let mut waiting: Vec<Pending> = Vec::new();
     loop {
@@ -155,6 +192,8 @@ async fn send_loop(
         match sent {
             Ok((batch, events)) => {
                 healthy.store(true, Ordering::Relaxed);
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.events.fetch_add(events as u64, Ordering::Relaxed);
                 tracing::trace!(events, "Sent a batch.");
                 for pending in batch {
                     let _ = pending.reply.send(Ok(()));
