@@ -8,6 +8,7 @@
 
 pub mod contract;
 pub mod eventhubs;
+pub mod eventhubs_broker;
 pub mod leases_contract;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,273 @@
+//! One task per link: request/response nodes, publishers and consumers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fe2o3_amqp::acceptor::LinkEndpoint;
+use fe2o3_amqp::link::RecvError;
+use fe2o3_amqp::types::definitions::{self, AmqpError};
+use fe2o3_amqp::types::messaging::message::__private::Deserializable;
+use fe2o3_amqp::types::messaging::{Body, Message};
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::{Delivery, Receiver, Sendable, Sender};
+use tokio::sync::mpsc;
+
+use super::filter::Cursor;
+use super::management::{self, Node};
+use super::server::{CLOSE_TIMEOUT, Context, Replies, Route};
+use super::{Partition, Registration, lock, stolen};
+
+/// The message format of an `EventDataBatch` transfer.
+const BATCH_FORMAT: u32 = 0x8001_3700;
+/// How many records a receiver link takes from the log at a time.
+const DELIVERY_CHUNK: usize = 64;
+
+pub(super) async fn serve_link(
+    link: LinkEndpoint,
+    route: Route,
+    replies: Replies,
+    context: Context,
+) {
+    match (route, link) {
+        (Route::Refuse(error), link) => {
+            tracing::debug!(%error, "eventhubs broker: refusing a link");
+            let closed = match link {
+                LinkEndpoint::Sender(sender) => {
+                    tokio::time::timeout(CLOSE_TIMEOUT, sender.close_with_error(error)).await
+                }
+                LinkEndpoint::Receiver(receiver) => {
+                    tokio::time::timeout(CLOSE_TIMEOUT, receiver.close_with_error(error)).await
+                }
+            };
+            if let Ok(Err(error)) = closed {
+                tracing::debug!(%error, "eventhubs broker: refused link closed");
+            }
+        }
+        (Route::Requests(node), LinkEndpoint::Receiver(receiver)) => {
+            serve_requests(receiver, node, replies, context).await;
+        }
+        (Route::Responses(address), LinkEndpoint::Sender(sender)) => {
+            serve_responses(sender, address, replies, context).await;
+        }
+        (Route::Publish { hub, partition }, LinkEndpoint::Receiver(receiver)) => {
+            serve_publisher(receiver, hub, partition, context).await;
+        }
+        (
+            Route::Consume {
+                partition,
+                registration,
+                cursor,
+            },
+            LinkEndpoint::Sender(sender),
+        ) => {
+            serve_consumer(sender, partition, registration, cursor, context).await;
+        }
+        (route, _) => {
+            tracing::warn!(?route, "eventhubs broker: a route for the other link role");
+        }
+    }
+}
+
+/// Receives requests for `node` and hands each response to the session's reply
+/// link for its `reply-to` address.
+async fn serve_requests(mut receiver: Receiver, node: Node, replies: Replies, context: Context) {
+    loop {
+        let delivery: Delivery<Body<Value>> = tokio::select! {
+            () = context.shutdown.cancelled() => return,
+            delivery = receiver.recv() => match delivery {
+                Ok(delivery) => delivery,
+                Err(error) => return link_ended(receiver, error).await,
+            },
+        };
+        if let Err(error) = receiver.accept(&delivery).await {
+            tracing::debug!(%error, "eventhubs broker: request not accepted");
+            return;
+        }
+        let request = delivery.message();
+        let response = management::respond(node, &context.state, request);
+        let reply_to = request
+            .properties
+            .as_ref()
+            .and_then(|properties| properties.reply_to.clone())
+            .unwrap_or_default();
+        let reply_link = lock(&replies).get(&reply_to).cloned();
+        let Some(reply_link) = reply_link else {
+            tracing::warn!(reply_to, ?node, "eventhubs broker: no link to reply to");
+            continue;
+        };
+        tokio::select! {
+            () = context.shutdown.cancelled() => return,
+            sent = reply_link.send(response) => if sent.is_err() {
+                tracing::debug!(reply_to, "eventhubs broker: the reply link has gone");
+            },
+        }
+    }
+}
+
+/// Delivers the responses addressed to `address`.
+async fn serve_responses(mut sender: Sender, address: String, replies: Replies, context: Context) {
+    let (outbox, mut responses) = mpsc::channel(16);
+    lock(&replies).insert(address.clone(), outbox);
+    loop {
+        let response = tokio::select! {
+            () = context.shutdown.cancelled() => break,
+            error = sender.on_detach() => {
+                tracing::debug!(%error, address, "eventhubs broker: response link detached");
+                break;
+            }
+            response = responses.recv() => response,
+        };
+        let Some(response) = response else {
+            break;
+        };
+        let sendable = Sendable::builder().message(response).settled(true).build();
+        let sent = tokio::select! {
+            () = context.shutdown.cancelled() => break,
+            sent = sender.send(sendable) => sent,
+        };
+        if let Err(error) = sent {
+            tracing::debug!(%error, address, "eventhubs broker: response not sent");
+            break;
+        }
+    }
+    lock(&replies).remove(&address);
+}
+
+/// Stores what the client sends to hub `hub` (or one of its partitions).
+async fn serve_publisher(
+    mut receiver: Receiver,
+    hub: usize,
+    partition: Option<usize>,
+    context: Context,
+) {
+    let Some(hub) = context.state.hubs.get(hub) else {
+        return;
+    };
+    loop {
+        let delivery: Delivery<Body<Value>> = tokio::select! {
+            () = context.shutdown.cancelled() => return,
+            delivery = receiver.recv() => match delivery {
+                Ok(delivery) => delivery,
+                Err(error) => return link_ended(receiver, error).await,
+            },
+        };
+        let outcome = if context.state.refuse_sends.load(Ordering::SeqCst) {
+            Err(definitions::Error::new(
+                AmqpError::InternalError,
+                "the test broker refuses sends".to_owned(),
+                None,
+            ))
+        } else {
+            events_of(&delivery).map(|events| hub.publish(&context.state, partition, events))
+        };
+        let disposed = match outcome {
+            Ok(()) => receiver.accept(&delivery).await,
+            Err(error) => {
+                tracing::debug!(%error, hub = hub.name, "eventhubs broker: transfer rejected");
+                receiver.reject(&delivery, error).await
+            }
+        };
+        if let Err(error) = disposed {
+            tracing::debug!(%error, "eventhubs broker: transfer not settled");
+            return;
+        }
+    }
+}
+
+/// The events of a transfer: the message itself, or for a batch each message
+/// encoded in its Data sections.
+fn events_of(
+    delivery: &Delivery<Body<Value>>,
+) -> Result<Vec<Message<Body<Value>>>, definitions::Error> {
+    let message = delivery.message();
+    if *delivery.message_format() != Some(BATCH_FORMAT) {
+        return Ok(vec![message.clone()]);
+    }
+    let decode_error =
+        |description: String| definitions::Error::new(AmqpError::DecodeError, description, None);
+    let Body::Data(sections) = &message.body else {
+        return Err(decode_error("a batch must carry Data sections".to_owned()));
+    };
+    sections
+        .iter()
+        .map(|data| {
+            serde_amqp::from_slice::<Deserializable<Message<Body<Value>>>>(&data.0)
+                .map(|event| event.0)
+                .map_err(|error| decode_error(format!("a batched event does not decode: {error}")))
+        })
+        .collect()
+}
+
+/// Delivers a partition's events from `cursor` on, as link credit allows, until
+/// the client detaches, another receiver steals the partition, or shutdown.
+async fn serve_consumer(
+    mut sender: Sender,
+    partition: Arc<Partition>,
+    mut registration: Registration,
+    mut cursor: Cursor,
+    context: Context,
+) {
+    let mut appended = partition.appended.subscribe();
+    loop {
+        let batch: Vec<Message<Body<Value>>> = {
+            let log = lock(&partition.log);
+            cursor
+                .take(&log.records, DELIVERY_CHUNK)
+                .iter()
+                .map(|record| record.message.clone())
+                .collect()
+        };
+        if batch.is_empty() {
+            tokio::select! {
+                () = context.shutdown.cancelled() => return,
+                Ok(level) = &mut registration.stolen => return close_stolen(sender, level).await,
+                error = sender.on_detach() => {
+                    tracing::debug!(%error, "eventhubs broker: receiver link detached");
+                    return;
+                }
+                changed = appended.changed() => if changed.is_err() {
+                    return;
+                },
+            }
+            continue;
+        }
+        for message in batch {
+            let sendable = Sendable::builder().message(message).settled(true).build();
+            tokio::select! {
+                biased;
+                () = context.shutdown.cancelled() => return,
+                Ok(level) = &mut registration.stolen => return close_stolen(sender, level).await,
+                sent = sender.send(sendable) => if let Err(error) = sent {
+                    tracing::debug!(%error, "eventhubs broker: event not delivered");
+                    return;
+                },
+            }
+        }
+    }
+}
+
+async fn close_stolen(sender: Sender, level: i64) {
+    let error = stolen(format!(
+        "a receiver with owner level {level} took over the partition, \
+         so this receiver is being disconnected"
+    ));
+    if let Ok(Err(error)) =
+        tokio::time::timeout(CLOSE_TIMEOUT, sender.close_with_error(error)).await
+    {
+        tracing::debug!(%error, "eventhubs broker: stolen link closed");
+    }
+}
+
+/// A receiving link's `recv` failed: the client detached, or sent what does not decode.
+async fn link_ended(receiver: Receiver, error: RecvError) {
+    if let RecvError::MessageDecode(_) = error {
+        let error = definitions::Error::new(AmqpError::DecodeError, error.to_string(), None);
+        if let Ok(Err(error)) =
+            tokio::time::timeout(CLOSE_TIMEOUT, receiver.close_with_error(error)).await
+        {
+            tracing::debug!(%error, "eventhubs broker: link closed after a decode error");
+        }
+    } else {
+        tracing::debug!(%error, "eventhubs broker: link ended");
+    }
+}
