@@ -62,8 +62,12 @@ pub(super) async fn serve_link(
         ) => {
             serve_consumer(sender, partition, registration, cursor, context).await;
         }
+        // `Route::of` routes by the attach's role, so the endpoint always fits.
         (route, _) => {
-            tracing::warn!(?route, "eventhubs broker: a route for the other link role");
+            tracing::warn!(
+                ?route,
+                "eventhubs broker: a link whose role does not fit its route"
+            );
         }
     }
 }
@@ -158,7 +162,7 @@ async fn serve_publisher(
                 None,
             ))
         } else {
-            events_of(&delivery).map(|events| hub.publish(&context.state, partition, events))
+            events_of(&delivery).and_then(|events| hub.publish(&context.state, partition, events))
         };
         let disposed = match outcome {
             Ok(()) => receiver.accept(&delivery).await,

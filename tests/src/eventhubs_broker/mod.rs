@@ -18,8 +18,8 @@
 //!   `0x80013700` is an `EventDataBatch`: its body is Data sections, each an encoded
 //!   AMQP message, stored as separate events that share one `transfer` id and one
 //!   partition. A send to the hub goes to partition `fnv1a64(x-opt-partition-key) %
-//!   partition_count` when the message carries the annotation, otherwise round-robin
-//!   per transfer. Each delivery is settled Accepted once stored. Links advertise a
+//!   partition_count` when the (first) event carries the annotation, otherwise
+//!   round-robin per transfer. Each delivery is settled Accepted once stored. Links advertise a
 //!   max-message-size of 1 MiB (the SDK sizes batches from it and refuses to batch
 //!   without it).
 //! - Receivers on `<hub>/ConsumerGroups/<cg>/Partitions/<n>`, starting where the
@@ -41,6 +41,27 @@
 //!   `amqp:internal-error`. (`com.microsoft:server-busy` would be closer to the
 //!   service, but the SDK retries that with backoff for up to a minute, while it
 //!   returns `amqp:internal-error` at once.)
+//!
+//! # What the SDK does that shapes this
+//!
+//! - Any `fully_qualified_namespace` works: the SDK dials the custom endpoint and
+//!   only puts the namespace in link addresses and the AMQP open's hostname.
+//!   [`EventHubsBroker::namespace`] gives `127.0.0.1`.
+//! - Each link is authorised first with a CBS `put-token` (type `jwt`, name the
+//!   link's URL) on a new session; management requests carry a `security_token`
+//!   application property, which is ignored.
+//! - The owner level never reaches the wire: the SDK sets `com.microsoft:epoch` on
+//!   fe2o3-amqp's link builder before naming the link, and fe2o3-amqp 0.14.1's
+//!   `Builder::name` resets the link properties. So SDK receivers never steal from
+//!   each other; only a client that sends the property does.
+//! - A receiver displaced with `amqp:link:stolen` does not surface as
+//!   `ErrorKind::ConsumerDisconnected`: fe2o3 reports the detach as a link-state
+//!   error, which the SDK's `translate_receive_error` does not look into, so the
+//!   SDK re-attaches (here refused, having no owner level) up to its retry limit
+//!   and then yields `ErrorKind::AmqpError` with the condition inside.
+//! - A `ConsumerClient` keeps one receiver link per partition until that
+//!   `EventReceiver` is closed: opening another receiver on the same client and
+//!   partition reuses the link, and its position.
 //!
 //! # What it deliberately doesn't
 //!
@@ -102,15 +123,18 @@ pub struct EventHubsBroker {
 /// An event as the broker stored it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
+    /// From 0 in each partition.
     pub sequence_number: i64,
     /// See the module docs for how offsets are assigned.
     pub offset: String,
+    /// The event's `x-opt-partition-key` annotation.
     pub partition_key: Option<String>,
     /// The Data section(s) of the event's body, concatenated; empty for a body
     /// of another kind (which is still delivered to receivers as sent).
     pub body: Vec<u8>,
     /// The string-valued application properties (others are delivered, not listed here).
     pub properties: BTreeMap<String, String>,
+    /// The store time, to the millisecond (`x-opt-enqueued-time`).
     pub enqueued_time: OffsetDateTime,
     /// The id of the AMQP transfer the event arrived in; the events of one batch share it.
     pub transfer: u64,
@@ -276,18 +300,28 @@ impl Hub {
     }
 
     /// Stores the events of one transfer in one partition: `partition` if the link
-    /// named one, else by partition key, else round-robin.
-    fn publish(&self, state: &State, partition: Option<usize>, events: Vec<Message<Body<Value>>>) {
-        let Some(first) = events.first() else {
-            return;
+    /// named one, else by the first event's partition key, else round-robin.
+    fn publish(
+        &self,
+        state: &State,
+        partition: Option<usize>,
+        events: Vec<Message<Body<Value>>>,
+    ) -> Result<(), definitions::Error> {
+        let count = self.partitions.len();
+        let index = match (partition, events.first().and_then(partition_key)) {
+            (Some(index), _) => index,
+            (None, Some(key)) => {
+                usize::try_from(fnv1a64(key.as_bytes()) % count.max(1) as u64).unwrap_or_default()
+            }
+            (None, None) => {
+                self.round_robin.fetch_add(1, Ordering::Relaxed) as usize % count.max(1)
+            }
         };
-        let count = self.partitions.len().max(1);
-        let index = partition.unwrap_or_else(|| match partition_key(first) {
-            Some(key) => usize::try_from(fnv1a64(key.as_bytes()) % count as u64).unwrap_or(0),
-            None => self.round_robin.fetch_add(1, Ordering::Relaxed) as usize % count,
-        });
         let Some(partition) = self.partitions.get(index) else {
-            return;
+            return Err(not_found(format!(
+                "event hub {:?} has no partition {index}",
+                self.name
+            )));
         };
         let transfer = state.next_transfer.fetch_add(1, Ordering::SeqCst);
         let stored = {
@@ -298,6 +332,7 @@ impl Hub {
             log.records.len()
         };
         partition.appended.send_replace(stored);
+        Ok(())
     }
 }
 

@@ -56,6 +56,10 @@ pub(super) async fn listen(listener: TcpListener, context: Context) {
         };
         match accepted {
             Ok((stream, _)) => {
+                // Small frames go out at once: Nagle's delay would slow every round trip.
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "eventhubs broker: TCP_NODELAY not set");
+                }
                 context.tasks.spawn(serve_connection(
                     stream,
                     Arc::clone(&acceptor),
