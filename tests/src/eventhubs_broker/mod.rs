@@ -295,8 +295,15 @@ struct Hub {
 }
 
 impl Hub {
+    /// The index of partition `id` ("0", "1", ...), if the hub has it.
+    fn partition_index(&self, id: &str) -> Option<usize> {
+        id.parse()
+            .ok()
+            .filter(|&index| index < self.partitions.len())
+    }
+
     fn partition(&self, id: &str) -> Option<&Arc<Partition>> {
-        self.partitions.get(id.parse::<usize>().ok()?)
+        self.partitions.get(self.partition_index(id)?)
     }
 
     /// Stores the events of one transfer in one partition: `partition` if the link

@@ -284,23 +284,22 @@ impl Route {
     }
 
     fn publish(state: &State, address: &str, hub: &str, partition: Option<&str>) -> Self {
-        let Some(index) = state
+        let Some((index, found)) = state
             .hubs
             .iter()
-            .position(|found| found.name.eq_ignore_ascii_case(hub))
+            .enumerate()
+            .find(|(_, found)| found.name.eq_ignore_ascii_case(hub))
         else {
             return Self::Refuse(not_found(format!("no event hub at {address:?}")));
         };
-        let partition = match partition {
+        let partition = match partition.map(|id| (id, found.partition_index(id))) {
             None => None,
-            Some(id) => match id.parse::<usize>() {
-                Ok(id) if id < state.hubs[index].partitions.len() => Some(id),
-                _ => {
-                    return Self::Refuse(not_found(format!(
-                        "no partition {id:?} in event hub {hub:?}"
-                    )));
-                }
-            },
+            Some((_, Some(partition))) => Some(partition),
+            Some((id, None)) => {
+                return Self::Refuse(not_found(format!(
+                    "no partition {id:?} in event hub {hub:?}"
+                )));
+            }
         };
         Self::Publish {
             hub: index,
