@@ -218,7 +218,7 @@ impl Processors {
             let (client, partition_ids) = loop {
                 let attempt = async {
                     let client = namespace
-                        .consumer(hub, &self.consumer_group, Some(&self.owner))
+                        .consumer(hub, &self.consumer_group, &self.owner)
                         .await?;
                     let properties = client
                         .get_eventhub_properties()

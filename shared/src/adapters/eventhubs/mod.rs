@@ -144,19 +144,19 @@ impl Namespace {
             .map_err(|e| self.open_error(hub, e))
     }
 
+    /// A consumer client whose connection is named `owner`: the SDK's
+    /// processor claims partitions under its connection's name.
     async fn consumer(
         &self,
         hub: &str,
         consumer_group: &str,
-        instance_id: Option<&str>,
+        owner: &str,
     ) -> Result<ConsumerClient, EventHubsOpenError> {
         let mut builder = ConsumerClient::builder()
-            .with_application_id("skyport".into())
+            .with_application_id(owner.to_owned())
+            .with_instance_id(owner.to_owned())
             .with_consumer_group(consumer_group.to_owned())
             .with_retry_options(Self::retry_options());
-        if let Some(id) = instance_id {
-            builder = builder.with_instance_id(id.to_owned());
-        }
         if let Some(endpoint) = &self.custom_endpoint {
             builder = builder.with_custom_endpoint(endpoint.clone());
         }
