@@ -7,15 +7,21 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_messaging_eventhubs::{CheckpointStore, ConsumerClient, OpenReceiverOptions, StartLocation, StartPosition};
+use azure_messaging_eventhubs::models::AmqpSimpleValue;
+use azure_messaging_eventhubs::{
+    CheckpointStore, ConsumerClient, OpenReceiverOptions, StartLocation, StartPosition,
+};
 use futures_util::StreamExt;
 use serde_json::Value;
 use skyport::App;
 use skyport_shared::adapters::Backends;
 use skyport_shared::adapters::cosmos::CosmosStore;
-use skyport_shared::adapters::eventhubs::{ConnectionString, EventHubsPublisher};
+use skyport_shared::adapters::eventhubs::{
+    ConnectionString, EventHubsPublisher, IDEMPOTENCY_KEY_PROPERTY, SCHEMA_VERSION_PROPERTY,
+    TRACEPARENT_PROPERTY,
+};
 use skyport_shared::config::{EventHubsSettings, Settings};
-use skyport_shared::event::{DeliveryRequested, Event};
+use skyport_shared::event::{CONTENT_TYPE, DeliveryRequested, Event, SCHEMA_VERSION};
 use skyport_shared::ports::Publisher;
 use skyport_shared::request::DeliveryRequest;
 use skyport_shared::status::DeliveryState;
@@ -29,7 +35,10 @@ use crate::{CONCURRENCY, Client, delivery_request};
 /// The namespace the settings name, as ownership and checkpoint records carry it.
 pub fn namespace(settings: &EventHubsSettings) -> String {
     settings.namespace.clone().unwrap_or_else(|| {
-        let text = settings.connection_string.as_ref().expect("a connection string");
+        let text = settings
+            .connection_string
+            .as_ref()
+            .expect("a connection string");
         ConnectionString::parse(secrecy::ExposeSecret::expose_secret(text))
             .expect("a valid connection string")
             .namespace
@@ -37,14 +46,16 @@ pub fn namespace(settings: &EventHubsSettings) -> String {
 }
 
 async fn consumer(settings: &EventHubsSettings, hub: &str) -> ConsumerClient {
-    let credential: Arc<dyn azure_core::credentials::TokenCredential> = Arc::new(
-        skyport_shared::adapters::eventhubs::SasCredential::new(
+    let credential: Arc<dyn azure_core::credentials::TokenCredential> =
+        Arc::new(skyport_shared::adapters::eventhubs::SasCredential::new(
             &ConnectionString::parse(secrecy::ExposeSecret::expose_secret(
-                settings.connection_string.as_ref().expect("a connection string"),
+                settings
+                    .connection_string
+                    .as_ref()
+                    .expect("a connection string"),
             ))
             .expect("a valid connection string"),
-        ),
-    );
+        ));
     let mut builder = ConsumerClient::builder();
     if let Some(endpoint) = &settings.custom_endpoint {
         builder = builder.with_custom_endpoint(endpoint.to_string());
@@ -61,7 +72,11 @@ async fn last_sequence_numbers(settings: &EventHubsSettings) -> Vec<Vec<(String,
     let mut hubs = Vec::new();
     for hub in &settings.hubs {
         let client = consumer(settings, hub).await;
-        let mut ids = client.get_eventhub_properties().await.unwrap().partition_ids;
+        let mut ids = client
+            .get_eventhub_properties()
+            .await
+            .unwrap()
+            .partition_ids;
         ids.sort_by_key(|id| id.parse::<u64>().unwrap_or(u64::MAX));
         let mut partitions = Vec::new();
         for id in ids {
@@ -114,7 +129,29 @@ async fn read_events(
                 .expect("the partition's events arrive")
                 .expect("the stream goes on")
                 .unwrap();
-            bodies.push(event.event_data().body().unwrap_or_default().to_vec());
+            let data = event.event_data();
+            assert_eq!(
+                data.content_type(),
+                Some(CONTENT_TYPE),
+                "the envelope's content type"
+            );
+            let properties = data.properties().expect("application properties");
+            for (name, expected) in [
+                (
+                    SCHEMA_VERSION_PROPERTY,
+                    Some(AmqpSimpleValue::from(SCHEMA_VERSION)),
+                ),
+                (IDEMPOTENCY_KEY_PROPERTY, None),
+                (TRACEPARENT_PROPERTY, None),
+            ] {
+                let value = properties
+                    .get(name)
+                    .unwrap_or_else(|| panic!("no {name} property"));
+                if let Some(expected) = expected {
+                    assert_eq!(value, &expected, "{name}");
+                }
+            }
+            bodies.push(data.body().unwrap_or_default().to_vec());
         }
     }
     receiver.close().await.unwrap();
@@ -134,7 +171,9 @@ pub struct PublisherReport {
 /// in a row) with 256 publishes in flight, and checks that each partition
 /// got within 10 % of an even share, that each repeated key's events kept
 /// their order, and that concurrent requests shared batches.
-pub async fn publisher_spreads_keys_and_keeps_their_order(settings: &EventHubsSettings) -> PublisherReport {
+pub async fn publisher_spreads_keys_and_keeps_their_order(
+    settings: &EventHubsSettings,
+) -> PublisherReport {
     const SINGLE: usize = 8_000;
     const REPEATED: usize = 400;
     const REPEATS: usize = 5;
@@ -152,7 +191,10 @@ pub async fn publisher_spreads_keys_and_keeps_their_order(settings: &EventHubsSe
         let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
         publishes.spawn(async move {
             for seq in 0..times {
-                publisher.publish(event(&key, seq).outbound()).await.unwrap();
+                publisher
+                    .publish(event(&key, seq).outbound())
+                    .await
+                    .unwrap();
             }
             drop(permit);
         });
@@ -177,7 +219,14 @@ pub async fn publisher_spreads_keys_and_keeps_their_order(settings: &EventHubsSe
                     panic!("an event this run wrote");
                 };
                 if e.delivery_id.contains("-repeated-") {
-                    let seq = e.request.package_info.tag.as_deref().unwrap().parse().unwrap();
+                    let seq = e
+                        .request
+                        .package_info
+                        .tag
+                        .as_deref()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
                     order.entry(e.delivery_id).or_default().push(seq);
                 }
             }
@@ -187,7 +236,11 @@ pub async fn publisher_spreads_keys_and_keeps_their_order(settings: &EventHubsSe
     }
     assert_eq!(order.len(), REPEATED);
     for (key, seqs) in &order {
-        assert_eq!(*seqs, (0..REPEATS).collect::<Vec<_>>(), "{key} lost its order");
+        assert_eq!(
+            *seqs,
+            (0..REPEATS).collect::<Vec<_>>(),
+            "{key} lost its order"
+        );
     }
     let mean_batch_size = publisher.stats().mean_batch_size();
     assert!(mean_batch_size > 1.0, "concurrent requests shared no batch");
@@ -256,11 +309,17 @@ pub async fn owners(
     let now = time::OffsetDateTime::now_utc();
     let mut owners = BTreeMap::new();
     for ownership in leases
-        .list_ownerships(&namespace(&settings.eventhubs), hub, &settings.worker.consumer_group)
+        .list_ownerships(
+            &namespace(&settings.eventhubs),
+            hub,
+            &settings.worker.consumer_group,
+        )
         .await
         .unwrap()
     {
-        let live = ownership.last_modified_time.is_some_and(|t| t + expiry >= now);
+        let live = ownership
+            .last_modified_time
+            .is_some_and(|t| t + expiry >= now);
         if let (Some(owner), true) = (ownership.owner_id, live) {
             *owners.entry(owner).or_default() += 1;
         }
@@ -282,7 +341,10 @@ async fn wait_for_owners(
         if check(&owners) {
             return started.elapsed();
         }
-        assert!(started.elapsed() < timeout, "owners are {owners:?} after {timeout:?}");
+        assert!(
+            started.elapsed() < timeout,
+            "owners are {owners:?} after {timeout:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -315,10 +377,8 @@ pub async fn two_workers_share_a_hub_and_one_takes_over(
     let mut settings_b = settings.clone();
     settings_b.services.base_url = Some(a.services_url.clone());
     let b = start(&settings_b, open_store().await).await;
-    let partitions = u32::try_from(
-        last_sequence_numbers(&settings.eventhubs).await[0].len(),
-    )
-    .unwrap();
+    let partitions =
+        u32::try_from(last_sequence_numbers(&settings.eventhubs).await[0].len()).unwrap();
     let half = usize::try_from(partitions / 2).unwrap();
     let settle = Duration::from_millis(settings.eventhubs.update_interval_ms) * (partitions * 4);
     wait_for_owners(leases.as_ref(), &settings, &hub, settle, |owners| {
@@ -336,12 +396,26 @@ pub async fn two_workers_share_a_hub_and_one_takes_over(
         owners.len() == 1 && owners.values().all(|&n| n == all)
     })
     .await;
-    let documents = client.wait_for_terminal(&urls, Duration::from_secs(120)).await;
-    assert!(documents.iter().all(|d| d.state == DeliveryState::Scheduled));
-    let duplicates = a.counters.replayed.load(std::sync::atomic::Ordering::Relaxed)
-        + b_counters.replayed.load(std::sync::atomic::Ordering::Relaxed);
+    let documents = client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled)
+    );
+    let duplicates = a
+        .counters
+        .replayed
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + b_counters
+            .replayed
+            .load(std::sync::atomic::Ordering::Relaxed);
     let bound = u64::from(partitions) * settings.worker.max_in_flight as u64;
-    assert!(duplicates <= bound, "{duplicates} duplicates; the in-flight windows allow {bound}");
+    assert!(
+        duplicates <= bound,
+        "{duplicates} duplicates; the in-flight windows allow {bound}"
+    );
     a.stop().await.unwrap();
     TakeoverReport {
         takeover,
@@ -364,7 +438,9 @@ pub async fn requests_reach_scheduled_end_to_end(app: &App, count: usize) -> Dur
     let client = Client::new(format!("http://{}", app.gateway_addr));
     let started = Instant::now();
     let urls = post_tagged(&client, &run, count).await;
-    let documents = client.wait_for_terminal(&urls, Duration::from_secs(180)).await;
+    let documents = client
+        .wait_for_terminal(&urls, Duration::from_secs(180))
+        .await;
     let states: BTreeMap<String, usize> = documents.iter().fold(BTreeMap::new(), |mut m, d| {
         *m.entry(format!("{:?}", d.state)).or_default() += 1;
         m

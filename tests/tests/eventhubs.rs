@@ -1,0 +1,132 @@
+//! Event Hubs through the real SDK against the protocol-level test broker:
+//! the sharded publisher, a refused send, two workers sharing a hub, and the
+//! whole system end to end. The same scenarios run against a real namespace
+//! with the `live` feature (`eventhubs_live.rs`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use skyport_shared::adapters::cosmos::emulator::Emulator;
+use skyport_shared::config::{CosmosSettings, Settings, StreamBackend};
+use skyport_tests::eventhubs::{
+    publisher_spreads_keys_and_keeps_their_order, requests_reach_scheduled_end_to_end,
+    two_workers_share_a_hub_and_one_takes_over,
+};
+use skyport_tests::eventhubs_broker::EventHubsBroker;
+use skyport_tests::{TestApp, delivery_request, test_settings};
+
+/// Settings that stream through `hubs` on `broker`, with a SAS connection string.
+fn settings_on(broker: &EventHubsBroker, dir: &tempfile::TempDir, hubs: &[&str]) -> Settings {
+    let mut settings = test_settings(dir.path());
+    settings.stream.backend = Some(StreamBackend::EventHubs);
+    settings.eventhubs.hubs = hubs.iter().map(|h| (*h).to_owned()).collect();
+    settings.eventhubs.connection_string = Some(
+        format!(
+            "Endpoint=sb://{}/;SharedAccessKeyName=skyport;SharedAccessKey=dGVzdC1rZXk=",
+            broker.namespace()
+        )
+        .into(),
+    );
+    settings.eventhubs.custom_endpoint = Some(broker.endpoint().parse().unwrap());
+    settings.eventhubs.update_interval_ms = 250;
+    settings.eventhubs.partition_expiration_ms = 5_000;
+    settings
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_publisher_spreads_keys_over_hubs_and_partitions_in_order_and_in_batches() {
+    let broker = EventHubsBroker::start(&[("d-0", 4), ("d-1", 4)])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = settings_on(&broker, &dir, &["d-0", "d-1"]);
+    let report = publisher_spreads_keys_and_keeps_their_order(&settings.eventhubs).await;
+    // What went over the wire agrees: events of one batch share a transfer.
+    let (mut events, mut transfers) = (0, BTreeSet::new());
+    for hub in ["d-0", "d-1"] {
+        for partition in 0..4 {
+            for event in broker.events(hub, partition) {
+                events += 1;
+                transfers.insert((hub, partition, event.transfer));
+                assert!(event.properties.contains_key("idempotencyKey"));
+                assert!(
+                    event.partition_key.is_none(),
+                    "sent to a partition, not by key"
+                );
+            }
+        }
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let wire_mean = f64::from(events) / transfers.len() as f64;
+    println!(
+        "publisher: events per partition {:?}; mean batch size {:.1} (publisher) / {wire_mean:.1} (broker transfers)",
+        report.per_partition, report.mean_batch_size
+    );
+    assert!(wire_mean > 1.0);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_the_hub_refuses_answers_503_and_the_next_one_is_accepted() {
+    let broker = EventHubsBroker::start(&[("deliveries", 2)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(settings_on(&broker, &dir, &["deliveries"])).await;
+    broker.refuse_sends(true);
+    let response = app
+        .client
+        .post_raw("application/json", delivery_request(1).to_string())
+        .await;
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    broker.refuse_sends(false);
+    let accepted = app.client.post_delivery(&delivery_request(2)).await;
+    app.client
+        .wait_for_terminal(&[accepted.status_url], Duration::from_secs(30))
+        .await;
+    app.app.stop().await.unwrap();
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_split_a_hub_and_one_takes_over_all_partitions_when_the_other_stops() {
+    let broker = EventHubsBroker::start(&[("deliveries", 8)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings_on(&broker, &dir, &["deliveries"]);
+    settings.gateway.receipt_key = Some("a-receipt-key-shared-by-every-gateway".into());
+    settings.worker.max_in_flight = 16;
+    settings.simulator.latency_ms = 5;
+    settings.cosmos = CosmosSettings {
+        bulk_max_wait_ms: 10,
+        ..CosmosSettings::default()
+    };
+    let emulator = Emulator::new(false).unwrap();
+    let cosmos = settings.cosmos.clone();
+    let report = two_workers_share_a_hub_and_one_takes_over(settings, async || {
+        emulator.store(&cosmos).await.unwrap()
+    })
+    .await;
+    println!(
+        "takeover: all partitions owned {:?} after the second worker stopped; {} duplicate events (the in-flight windows allow {})",
+        report.takeover, report.duplicates, report.bound
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_requests_reach_scheduled_through_event_hubs() {
+    let broker = EventHubsBroker::start(&[("d-0", 4), ("d-1", 4)])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(settings_on(&broker, &dir, &["d-0", "d-1"])).await;
+    let took = requests_reach_scheduled_end_to_end(&app.app, 2_000).await;
+    println!("end to end: 2000 requests Scheduled through two hubs in {took:?}");
+    app.app.stop().await.unwrap();
+    broker.stop().await;
+}
