@@ -6,7 +6,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+use azure_messaging_eventhubs::CheckpointStore;
+use azure_messaging_eventhubs::models::{Checkpoint, Ownership};
+use skyport::App;
+use skyport_shared::adapters::Backends;
+use skyport_shared::adapters::eventhubs::{EventHubsConsumer, Leases};
+use tokio_util::sync::CancellationToken;
 
 use skyport_shared::adapters::cosmos::emulator::Emulator;
 use skyport_shared::config::{CosmosSettings, Settings, StreamBackend};
@@ -128,5 +137,83 @@ async fn two_thousand_requests_reach_scheduled_through_event_hubs() {
     let took = requests_reach_scheduled_end_to_end(&app.app, 2_000).await;
     println!("end to end: 2000 requests Scheduled through two hubs in {took:?}");
     app.app.stop().await.unwrap();
+    broker.stop().await;
+}
+
+/// An ownership store whose first `failures` listings fail, as a store that
+/// is briefly unreachable does.
+struct Flaky {
+    inner: Leases,
+    failures: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl CheckpointStore for Flaky {
+    async fn claim_ownership(
+        &self,
+        ownerships: &[Ownership],
+    ) -> azure_core::Result<Vec<Ownership>> {
+        self.inner.claim_ownership(ownerships).await
+    }
+
+    async fn list_checkpoints(
+        &self,
+        namespace: &str,
+        hub: &str,
+        group: &str,
+    ) -> azure_core::Result<Vec<Checkpoint>> {
+        self.inner.list_checkpoints(namespace, hub, group).await
+    }
+
+    async fn list_ownerships(
+        &self,
+        namespace: &str,
+        hub: &str,
+        group: &str,
+    ) -> azure_core::Result<Vec<Ownership>> {
+        let fail = self
+            .failures
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if fail {
+            return Err(azure_core::Error::with_message(
+                azure_core::error::ErrorKind::Io,
+                "the ownership store is unreachable",
+            ));
+        }
+        self.inner.list_ownerships(namespace, hub, group).await
+    }
+
+    async fn update_checkpoint(&self, checkpoint: Checkpoint) -> azure_core::Result<()> {
+        self.inner.update_checkpoint(checkpoint).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_that_fails_is_restarted_and_its_partitions_are_consumed() {
+    let broker = EventHubsBroker::start(&[("deliveries", 2)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = settings_on(&broker, &dir, &["deliveries"]);
+    let mut backends = Backends::open(&settings).await.unwrap();
+    let embedded = backends.embedded.clone().unwrap();
+    let flaky = Arc::new(Flaky {
+        inner: Arc::new(embedded.checkpoint_store()),
+        failures: AtomicU32::new(2),
+    });
+    backends.consumer = Arc::new(EventHubsConsumer::new(
+        &settings.eventhubs,
+        &settings.worker.consumer_group,
+        flaky.clone(),
+    ));
+    let app = App::start_with(settings, backends, CancellationToken::new())
+        .await
+        .unwrap();
+    requests_reach_scheduled_end_to_end(&app, 100).await;
+    assert_eq!(
+        flaky.failures.load(Ordering::Relaxed),
+        0,
+        "both failures were met"
+    );
+    app.stop().await.unwrap();
     broker.stop().await;
 }
