@@ -217,6 +217,34 @@ async fn properties_before_and_after_sends() {
     assert_eq!(seen.last_enqueued_offset, stored[2].offset);
 }
 
+/// Many short-lived clients in a row, as a service polling partition properties
+/// would open them, on a multi-threaded runtime. Each drops the CBS session it
+/// authorised on together with both of its links, and awaits the settlement of
+/// every request; fe2o3-amqp's client gets both wrong when the peer answers
+/// faster than a network round trip (see the broker's module docs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_lived_clients_query_and_close_cleanly() {
+    let broker = EventHubsBroker::start(&[("orders", 4)]).await.unwrap();
+    for _ in 0..20 {
+        let consumer = consumer(&broker, "orders").await;
+        let hub = bounded("hub properties", consumer.get_eventhub_properties())
+            .await
+            .unwrap();
+        for id in &hub.partition_ids {
+            bounded(
+                "partition properties",
+                consumer.get_partition_properties(id),
+            )
+            .await
+            .unwrap();
+        }
+        bounded("closing a consumer", consumer.close())
+            .await
+            .unwrap();
+    }
+    broker.stop().await;
+}
+
 #[tokio::test]
 async fn batches_are_stored_per_event_and_routed() {
     let broker = EventHubsBroker::start(&[("orders", 4), ("audit", 2)])

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use fe2o3_amqp::acceptor::LinkEndpoint;
-use fe2o3_amqp::link::RecvError;
+use fe2o3_amqp::link::{DetachError, RecvError};
 use fe2o3_amqp::types::definitions::{self, AmqpError};
 use fe2o3_amqp::types::messaging::message::__private::Deserializable;
 use fe2o3_amqp::types::messaging::{Body, Message};
@@ -14,13 +15,18 @@ use tokio::sync::mpsc;
 
 use super::filter::Cursor;
 use super::management::{self, Node};
-use super::server::{CLOSE_TIMEOUT, Context, Replies, Route};
+use super::server::{CLOSE_TIMEOUT, Context, Outbox, Replies, Route};
 use super::{Partition, Registration, lock, stolen};
 
 /// The message format of an `EventDataBatch` transfer.
 const BATCH_FORMAT: u32 = 0x8001_3700;
 /// How many records a receiver link takes from the log at a time.
 const DELIVERY_CHUNK: usize = 64;
+/// The least time the broker takes to answer what the client sent (settle a
+/// transfer, answer a detach): a stand-in for the network round trip that always
+/// lies between the SDK and the service, and that fe2o3-amqp 0.14.1's client relies
+/// on (see "What the SDK does that shapes this" in the module docs).
+const ROUND_TRIP: Duration = Duration::from_millis(10);
 
 pub(super) async fn serve_link(
     link: LinkEndpoint,
@@ -46,8 +52,8 @@ pub(super) async fn serve_link(
         (Route::Requests(node), LinkEndpoint::Receiver(receiver)) => {
             serve_requests(receiver, node, replies, context).await;
         }
-        (Route::Responses(address), LinkEndpoint::Sender(sender)) => {
-            serve_responses(sender, address, replies, context).await;
+        (Route::Responses { address, outbox }, LinkEndpoint::Sender(sender)) => {
+            serve_responses(sender, address, outbox, replies, context).await;
         }
         (Route::Publish { hub, partition }, LinkEndpoint::Receiver(receiver)) => {
             serve_publisher(receiver, hub, partition, context).await;
@@ -73,7 +79,11 @@ pub(super) async fn serve_link(
 }
 
 /// Receives requests for `node` and hands each response to the session's reply
-/// link for its `reply-to` address.
+/// link for its `reply-to` address. A request is settled a [`ROUND_TRIP`] after it
+/// arrived, and the next frame is read a [`ROUND_TRIP`] after the response was
+/// handed over: the SDK drops a CBS client, its links and its session as soon as it
+/// has its response, and the detach of this link, answered at once, would overtake
+/// the end of the session.
 async fn serve_requests(mut receiver: Receiver, node: Node, replies: Replies, context: Context) {
     loop {
         let delivery: Delivery<Body<Value>> = tokio::select! {
@@ -83,43 +93,67 @@ async fn serve_requests(mut receiver: Receiver, node: Node, replies: Replies, co
                 Err(error) => return link_ended(receiver, error).await,
             },
         };
+        if !round_trip(&context).await {
+            return;
+        }
         if let Err(error) = receiver.accept(&delivery).await {
             tracing::debug!(%error, "eventhubs broker: request not accepted");
             return;
         }
-        let request = delivery.message();
-        let response = management::respond(node, &context.state, request);
-        let reply_to = request
-            .properties
-            .as_ref()
-            .and_then(|properties| properties.reply_to.clone())
-            .unwrap_or_default();
-        let reply_link = lock(&replies).get(&reply_to).cloned();
-        let Some(reply_link) = reply_link else {
-            tracing::warn!(reply_to, ?node, "eventhubs broker: no link to reply to");
-            continue;
-        };
-        tokio::select! {
-            () = context.shutdown.cancelled() => return,
-            sent = reply_link.send(response) => if sent.is_err() {
+        if !respond(node, delivery.message(), &replies, &context).await
+            || !round_trip(&context).await
+        {
+            return;
+        }
+    }
+}
+
+/// Hands the response to `request` to the reply link for its `reply-to` address;
+/// false if the broker shuts down meanwhile.
+async fn respond(
+    node: Node,
+    request: &Message<Body<Value>>,
+    replies: &Replies,
+    context: &Context,
+) -> bool {
+    let response = management::respond(node, &context.state, request);
+    let reply_to = request
+        .properties
+        .as_ref()
+        .and_then(|properties| properties.reply_to.clone())
+        .unwrap_or_default();
+    let reply_link = lock(replies).get(&reply_to).cloned();
+    let Some(reply_link) = reply_link else {
+        tracing::warn!(reply_to, ?node, "eventhubs broker: no link to reply to");
+        return true;
+    };
+    tokio::select! {
+        () = context.shutdown.cancelled() => false,
+        sent = reply_link.send(response) => {
+            if sent.is_err() {
                 tracing::debug!(reply_to, "eventhubs broker: the reply link has gone");
-            },
+            }
+            true
         }
     }
 }
 
 /// Delivers the responses addressed to `address`.
-async fn serve_responses(mut sender: Sender, address: String, replies: Replies, context: Context) {
-    let (outbox, mut responses) = mpsc::channel(16);
-    lock(&replies).insert(address.clone(), outbox);
+async fn serve_responses(
+    mut sender: Sender,
+    address: String,
+    mut outbox: Outbox,
+    replies: Replies,
+    context: Context,
+) {
     loop {
         let response = tokio::select! {
             () = context.shutdown.cancelled() => break,
-            error = sender.on_detach() => {
-                tracing::debug!(%error, address, "eventhubs broker: response link detached");
-                break;
+            detach = sender.on_detach() => {
+                unregister(&replies, &address, outbox);
+                return answer_detach(sender, detach, &context).await;
             }
-            response = responses.recv() => response,
+            response = outbox.recv() => response,
         };
         let Some(response) = response else {
             break;
@@ -134,7 +168,16 @@ async fn serve_responses(mut sender: Sender, address: String, replies: Replies, 
             break;
         }
     }
-    lock(&replies).remove(&address);
+    unregister(&replies, &address, outbox);
+}
+
+/// Takes `address` out of the session's reply links, unless a newer link has it.
+fn unregister(replies: &Replies, address: &str, mut outbox: Outbox) {
+    outbox.close();
+    let mut replies = lock(replies);
+    if replies.get(address).is_some_and(mpsc::Sender::is_closed) {
+        replies.remove(address);
+    }
 }
 
 /// Stores what the client sends to hub `hub` (or one of its partitions).
@@ -164,6 +207,9 @@ async fn serve_publisher(
         } else {
             events_of(&delivery).and_then(|events| hub.publish(&context.state, partition, events))
         };
+        if !round_trip(&context).await {
+            return;
+        }
         let disposed = match outcome {
             Ok(()) => receiver.accept(&delivery).await,
             Err(error) => {
@@ -225,10 +271,7 @@ async fn serve_consumer(
             tokio::select! {
                 () = context.shutdown.cancelled() => return,
                 Ok(level) = &mut registration.stolen => return close_stolen(sender, level).await,
-                error = sender.on_detach() => {
-                    tracing::debug!(%error, "eventhubs broker: receiver link detached");
-                    return;
-                }
+                detach = sender.on_detach() => return answer_detach(sender, detach, &context).await,
                 changed = appended.changed() => if changed.is_err() {
                     return;
                 },
@@ -247,6 +290,46 @@ async fn serve_consumer(
                 },
             }
         }
+    }
+}
+
+/// Waits [`ROUND_TRIP`]; false if the broker shuts down meanwhile.
+async fn round_trip(context: &Context) -> bool {
+    tokio::select! {
+        () = context.shutdown.cancelled() => false,
+        () = tokio::time::sleep(ROUND_TRIP) => true,
+    }
+}
+
+/// Answers, after [`ROUND_TRIP`], the detach the client started on a link the
+/// broker sends on, in kind (closing or not). If the client ends the session
+/// meanwhile, the end detaches the link and no answer goes out.
+async fn answer_detach(sender: Sender, detach: DetachError, context: &Context) {
+    let closing = match detach {
+        DetachError::ClosedByRemote | DetachError::RemoteClosedWithError(_) => true,
+        DetachError::DetachedByRemote | DetachError::RemoteDetachedWithError(_) => false,
+        error => {
+            tracing::debug!(%error, "eventhubs broker: link gone without a detach to answer");
+            return;
+        }
+    };
+    if !round_trip(context).await {
+        return;
+    }
+    let answered = if closing {
+        tokio::time::timeout(CLOSE_TIMEOUT, sender.close()).await
+    } else {
+        tokio::time::timeout(CLOSE_TIMEOUT, async {
+            sender.detach().await.map(drop).map_err(|(_, error)| error)
+        })
+        .await
+    };
+    match answered {
+        Ok(Ok(())) => {}
+        // The session ended while the broker waited, which detached the link.
+        Ok(Err(DetachError::IllegalSessionState)) => {}
+        Ok(Err(error)) => tracing::debug!(%error, "eventhubs broker: detach not answered"),
+        Err(_) => tracing::debug!("eventhubs broker: detach not answered in time"),
     }
 }
 

@@ -19,9 +19,9 @@
 //!   AMQP message, stored as separate events that share one `transfer` id and one
 //!   partition. A send to the hub goes to partition `fnv1a64(x-opt-partition-key) %
 //!   partition_count` when the (first) event carries the annotation, otherwise
-//!   round-robin per transfer. Each delivery is settled Accepted once stored. Links advertise a
-//!   max-message-size of 1 MiB (the SDK sizes batches from it and refuses to batch
-//!   without it).
+//!   round-robin per transfer. Each delivery is settled Accepted once stored (see
+//!   below for when). Links advertise a max-message-size of 1 MiB (the SDK sizes
+//!   batches from it and refuses to batch without it).
 //! - Receivers on `<hub>/ConsumerGroups/<cg>/Partitions/<n>`, starting where the
 //!   source's `apache.org:selector-filter:string` says (`amqp.annotation.x-opt-offset`,
 //!   `x-opt-sequence-number` or `x-opt-enqueued-time` with `>` or `>=`; `> '-1'` is
@@ -62,6 +62,24 @@
 //! - A `ConsumerClient` keeps one receiver link per partition until that
 //!   `EventReceiver` is closed: opening another receiver on the same client and
 //!   partition reuses the link, and its position.
+//! - fe2o3-amqp 0.14.1's client counts on its peer being a network round trip
+//!   away, so the broker never answers faster than `ROUND_TRIP` (10 ms, in
+//!   links.rs): it settles a transfer that long after it arrived, reads a request
+//!   link's next frame that long after the response went out, and answers a detach
+//!   the client started on a link the broker sends on that long after it arrived
+//!   (not at all if the client ends the session meanwhile). Answered at once:
+//!   - A sender registers a delivery for its settlement only after handing the
+//!     transfer to its session, so a settlement that comes back first is lost and
+//!     `send` (a management call, a CBS `put-token`, `send_batch`) never returns.
+//!   - The SDK drops its CBS client, with both links and their session, as soon
+//!     as it has the `put-token` response. The client session counts an answer to
+//!     the detach of a dropped link as an unattached handle; after the second one
+//!     it stops without waiting for the session's end, and when that end arrives
+//!     the client connection closes itself with `amqp:not-found` ("Session is not
+//!     found"). The SDK then reports "Connection dropped: Illegal session state" or
+//!     "Connection must have been closed" from whatever uses the connection next.
+//!     The client does not set TCP_NODELAY, so its end can wait in its socket
+//!     until the broker sends something, such as the answer to a detach.
 //!
 //! # What it deliberately doesn't
 //!

@@ -130,6 +130,9 @@ async fn serve_connection(
 /// The reply links of a session, by the client address they deliver to.
 pub(super) type Replies = Arc<Mutex<HashMap<String, mpsc::Sender<Message<Body<Value>>>>>>;
 
+/// The responses waiting for one reply link.
+pub(super) type Outbox = mpsc::Receiver<Message<Body<Value>>>;
+
 async fn serve_session(
     mut session: ListenerSessionHandle,
     links: Arc<AtomicU64>,
@@ -148,7 +151,7 @@ async fn serve_session(
             return;
         };
         let id = links.fetch_add(1, Ordering::Relaxed);
-        let route = Route::of(&attach, &context.state, id);
+        let route = Route::of(&attach, &context.state, &replies, id);
         let link = match acceptor.accept_incoming_attach(attach, &mut session).await {
             Ok(link) => link,
             Err(error) => {
@@ -166,8 +169,10 @@ async fn serve_session(
 pub(super) enum Route {
     /// The client sends requests to a node.
     Requests(Node),
-    /// The client receives a node's responses at `address`.
-    Responses(String),
+    /// The client receives a node's responses at `address`. The address is
+    /// registered before the attach is answered, as the client may send a request
+    /// as soon as it has the answer.
+    Responses { address: String, outbox: Outbox },
     /// The client sends events to a hub, or to one of its partitions.
     Publish {
         hub: usize,
@@ -184,7 +189,7 @@ pub(super) enum Route {
 }
 
 impl Route {
-    fn of(attach: &Attach, state: &State, id: u64) -> Self {
+    fn of(attach: &Attach, state: &State, replies: &Replies, id: u64) -> Self {
         match attach.role {
             // The client sends, the broker receives.
             Role::Sender => {
@@ -220,7 +225,11 @@ impl Route {
                         .and_then(|target| Target::try_from((**target).clone()).ok())
                         .and_then(|target| target.address);
                     return match reply_to {
-                        Some(reply_to) => Self::Responses(reply_to),
+                        Some(address) => {
+                            let (reply_link, outbox) = mpsc::channel(16);
+                            lock(replies).insert(address.clone(), reply_link);
+                            Self::Responses { address, outbox }
+                        }
                         None => Self::Refuse(definitions::Error::new(
                             AmqpError::InvalidField,
                             "a response link needs a target address".to_owned(),
