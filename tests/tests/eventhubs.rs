@@ -51,7 +51,7 @@ async fn the_publisher_spreads_keys_over_hubs_and_partitions_in_order_and_in_bat
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let settings = settings_on(&broker, &dir, &["d-0", "d-1"]);
-    let report = publisher_spreads_keys_and_keeps_their_order(&settings.eventhubs).await;
+    let report = publisher_spreads_keys_and_keeps_their_order(&settings.eventhubs, "broker").await;
     // What went over the wire agrees: events of one batch share a transfer.
     let (mut events, mut transfers) = (0, BTreeSet::new());
     for hub in ["d-0", "d-1"] {

@@ -21,7 +21,7 @@ use skyport_shared::adapters::Backends;
 use skyport_shared::adapters::cosmos::CosmosStore;
 use skyport_shared::config::{CosmosAuth, Settings, StreamBackend};
 use skyport_tests::eventhubs::{
-    publisher_spreads_keys_and_keeps_their_order, requests_reach_scheduled_end_to_end,
+    publisher_spreads_keys_and_keeps_their_order, requests_reach_scheduled_end_to_end, run_tag,
     two_workers_share_a_hub_and_one_takes_over,
 };
 use skyport_tests::test_settings;
@@ -61,7 +61,8 @@ fn hubs() -> Vec<String> {
 async fn live_the_publisher_spreads_keys_in_order_and_in_batches() {
     let dir = tempfile::tempdir().unwrap();
     let settings = live_settings(&dir, hubs());
-    let report = publisher_spreads_keys_and_keeps_their_order(&settings.eventhubs).await;
+    let report =
+        publisher_spreads_keys_and_keeps_their_order(&settings.eventhubs, &run_tag()).await;
     println!("live publisher: {report:?}");
 }
 
