@@ -103,6 +103,56 @@ async fn a_send_the_hub_refuses_answers_503_and_the_next_one_is_accepted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_hub_is_down_posts_get_503_and_the_publisher_reconnects_when_it_is_back() {
+    let broker = EventHubsBroker::start(&[("deliveries", 2)]).await.unwrap();
+    let addr = broker.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings_on(&broker, &dir, &["deliveries"]);
+    settings.eventhubs.send_timeout_ms = 2_000;
+    let app = TestApp::spawn_with(settings).await;
+    app.client.post_delivery(&delivery_request(1)).await;
+    broker.stop().await;
+    let started = std::time::Instant::now();
+    let response = app
+        .client
+        .post_raw("application/json", delivery_request(2).to_string())
+        .await;
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let refused_in = started.elapsed();
+    assert!(
+        refused_in < Duration::from_secs(5),
+        "refused after {refused_in:?}"
+    );
+    let broker = EventHubsBroker::start_on(addr, &[("deliveries", 2)])
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let accepted = loop {
+        let response = app
+            .client
+            .post_raw("application/json", delivery_request(3).to_string())
+            .await;
+        if response.status() == 202 {
+            break response.json::<serde_json::Value>().await.unwrap();
+        }
+        assert_eq!(response.status(), 503);
+        assert!(std::time::Instant::now() < deadline, "no reconnect in 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "hub down: POST refused with 503 in {refused_in:?}; accepted again after the hub came back"
+    );
+    assert_eq!(
+        broker.events("deliveries", 0).len() + broker.events("deliveries", 1).len(),
+        1
+    );
+    assert!(accepted["statusUrl"].is_string());
+    app.app.stop().await.unwrap();
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_split_a_hub_and_one_takes_over_all_partitions_when_the_other_stops() {
     let broker = EventHubsBroker::start(&[("deliveries", 8)]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -161,7 +161,14 @@ pub struct StoredEvent {
 impl EventHubsBroker {
     /// Binds 127.0.0.1:0 and serves hubs given as (name, partition count).
     pub async fn start(hubs: &[(&str, u32)]) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), hubs).await
+    }
+
+    /// Serves hubs on `addr`: a stopped broker's address, to bring "the
+    /// service" back where its clients are reconnecting to (its events are not
+    /// carried over).
+    pub async fn start_on(addr: SocketAddr, hubs: &[(&str, u32)]) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(State::new(hubs));
         let shutdown = CancellationToken::new();
@@ -180,6 +187,11 @@ impl EventHubsBroker {
             shutdown,
             tasks,
         })
+    }
+
+    /// Where the broker listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `amqp://127.0.0.1:PORT`, for the SDK builders' `with_custom_endpoint`.

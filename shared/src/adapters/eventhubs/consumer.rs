@@ -32,6 +32,10 @@ use crate::ports::{ConsumeError, Consumer, PartitionReader, StreamEvent};
 
 /// How long a failed processor or connection waits before it is tried again, at most.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long opening a hub's client may take before it is tried again.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long closing a partition's receiver may take (a dead connection never answers).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Hands out the partitions this worker's processors win, one per hub.
 pub struct EventHubsConsumer {
@@ -190,6 +194,7 @@ impl Processors {
             loops.spawn_local(
                 supervise(
                     client,
+                    namespace.clone(),
                     context.clone(),
                     self.settings.clone(),
                     Arc::clone(&self.store),
@@ -227,7 +232,13 @@ impl Processors {
                     let ids = sorted_partition_ids(hub, properties.partition_ids)?;
                     Ok::<_, super::EventHubsOpenError>((client, ids))
                 };
-                match attempt.await {
+                let attempt = tokio::select! {
+                    () = self.stop.cancelled() => return None,
+                    attempt = tokio::time::timeout(OPEN_TIMEOUT, attempt) => attempt,
+                };
+                match attempt
+                    .unwrap_or_else(|_| Err(namespace.open_error(hub, "no answer within 30 s")))
+                {
                     Ok(opened) => break opened,
                     Err(e) => {
                         tracing::error!(error = %e, retry_in_ms = backoff.as_millis(), "Cannot open the event hub for consuming.");
@@ -257,77 +268,123 @@ impl Processors {
     }
 }
 
-/// Runs one hub's processor, restarting its `run` loop after a back-off
-/// whenever it fails, and turns each partition it wins into a reader.
+/// Runs one hub's processor and turns each partition it wins into a reader.
+/// When the processor fails, it is rebuilt on a new connection after a
+/// back-off (the SDK does not reconnect a dropped one); the partitions it had
+/// end on their own and are won again.
 async fn supervise(
-    client: ConsumerClient,
+    first: ConsumerClient,
+    namespace: Namespace,
     context: HubContext,
     settings: EventHubsSettings,
     store: Leases,
     readers: mpsc::Sender<EventHubsReader>,
     stop: CancellationToken,
 ) {
-    let processor = tokio::select! {
-        () = stop.cancelled() => return,
-        built = build_processor(client, &settings, Arc::clone(&store)) => match built {
-            Ok(processor) => processor,
-            Err(e) => {
-                tracing::error!(error = %e, "Cannot build the event processor.");
-                return;
-            }
-        },
-    };
     let mut pumps = tokio::task::JoinSet::new();
+    let mut client = Some(first);
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let started = tokio::time::Instant::now();
+        let failure = match client.take() {
+            Some(client) => {
+                let built = tokio::select! {
+                    () = stop.cancelled() => break,
+                    built = build_processor(client, &settings, Arc::clone(&store)) => built,
+                };
+                match built {
+                    Ok(processor) => {
+                        let ended = run_processor(
+                            &processor, &context, &settings, &store, &readers, &mut pumps, &stop,
+                        )
+                        .await;
+                        if let Err(e) = processor.shutdown().await {
+                            tracing::warn!(error = %e, "The event processor did not shut down cleanly.");
+                        }
+                        match ended {
+                            Ended::Stopped => break,
+                            Ended::Failed(e) => e,
+                        }
+                    }
+                    Err(e) => format!("cannot build the event processor: {e}"),
+                }
+            }
+            None => {
+                let opened = tokio::select! {
+                    () = stop.cancelled() => break,
+                    opened = tokio::time::timeout(
+                        OPEN_TIMEOUT,
+                        namespace.consumer(&context.hub, &context.consumer_group, &context.owner),
+                    ) => opened,
+                };
+                match opened {
+                    Ok(Ok(opened)) => {
+                        client = Some(opened);
+                        continue;
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "no answer within 30 s".to_owned(),
+                }
+            }
+        };
+        if started.elapsed() > MAX_BACKOFF {
+            backoff = Duration::from_secs(1);
+        }
+        tracing::error!(error = %failure, restart_in_ms = backoff.as_millis(), "The event processor stopped; restarting it on a new connection.");
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    // The worker has drained its partitions by now; let the loops give their clients back.
+    while pumps.join_next().await.is_some() {}
+}
+
+/// How a processor's run ended.
+enum Ended {
+    Stopped,
+    Failed(String),
+}
+
+/// Runs `processor` and hands out the partitions it wins until it fails or the consumer stops.
+async fn run_processor(
+    processor: &EventProcessor,
+    context: &HubContext,
+    settings: &EventHubsSettings,
+    store: &Leases,
+    readers: &mpsc::Sender<EventHubsReader>,
+    pumps: &mut tokio::task::JoinSet<()>,
+    stop: &CancellationToken,
+) -> Ended {
     let handout = async {
         loop {
             let client = match processor.next_partition_client().await {
                 Ok(client) => client,
-                Err(e) => {
-                    tracing::error!(error = %e, "The event processor handed out no partition.");
-                    return;
-                }
+                Err(e) => return Ended::Failed(format!("no partition handed out: {e}")),
             };
             let (reader, fed) = EventHubsReader::new(
-                &context,
+                context,
                 client.get_partition_id(),
-                Arc::clone(&store),
+                Arc::clone(store),
                 settings.prefetch,
             );
             let span = tracing::info_span!("eventhubs_partition", partition = reader.partition);
             let partition = reader.partition;
             if readers.send(reader).await.is_err() {
-                return;
+                return Ended::Stopped;
             }
             pumps.spawn_local(pump(client, partition, fed).instrument(span));
         }
     };
-    let run = async {
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            let started = tokio::time::Instant::now();
-            match processor.run().await {
-                Ok(()) => return,
-                Err(e) => {
-                    if started.elapsed() > MAX_BACKOFF {
-                        backoff = Duration::from_secs(1);
-                    }
-                    tracing::error!(error = %e, restart_in_ms = backoff.as_millis(), "The event processor stopped; restarting it.");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        }
-    };
     tokio::select! {
-        () = stop.cancelled() => {}
-        () = handout => {}
-        () = run => {}
+        () = stop.cancelled() => Ended::Stopped,
+        ended = handout => ended,
+        ran = processor.run() => match ran {
+            Ok(()) => Ended::Stopped,
+            Err(e) => Ended::Failed(e.to_string()),
+        },
     }
-    if let Err(e) = processor.shutdown().await {
-        tracing::warn!(error = %e, "The event processor did not shut down cleanly.");
-    }
-    // The worker has drained its partitions by now; let the loops give their clients back.
-    while pumps.join_next().await.is_some() {}
 }
 
 async fn build_processor(
@@ -402,10 +459,12 @@ async fn pump(client: Arc<PartitionClient>, partition: u32, fed: mpsc::Sender<Fe
         }
     }
     fed.closed().await;
-    if let Ok(client) = Arc::try_unwrap(client)
-        && let Err(e) = client.close().await
-    {
-        tracing::debug!(error = %e, "Closing the partition client failed.");
+    if let Ok(client) = Arc::try_unwrap(client) {
+        match tokio::time::timeout(CLOSE_TIMEOUT, client.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "Closing the partition client failed."),
+            Err(_) => tracing::debug!("Closing the partition client timed out."),
+        }
     }
 }
 

@@ -6,14 +6,17 @@
 //!   (`linger_ms`, `max_batch_bytes`, `max_batch_events`), sends one batch at a
 //!   time (so a key's events keep their order) and answers each request when
 //!   its own batch is acknowledged. A failed or timed-out send fails exactly
-//!   the requests in that batch; the SDK reconnects on the next send.
+//!   the requests in that batch, and the hub's producer is replaced by one on
+//!   a new connection (the SDK keeps a dropped connection and fails every send
+//!   on it).
 //! - [`EventHubsConsumer`]: one `EventProcessor` per hub (Balanced strategy)
 //!   on an ownership and checkpoint store (Cosmos DB, or the embedded store on
 //!   one machine). The processors and their partition loops run on a
 //!   `LocalSet` on a thread of their own, because the SDK's event streams are
 //!   not `Send`; each partition reaches the worker as a
 //!   [`PartitionReader`](crate::ports::PartitionReader) fed by a bounded channel.
-//!   A processor whose `run` fails is restarted after a back-off. A partition
+//!   A processor whose `run` fails is rebuilt on a new connection after a
+//!   back-off (the SDK does not reconnect a dropped one). A partition
 //!   whose stream ends (taken over: `ConsumerDisconnected`, or a broken link)
 //!   is reported to the worker as revoked.
 //!

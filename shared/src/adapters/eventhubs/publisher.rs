@@ -88,8 +88,10 @@ impl EventHubsPublisher {
         let mut first = Vec::with_capacity(settings.hubs.len());
         let mut numbered = 0u32;
         for hub in &settings.hubs {
-            let client = Arc::new(namespace.producer(hub).await?);
+            let client = Arc::new(HubClient::open(&namespace, hub).await?);
             let properties = client
+                .current()
+                .1
                 .get_eventhub_properties()
                 .await
                 .map_err(|e| namespace.open_error(hub, e))?;
@@ -166,7 +168,7 @@ struct SendFailed(#[source] Arc<BoxError>);
 /// Takes what is queued for one partition, lingers for more, sends it, and
 /// answers each request; one batch in flight at a time keeps each key's order.
 async fn send_loop(
-    client: Arc<ProducerClient>,
+    client: Arc<HubClient>,
     partition_id: String,
     mut queue: mpsc::Receiver<Pending>,
     limits: Limits,
@@ -188,7 +190,9 @@ async fn send_loop(
                 Ok(None) | Err(_) => break,
             }
         }
-        let sent = send_batch(&client, &partition_id, &mut waiting, limits).await;
+        let (generation, producer) = client.current();
+        let sent = send_batch(&producer, &partition_id, &mut waiting, limits).await;
+        drop(producer);
         match sent {
             Ok((batch, events)) => {
                 healthy.store(true, Ordering::Relaxed);
@@ -206,7 +210,71 @@ async fn send_loop(
                 for pending in batch {
                     let _ = pending.reply.send(Err(Arc::clone(&e)));
                 }
+                client.reconnect(generation, limits.send_timeout).await;
             }
+        }
+    }
+}
+
+/// One hub's producer, replaced by a fresh connection after a failed send:
+/// the SDK keeps a dropped connection and fails every send on it.
+struct HubClient {
+    namespace: Namespace,
+    hub: String,
+    /// The producer and how many times it has been replaced.
+    current: std::sync::RwLock<(u64, Arc<ProducerClient>)>,
+    /// Held while one partition's sender reconnects; the others go on.
+    reconnecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for HubClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubClient")
+            .field("hub", &self.hub)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HubClient {
+    async fn open(namespace: &Namespace, hub: &str) -> Result<Self, EventHubsOpenError> {
+        let producer = namespace.producer(hub).await?;
+        Ok(Self {
+            namespace: namespace.clone(),
+            hub: hub.to_owned(),
+            current: std::sync::RwLock::new((0, Arc::new(producer))),
+            reconnecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn current(&self) -> (u64, Arc<ProducerClient>) {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (current.0, Arc::clone(&current.1))
+    }
+
+    /// Opens a new connection in place of generation `failed`, unless another
+    /// sender already did or is doing it; a failed attempt is tried again
+    /// after the next failed send.
+    async fn reconnect(&self, failed: u64, timeout: Duration) {
+        let Ok(_reconnecting) = self.reconnecting.try_lock() else {
+            return;
+        };
+        if self.current().0 != failed {
+            return;
+        }
+        match tokio::time::timeout(timeout, self.namespace.producer(&self.hub)).await {
+            Ok(Ok(producer)) => {
+                let mut current = self
+                    .current
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *current = (failed + 1, Arc::new(producer));
+                tracing::info!("Reconnected to the event hub.");
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "Cannot reconnect to the event hub yet."),
+            Err(_) => tracing::warn!("Cannot reconnect to the event hub yet: timed out."),
         }
     }
 }
