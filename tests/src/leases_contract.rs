@@ -133,10 +133,12 @@ async fn racing_claims_expire_and_move(leases: &Leases) {
     assert!(listed.values().all(|o| o.owner_id.as_deref() != Some("a")));
     assert_eq!(listed.len(), PARTITIONS);
 
-    // "c" gives its partitions up (a graceful stop): they are unowned, and "b" claims them at once.
+    // An owner gives its partitions up (a graceful stop): they are unowned,
+    // and a new processor "d" claims them at once.
+    let leaving = listed.values().next().and_then(|o| o.owner_id.clone());
     let released: Vec<_> = listed
         .values()
-        .filter(|o| o.owner_id.as_deref() == Some("c"))
+        .filter(|o| o.owner_id == leaving)
         .map(|o| Ownership {
             owner_id: None,
             ..o.clone()
@@ -152,14 +154,21 @@ async fn racing_claims_expire_and_move(leases: &Leases) {
     assert_eq!(unowned.len(), released.len());
     let claims: Vec<_> = unowned
         .iter()
-        .map(|o| ownership(o.partition_id.parse().unwrap(), "b", o.etag.clone()))
+        .map(|o| ownership(o.partition_id.parse().unwrap(), "d", o.etag.clone()))
         .collect();
     assert_eq!(
         leases.claim_ownership(&claims).await.unwrap().len(),
         claims.len()
     );
     let listed = owners(leases.as_ref()).await;
-    assert!(listed.values().all(|o| o.owner_id.as_deref() == Some("b")));
+    for claim in &claims {
+        assert_eq!(listed[&claim.partition_id].owner_id.as_deref(), Some("d"));
+    }
+    assert!(
+        listed
+            .values()
+            .all(|o| o.owner_id.is_some() && o.owner_id != leaving)
+    );
 }
 
 /// Checkpoints list back exactly, per hub, the latest of each partition.
