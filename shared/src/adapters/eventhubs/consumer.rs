@@ -219,7 +219,7 @@ impl Processors {
         let mut opened = Vec::with_capacity(self.settings.hubs.len());
         let mut first = 0u32;
         for hub in &self.settings.hubs {
-            let mut backoff = Duration::from_secs(1);
+            let mut backoff = Backoff::default();
             let (client, partition_ids) = loop {
                 let attempt = async {
                     let client = namespace
@@ -241,12 +241,10 @@ impl Processors {
                 {
                     Ok(opened) => break opened,
                     Err(e) => {
-                        tracing::error!(error = %e, retry_in_ms = backoff.as_millis(), "Cannot open the event hub for consuming.");
-                        tokio::select! {
-                            () = self.stop.cancelled() => return None,
-                            () = tokio::time::sleep(backoff) => {}
+                        tracing::error!(error = %e, retry_in_ms = backoff.delay.as_millis(), "Cannot open the event hub for consuming.");
+                        if !backoff.wait(&self.stop).await {
+                            return None;
                         }
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
                 }
             };
@@ -283,7 +281,7 @@ async fn supervise(
 ) {
     let mut pumps = tokio::task::JoinSet::new();
     let mut client = Some(first);
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Backoff::default();
     loop {
         let started = tokio::time::Instant::now();
         let failure = match client.take() {
@@ -328,17 +326,40 @@ async fn supervise(
             }
         };
         if started.elapsed() > MAX_BACKOFF {
-            backoff = Duration::from_secs(1);
+            backoff = Backoff::default();
         }
-        tracing::error!(error = %failure, restart_in_ms = backoff.as_millis(), "The event processor stopped; restarting it on a new connection.");
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(backoff) => {}
+        tracing::error!(error = %failure, restart_in_ms = backoff.delay.as_millis(), "The event processor stopped; restarting it on a new connection.");
+        if !backoff.wait(&stop).await {
+            break;
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
     // The worker has drained its partitions by now; let the loops give their clients back.
     while pumps.join_next().await.is_some() {}
+}
+
+/// The wait before trying again: 1 s, doubling up to [`MAX_BACKOFF`].
+struct Backoff {
+    delay: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Backoff {
+    /// Waits out the current delay and doubles it; false when `stop` fired first.
+    async fn wait(&mut self, stop: &CancellationToken) -> bool {
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(self.delay) => {}
+        }
+        self.delay = (self.delay * 2).min(MAX_BACKOFF);
+        true
+    }
 }
 
 /// How a processor's run ended.
