@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use skyport_shared::ports::{PublishError, StatusStoreError};
 use skyport_shared::request::FieldError;
+use utoipa::ToSchema;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -44,15 +45,28 @@ pub enum ApiError {
 }
 
 /// The problem document (RFC 9457) with Skyport's extension members.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "type": "about:blank",
+    "title": "Validation failed",
+    "status": 422,
+    "detail": "the request has invalid fields",
+    "code": "ValidationFailed",
+    "errors": [{"field": "packageInfo.weight", "message": "must be more than 0 and at most 100 kg"}]
+}))]
 pub struct Problem {
+    /// Always `about:blank`: `code` names the problem.
     #[serde(rename = "type")]
+    #[schema(format = "uri-reference")]
     pub problem_type: &'static str,
     pub title: &'static str,
+    /// The HTTP status code.
+    #[schema(minimum = 400, maximum = 599)]
     pub status: u16,
     pub detail: String,
-    /// A stable, machine-readable name for the problem.
+    /// A stable, machine-readable name for the problem (`ValidationFailed`, `Conflict`, …).
     pub code: &'static str,
+    /// The offending fields of a 422.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
 }

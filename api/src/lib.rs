@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod extract;
+pub mod openapi;
 pub mod receipt;
 pub mod routes;
 pub mod state;
@@ -16,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::http::header;
+use axum::routing::get;
 use axum::{Extension, Router};
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
@@ -24,27 +26,42 @@ use skyport_shared::ports::Diagnostics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
-use crate::routes::deliveries::{self, DELIVERY_REQUESTS};
-use crate::routes::health;
+use crate::openapi::ApiDoc;
+use crate::routes::{deliveries, health};
 pub use crate::state::AppState;
+
+/// The documented routes, each with its part of the OpenAPI document.
+fn documented() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(deliveries::create))
+        .routes(routes!(deliveries::cancel))
+        .routes(routes!(deliveries::status))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+}
+
+/// The gateway's OpenAPI document, as served at `/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented().split_for_parts().1
+}
 
 /// The gateway's routes over `state`, with bodies limited to `max_body_bytes`.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    Router::new()
-        .route(DELIVERY_REQUESTS, post(deliveries::create))
+    let (routes, spec) = documented().split_for_parts();
+    let spec = axum::body::Bytes::from(openapi::to_json(&spec));
+    routes
         .route(
-            &format!("{DELIVERY_REQUESTS}/{{id}}"),
-            delete(deliveries::cancel),
+            "/openapi.json",
+            get(
+                move || async move { ([(header::CONTENT_TYPE, "application/json")], spec.clone()) },
+            ),
         )
-        .route(
-            &format!("{DELIVERY_REQUESTS}/{{id}}/status"),
-            get(deliveries::status),
-        )
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))

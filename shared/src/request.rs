@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 /// The longest id (delivery, package) the system accepts.
 pub const MAX_ID_LEN: usize = 64;
@@ -14,19 +15,36 @@ const MAX_URL_LEN: usize = 2048;
 /// The heaviest package a drone carries, in kilograms.
 pub const MAX_WEIGHT_KG: f64 = 100.0;
 
-/// A client's request to schedule a drone delivery (DESIGN.md §3).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A client's request to schedule a drone delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({
+    "deliveryId": "d-2026-11-21-0001",
+    "ownerId": "owner-42",
+    "pickupLocation": "47.6405,-122.1297",
+    "pickupTime": "2026-11-21T10:00:00Z",
+    "deadline": "2026-11-21T12:00:00Z",
+    "dropoffLocation": "47.6101,-122.2015",
+    "expedited": false,
+    "confirmationRequired": "Picture",
+    "packageInfo": {"packageId": "pkg-0001", "size": "Small", "weight": 2.5, "tag": "fragile"}
+}))]
 pub struct DeliveryRequest {
-    /// Client-chosen id; the gateway generates one when absent.
+    /// Client-chosen id; the gateway generates one when absent. Posting the
+    /// same id again returns the same delivery (a different body is a 409).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
     pub delivery_id: Option<String>,
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub owner_id: String,
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub pickup_location: String,
     #[serde(with = "time::serde::rfc3339")]
     pub pickup_time: OffsetDateTime,
+    /// Must be later than `pickupTime`.
     #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub dropoff_location: String,
     #[serde(default)]
     pub expedited: bool,
@@ -35,11 +53,12 @@ pub struct DeliveryRequest {
     pub package_info: PackageInfo,
     /// Where the terminal status is delivered, if the client wants a callback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = "uri", max_length = 2048)]
     pub callback_url: Option<String>,
 }
 
 /// How the recipient confirms the drop-off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum ConfirmationType {
     #[default]
     None,
@@ -49,18 +68,21 @@ pub enum ConfirmationType {
 }
 
 /// The package to be carried.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PackageInfo {
+    #[schema(pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
     pub package_id: String,
     pub size: PackageSize,
     /// Kilograms.
+    #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
     pub weight: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, min_length = 1, max_length = 64, pattern = r"\S")]
     pub tag: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum PackageSize {
     Small,
     Medium,
@@ -68,7 +90,7 @@ pub enum PackageSize {
 }
 
 /// One field that failed validation, named by its JSON path (`packageInfo.weight`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct FieldError {
     pub field: String,
     pub message: String,

@@ -6,9 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 /// Where a delivery request is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum DeliveryState {
     /// Durable in the stream; the worker has not started it.
     Accepted,
@@ -40,7 +41,7 @@ impl DeliveryState {
 /// The five backend services, named as steps of the workflow.
 ///
 /// The order they run in is written once, in the worker's workflow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 pub enum Step {
     Account,
     Package,
@@ -62,7 +63,7 @@ impl Step {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum StepResult {
     Succeeded,
     Failed,
@@ -71,7 +72,7 @@ pub enum StepResult {
 }
 
 /// What one step did, and when.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepOutcome {
     pub step: Step,
@@ -85,7 +86,7 @@ pub struct StepOutcome {
 }
 
 /// Why a delivery failed: the step, a machine-readable code and a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Failure {
     pub step: Step,
@@ -94,7 +95,7 @@ pub struct Failure {
 }
 
 /// One delivery's status; the partition key is its id.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusDocument {
     pub id: String,

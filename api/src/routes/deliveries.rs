@@ -12,11 +12,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
-use skyport_shared::request::is_valid_id;
+use skyport_shared::request::{DeliveryRequest, is_valid_id};
 use skyport_shared::status::{DeliveryState, StatusDocument};
 use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::extract::ValidDeliveryRequest;
 use crate::state::AppState;
 
@@ -24,16 +25,68 @@ use crate::state::AppState;
 pub const DELIVERY_REQUESTS: &str = "/api/deliveryrequests";
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
-/// The answer to an accepted request.
-#[derive(Debug, Serialize, Deserialize)]
+/// The answer to an accepted request (or cancellation).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({
+    "deliveryId": "d-2026-11-21-0001",
+    "status": "Accepted",
+    "statusUrl": "https://skyport.example.com/api/deliveryrequests/d-2026-11-21-0001/status?receipt=AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd",
+    "receipt": "AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd"
+}))]
 pub struct Accepted {
     pub delivery_id: String,
+    /// Where the delivery is now: Accepted for a new request; a retried or
+    /// cancelled one may be further along.
     pub status: DeliveryState,
+    /// Poll this URL (also in `Location`) for the outcome.
+    #[schema(format = "uri")]
     pub status_url: String,
+    /// The signed receipt in the status URL: the capability to read or cancel this delivery.
+    pub receipt: String,
 }
 
-/// `POST /api/deliveryrequests`
+/// The header that makes a POST safe to retry.
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// Accepts a delivery request: answers 202 once the request is durable in the stream.
+#[utoipa::path(
+    post,
+    path = "/api/deliveryrequests",
+    operation_id = "createDeliveryRequest",
+    tag = "deliveries",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, max_length = 255, pattern = r"^[\x21-\x7E]{1,255}$",
+            description = "Makes a retry safe: the same key (for the same client) returns the same delivery and status URL; reusing it with another body is a 409. Keys are remembered for `gateway.idempotency_retention_s` (24 h by default)."),
+    ),
+    request_body(content = DeliveryRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Durable in the stream; poll the status URL.", body = Accepted,
+            headers(
+                ("Location" = String, description = "The status URL."),
+                ("Retry-After" = u32, description = "Seconds to wait before the first poll."),
+            ),
+            links(
+                ("GetStatus" = (operation_id = "getDeliveryStatus",
+                    parameters(("id" = "$response.body#/deliveryId"), ("receipt" = "$response.body#/receipt")),
+                    description = "The status of the accepted delivery.")),
+                ("Cancel" = (operation_id = "cancelDeliveryRequest",
+                    parameters(("id" = "$response.body#/deliveryId"), ("receipt" = "$response.body#/receipt")),
+                    description = "Cancels the accepted delivery.")),
+            )),
+        (status = 400, description = "Malformed JSON or a malformed Idempotency-Key.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
+        (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The Idempotency-Key or deliveryId was used before with a different body.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `gateway.max_body_bytes`.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The body has invalid fields; `errors` lists them.", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
+    ),
+    security(("apiKey" = []), ("bearer" = ["deliveries.write"])),
+)]
 pub async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -56,9 +109,34 @@ pub async fn create(
     accepted(&state, &headers, id, DeliveryState::Accepted, accepted_at)
 }
 
-/// `DELETE /api/deliveryrequests/{id}`: asks the worker to cancel. Before the
-/// drone is scheduled the delivery stops at its next step; after, its steps
-/// are undone. Either way it ends Cancelled; a second DELETE changes nothing.
+/// Cancels a delivery request.
+///
+/// Before the drone is scheduled the delivery stops at its next step; after,
+/// its steps are undone. Either way it ends Cancelled; a second DELETE changes
+/// nothing.
+#[utoipa::path(
+    delete,
+    path = "/api/deliveryrequests/{id}",
+    operation_id = "cancelDeliveryRequest",
+    tag = "deliveries",
+    params(DeliveryPath, StatusQuery),
+    responses(
+        (status = 202, description = "The cancellation is durable in the stream (or the delivery was already cancelled).", body = Accepted,
+            headers(
+                ("Location" = String, description = "The status URL."),
+                ("Retry-After" = u32, description = "Seconds to wait before polling."),
+            )),
+        (status = 400, description = "A malformed query.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
+        (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such delivery, or the receipt is not its own.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The delivery already failed; there is nothing to cancel.", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
+    ),
+    security(("apiKey" = []), ("bearer" = ["deliveries.write"])),
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -66,10 +144,10 @@ pub async fn cancel(
     query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
-    let stored = state.status.get(&id).await?;
-    let (current, accepted_at) = match &stored {
-        Some(stored) => (stored.document.state, stored.document.created_at),
-        None => (DeliveryState::Accepted, verified(&state, &id, &query)?),
+    let accepted_at = verified(&state, &id, &query)?;
+    let current = match state.status.get(&id).await? {
+        Some(stored) => stored.document.state,
+        None => DeliveryState::Accepted,
     };
     match current {
         DeliveryState::Failed => {
@@ -104,16 +182,14 @@ fn accepted(
     accepted_at: OffsetDateTime,
 ) -> Result<Response, ApiError> {
     let receipt = state.receipts.sign(&id, accepted_at);
-    let status_url = format!(
-        "{}{DELIVERY_REQUESTS}/{id}/status?receipt={receipt}",
-        state.base_url(headers)
-    );
+    let links = Links::new(&state.base_url(headers), &id, &receipt, status);
     let location =
-        HeaderValue::from_str(&status_url).map_err(|e| ApiError::Internal(Box::new(e)))?;
+        HeaderValue::from_str(&links.status).map_err(|e| ApiError::Internal(Box::new(e)))?;
     let body = Accepted {
         delivery_id: id,
         status,
-        status_url,
+        status_url: links.status,
+        receipt,
     };
     Ok((
         StatusCode::ACCEPTED,
@@ -126,24 +202,110 @@ fn accepted(
         .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// The delivery a path names.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct DeliveryPath {
+    /// The delivery id.
+    #[param(pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
+    pub id: String,
+}
+
+/// The receipt that proves a client was given this delivery's status URL.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StatusQuery {
+    /// The receipt from the status URL (also in the 202 body). Without the
+    /// right one the delivery is not found.
+    #[param(required = true)]
     receipt: Option<String>,
 }
 
-/// `GET /api/deliveryrequests/{id}/status`
+/// The status resource: the delivery's document, whether it is over, and where to go next.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryStatus {
+    #[serde(flatten)]
+    pub document: StatusDocument,
+    /// Whether the state is final (Scheduled, Failed or Cancelled): stop polling.
+    pub terminal: bool,
+    pub links: Links,
+}
+
+/// Where a client goes from a status.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Links {
+    /// This status resource.
+    #[serde(rename = "self")]
+    #[schema(format = "uri")]
+    pub status: String,
+    /// `DELETE` here cancels the delivery; absent once it cannot be cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = "uri", nullable = false)]
+    pub cancel: Option<String>,
+}
+
+impl Links {
+    fn new(base: &str, id: &str, receipt: &str, state: DeliveryState) -> Self {
+        let delivery = format!("{base}{DELIVERY_REQUESTS}/{id}");
+        let cancellable = matches!(
+            state,
+            DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled
+        );
+        Self {
+            status: format!("{delivery}/status?receipt={receipt}"),
+            cancel: cancellable.then(|| format!("{delivery}?receipt={receipt}")),
+        }
+    }
+}
+
+/// Reads a delivery's status.
+///
+/// Answers 200 from the moment the request is accepted: with `Retry-After`
+/// while the delivery is in flight, without it once `terminal` is true. A
+/// Scheduled delivery names its drone (`droneId`) and package (`packageId`);
+/// a Failed one says which step failed and why (`failure`).
+#[utoipa::path(
+    get,
+    path = "/api/deliveryrequests/{id}/status",
+    operation_id = "getDeliveryStatus",
+    tag = "deliveries",
+    params(DeliveryPath, StatusQuery),
+    responses(
+        (status = 200, description = "The delivery's status.", body = DeliveryStatus,
+            headers(("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."))),
+        (status = 400, description = "A malformed query.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
+        (status = 403, description = "The credentials lack the read scope.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such delivery, or the receipt is not its own.", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The status store is unavailable; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
+    ),
+    security(("apiKey" = []), ("bearer" = ["deliveries.read"])),
+)]
 pub async fn status(
     State(state): State<AppState>,
+    headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
+    let accepted_at = verified(&state, &id, &query)?;
     let document = match state.status.get(&id).await? {
         Some(stored) => stored.document,
-        None => StatusDocument::accepted(id.clone(), verified(&state, &id, &query)?),
+        None => StatusDocument::accepted(id.clone(), accepted_at),
     };
-    let mut response = Json(&document).into_response();
-    if !document.state.is_terminal() {
+    let receipt = query.receipt.unwrap_or_default();
+    let links = Links::new(&state.base_url(&headers), &id, &receipt, document.state);
+    let terminal = document.state.is_terminal();
+    let mut response = Json(DeliveryStatus {
+        document,
+        terminal,
+        links,
+    })
+    .into_response();
+    if !terminal {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(state.retry_after_s));
@@ -179,11 +341,13 @@ fn unknown(id: &str) -> ApiError {
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
         return Ok(None);
     };
-    match value.to_str() {
-        Ok(key) if !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY_LEN => {
+    let bytes = value.as_bytes();
+    let visible = bytes.iter().all(|b| (0x21..=0x7e).contains(b));
+    match std::str::from_utf8(bytes) {
+        Ok(key) if visible && !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY_LEN => {
             Ok(Some(key.to_owned()))
         }
         _ => Err(ApiError::BadRequest(format!(
