@@ -56,6 +56,12 @@ pub struct GatewaySettings {
     pub receipt_key: Option<SecretString>,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub shutdown_grace_period_ms: u64,
+    /// How long a client-chosen `deliveryId` or an `Idempotency-Key` is
+    /// remembered: a retry within it returns the same delivery.
+    pub idempotency_retention_s: u64,
+    /// Requests handled at once; one more is refused at once with 503 and
+    /// `Retry-After` instead of queueing behind them.
+    pub max_in_flight: usize,
 }
 
 impl Default for GatewaySettings {
@@ -67,6 +73,8 @@ impl Default for GatewaySettings {
             retry_after_s: 1,
             receipt_key: None,
             shutdown_grace_period_ms: 10_000,
+            idempotency_retention_s: 24 * 60 * 60,
+            max_in_flight: 4096,
         }
     }
 }
@@ -74,6 +82,10 @@ impl Default for GatewaySettings {
 impl GatewaySettings {
     pub fn shutdown_grace_period(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_period_ms)
+    }
+
+    pub fn idempotency_retention(&self) -> Duration {
+        Duration::from_secs(self.idempotency_retention_s)
     }
 }
 
@@ -158,6 +170,8 @@ pub struct CosmosSettings {
     pub status_container: String,
     pub leases_container: String,
     pub dead_letter_container: String,
+    /// Idempotency reservations (partition key `/id`, per-item TTL).
+    pub reservations_container: String,
     /// Create the database and containers when missing; when false, fail naming what is missing.
     pub create_if_missing: bool,
     /// Manual RU/s of containers created here; unset: the account's default (serverless or shared).
@@ -183,6 +197,7 @@ impl Default for CosmosSettings {
             status_container: "status".into(),
             leases_container: "leases".into(),
             dead_letter_container: "deadletters".into(),
+            reservations_container: "reservations".into(),
             create_if_missing: true,
             throughput: None,
             bulk_max_items: 100,
@@ -566,6 +581,16 @@ impl Settings {
             "gateway.retry_after_s",
             "must be at least 1",
         )?;
+        check(
+            (60..=30 * 24 * 60 * 60).contains(&self.gateway.idempotency_retention_s),
+            "gateway.idempotency_retention_s",
+            "must be from 60 (a minute) to 2592000 (30 days)",
+        )?;
+        check(
+            self.gateway.max_in_flight >= 1,
+            "gateway.max_in_flight",
+            "must be at least 1",
+        )?;
         if let Some(key) = &self.gateway.receipt_key {
             check(
                 key.expose_secret().len() >= 32,
@@ -643,6 +668,10 @@ impl Settings {
             (
                 "cosmos.dead_letter_container",
                 &self.cosmos.dead_letter_container,
+            ),
+            (
+                "cosmos.reservations_container",
+                &self.cosmos.reservations_container,
             ),
         ] {
             check(!name.trim().is_empty(), key, "must not be empty")?;

@@ -9,6 +9,7 @@
 pub mod contract;
 pub mod eventhubs;
 pub mod eventhubs_broker;
+pub mod idempotency_contract;
 pub mod leases_contract;
 
 use std::path::{Path, PathBuf};

@@ -14,6 +14,7 @@ use skyport_shared::config::{CosmosSettings, EmbeddedSettings};
 use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError};
 use skyport_shared::status::{DeliveryState, StatusDocument};
 use skyport_tests::contract::status_store_contract;
+use skyport_tests::idempotency_contract::idempotency_store_contract;
 use skyport_tests::leases_contract::checkpoint_store_contract;
 use skyport_tests::{TestApp, test_settings};
 use time::OffsetDateTime;
@@ -45,6 +46,24 @@ async fn the_embedded_store_keeps_the_checkpoint_store_contract() {
     };
     let store = EmbeddedStore::open(&settings, 1).unwrap();
     checkpoint_store_contract(Arc::new(store.checkpoint_store())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_keeps_the_idempotency_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    idempotency_store_contract(store, "embedded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cosmos_keeps_the_idempotency_store_contract() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    idempotency_store_contract(store.clone(), "cosmos").await;
+    store.close().await;
 }
 
 #[tokio::test]

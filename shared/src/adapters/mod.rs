@@ -16,7 +16,14 @@ use self::cosmos::{CosmosOpenError, CosmosStore};
 use self::embedded::{EmbeddedStore, OpenError};
 use self::eventhubs::{EventHubsConsumer, EventHubsOpenError, EventHubsPublisher, Leases};
 use crate::config::{Settings, StoreBackend, StreamBackend};
-use crate::ports::{Consumer, DeadLetterStore, Publisher, StatusStore};
+use crate::ports::{Consumer, DeadLetterStore, IdempotencyStore, Publisher, StatusStore};
+
+/// The status, dead-letter and idempotency stores, which always live together.
+type Stores = (
+    Arc<dyn StatusStore>,
+    Arc<dyn DeadLetterStore>,
+    Arc<dyn IdempotencyStore>,
+);
 
 /// Why a backend did not open.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +45,8 @@ pub struct Backends {
     pub consumer: Arc<dyn Consumer>,
     pub status: Arc<dyn StatusStore>,
     pub dead_letters: Arc<dyn DeadLetterStore>,
+    /// Where retried requests find the delivery they made (beside the status).
+    pub idempotency: Arc<dyn IdempotencyStore>,
     /// The configured receipt key, else the one the embedded store keeps.
     pub receipt_key: Vec<u8>,
     /// The embedded store, when one is open (tests and operators inspect it).
@@ -83,12 +92,11 @@ impl Backends {
             (None, Some(store)) => store.receipt_key().to_vec(),
             (None, None) => return Err(BackendError::NoReceiptKey),
         };
-        let (status, dead_letters): (Arc<dyn StatusStore>, Arc<dyn DeadLetterStore>) =
-            match (&cosmos, &embedded) {
-                (Some(cosmos), _) => (cosmos.clone(), cosmos.clone()),
-                (None, Some(store)) => (store.clone(), store.clone()),
-                (None, None) => unreachable!("the embedded store opens when Cosmos DB does not"),
-            };
+        let (status, dead_letters, idempotency): Stores = match (&cosmos, &embedded) {
+            (Some(cosmos), _) => (cosmos.clone(), cosmos.clone(), cosmos.clone()),
+            (None, Some(store)) => (store.clone(), store.clone(), store.clone()),
+            (None, None) => unreachable!("the embedded store opens when Cosmos DB does not"),
+        };
         let (publisher, consumer): (Arc<dyn Publisher>, Arc<dyn Consumer>) = match stream {
             StreamBackend::Embedded => {
                 let store = embedded
@@ -122,6 +130,7 @@ impl Backends {
             consumer,
             status,
             dead_letters,
+            idempotency,
             receipt_key,
             embedded,
             cosmos,

@@ -9,6 +9,8 @@
 //!   `ownership-{partition}` and `checkpoint-{partition}` documents; see [`checkpoints`].
 //! - `deadletters` (partition key `/id` = `{partition}-{offset}`): poison events with
 //!   the reason, the time and the raw payload (base64).
+//! - `reservations` (partition key `/id` = delivery id, TTL on): what a retried
+//!   POST is matched against; see [`reservations`].
 //!
 //! The SDK's own 429 retries are off: this adapter waits out a 429 after the
 //! server's `x-ms-retry-after-ms` (or `cosmos.throttle_retry_ms`) and tries
@@ -21,6 +23,7 @@ pub mod bulk;
 pub mod checkpoints;
 mod provision;
 pub mod request_units;
+mod reservations;
 mod status;
 
 use std::future::Future;
@@ -48,8 +51,8 @@ use self::request_units::{Operation, RequestUnits};
 use self::status::{StatusWrite, StatusWriter};
 use crate::config::{CosmosAuth, CosmosSettings};
 use crate::ports::{
-    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, Precondition, StatusStore,
-    StatusStoreError, Versioned,
+    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, IdempotencyStore, Precondition,
+    Reservation, Reserved, StatusStore, StatusStoreError, Versioned,
 };
 use crate::status::StatusDocument;
 
@@ -77,6 +80,7 @@ pub struct CosmosStore {
     status: ContainerClient,
     dead_letters: ContainerClient,
     leases: ContainerClient,
+    reservations: ContainerClient,
     units: Arc<RequestUnits>,
     writes: Bulk<StatusWrite, Result<ETag, StatusStoreError>>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
@@ -169,6 +173,7 @@ impl CosmosStore {
             status: containers.status,
             dead_letters: containers.dead_letters,
             leases: containers.leases,
+            reservations: containers.reservations,
             units,
             writes,
             dispatcher: Mutex::new(Some(dispatcher)),
@@ -380,6 +385,17 @@ impl StatusStore for CosmosStore {
 
     async fn ready(&self) -> bool {
         !self.shutdown.is_cancelled()
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for CosmosStore {
+    async fn reserve(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
+        self.reserve_item(reservation).await
+    }
+
+    async fn release(&self, reservation: &Reservation) -> Result<(), StatusStoreError> {
+        self.release_item(reservation).await
     }
 }
 

@@ -2,7 +2,7 @@
 //! names what is missing when creating is not allowed.
 
 use azure_core::http::StatusCode;
-use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties};
+use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties, TimeToLive};
 use azure_data_cosmos::options::CreateContainerOptions;
 use azure_data_cosmos::{ContainerClient, CosmosClient};
 
@@ -13,6 +13,7 @@ pub(super) struct Containers {
     pub(super) status: ContainerClient,
     pub(super) dead_letters: ContainerClient,
     pub(super) leases: ContainerClient,
+    pub(super) reservations: ContainerClient,
 }
 
 pub(super) async fn ensure(
@@ -41,13 +42,30 @@ pub(super) async fn ensure(
         Err(e) => return Err(CosmosOpenError::Connect(Box::new(e))),
     }
     Ok(Containers {
-        status: container(client, settings, &settings.status_container, "/id").await?,
-        dead_letters: container(client, settings, &settings.dead_letter_container, "/id").await?,
+        status: container(client, settings, &settings.status_container, "/id", None).await?,
+        dead_letters: container(
+            client,
+            settings,
+            &settings.dead_letter_container,
+            "/id",
+            None,
+        )
+        .await?,
         leases: container(
             client,
             settings,
             &settings.leases_container,
             "/partitionKey",
+            None,
+        )
+        .await?,
+        // Each reservation carries its own `ttl`; the container only has to allow it.
+        reservations: container(
+            client,
+            settings,
+            &settings.reservations_container,
+            "/id",
+            Some(TimeToLive::NoDefault),
         )
         .await?,
     })
@@ -58,6 +76,7 @@ async fn container(
     settings: &CosmosSettings,
     name: &str,
     partition_key: &'static str,
+    ttl: Option<TimeToLive>,
 ) -> Result<ContainerClient, CosmosOpenError> {
     let database = client.database_client(&settings.database);
     let what = format!("container {name} in database {}", settings.database);
@@ -73,13 +92,11 @@ async fn container(
         CreateContainerOptions::default()
             .with_throughput(ThroughputProperties::manual(u64::from(ru)))
     });
-    match database
-        .create_container(
-            ContainerProperties::new(name.to_owned(), partition_key.into()),
-            options,
-        )
-        .await
-    {
+    let mut properties = ContainerProperties::new(name.to_owned(), partition_key.into());
+    if let Some(ttl) = ttl {
+        properties = properties.with_default_ttl(ttl);
+    }
+    match database.create_container(properties, options).await {
         Ok(_) => tracing::info!(container = %name, partition_key, "Created a Cosmos DB container."),
         Err(e) if e.status().is_conflict() => {}
         Err(e) => {

@@ -16,7 +16,9 @@ use redb::{Database, ReadableTable};
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{CHECKPOINTS, DEAD_LETTERS, HEADS, LEASES, LOG, STATUS};
+use super::{
+    CHECKPOINTS, DEAD_LETTERS, HEADS, LEASES, LOG, RESERVATION_EXPIRY, RESERVATIONS, STATUS,
+};
 use crate::ports::DeadLetter;
 
 /// A commit that did not happen; every operation in it failed.
@@ -58,7 +60,21 @@ pub(super) enum OpKind {
         expected: Expected,
         body: Vec<u8>,
     },
+    /// Store a reservation unless an unexpired one holds its id.
+    Reserve {
+        id: String,
+        expires_ms: i64,
+        body: Vec<u8>,
+    },
+    /// Forget a reservation if it is still `body`.
+    Release {
+        id: String,
+        body: Vec<u8>,
+    },
 }
+
+/// How many expired reservations a commit that reserves also forgets.
+const PURGE_PER_COMMIT: usize = 64;
 
 /// The version a conditional write expects to replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +91,10 @@ pub(super) enum Applied {
     Written(u64),
     PreconditionFailed,
     Done,
+    /// The reservation was stored.
+    Reserved,
+    /// An unexpired reservation holds the id; this is its body.
+    Held(Vec<u8>),
 }
 
 /// How much group commit is grouping: operations per durable commit.
@@ -169,6 +189,8 @@ impl Committer {
             let mut dead_letters = txn.open_table(DEAD_LETTERS)?;
             let mut heads = txn.open_table(HEADS)?;
             let mut leases = txn.open_table(LEASES)?;
+            let mut reservations = txn.open_table(RESERVATIONS)?;
+            let mut expiry = txn.open_table(RESERVATION_EXPIRY)?;
             let now_ms =
                 i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
                     .unwrap_or(i64::MAX);
@@ -239,7 +261,43 @@ impl Committer {
                             Applied::PreconditionFailed
                         }
                     }
+                    OpKind::Reserve {
+                        id,
+                        expires_ms,
+                        body,
+                    } => {
+                        let held = reservations
+                            .get(id.as_str())?
+                            .map(|v| (v.value().0, v.value().1.to_vec()));
+                        match held {
+                            Some((expires, body)) if expires > now_ms => Applied::Held(body),
+                            held => {
+                                if let Some((expires, _)) = held {
+                                    expiry.remove((expires, id.as_str()))?;
+                                }
+                                reservations.insert(id.as_str(), (*expires_ms, body.as_slice()))?;
+                                expiry.insert((*expires_ms, id.as_str()), ())?;
+                                Applied::Reserved
+                            }
+                        }
+                    }
+                    OpKind::Release { id, body } => {
+                        let held = reservations
+                            .get(id.as_str())?
+                            .map(|v| (v.value().0, v.value().1 == body.as_slice()));
+                        if let Some((expires, true)) = held {
+                            reservations.remove(id.as_str())?;
+                            expiry.remove((expires, id.as_str()))?;
+                        }
+                        Applied::Done
+                    }
                 });
+            }
+            if batch
+                .iter()
+                .any(|op| matches!(op.kind, OpKind::Reserve { .. }))
+            {
+                purge_expired(&mut reservations, &mut expiry, now_ms)?;
             }
             for (partition, (next, was)) in self.next_offsets.iter().zip(before).enumerate() {
                 if next != was {
@@ -252,4 +310,32 @@ impl Committer {
         txn.commit()?;
         Ok(results)
     }
+}
+
+/// Forgets up to [`PURGE_PER_COMMIT`] reservations that expired before `now_ms`,
+/// oldest first, so the table stays as large as the retention period needs.
+fn purge_expired(
+    reservations: &mut redb::Table<&str, (i64, &[u8])>,
+    expiry: &mut redb::Table<(i64, &str), ()>,
+    now_ms: i64,
+) -> Result<(), redb::Error> {
+    let mut expired = Vec::new();
+    for entry in expiry
+        .range((i64::MIN, "")..(now_ms, ""))?
+        .take(PURGE_PER_COMMIT)
+    {
+        let (key, _) = entry?;
+        let (expires, id) = key.value();
+        expired.push((expires, id.to_owned()));
+    }
+    for (expires, id) in expired {
+        expiry.remove((expires, id.as_str()))?;
+        if reservations
+            .get(id.as_str())?
+            .is_some_and(|v| v.value().0 == expires)
+        {
+            reservations.remove(id.as_str())?;
+        }
+    }
+    Ok(())
 }

@@ -18,6 +18,9 @@
 //! - `dead_letters`: (partition, offset) → (reason, time, raw payload).
 //! - `leases`: Event Hubs ownership claims and checkpoints, by the SDK's blob
 //!   names → (version, last modified in Unix ms, body); see [`leases`].
+//! - `reservations`: delivery id → (expiry in Unix ms, [`Reservation`] JSON),
+//!   what a retried POST is matched against; `reservation_expiry` indexes
+//!   them by expiry, and every commit that reserves forgets a few expired ones.
 //! - `meta`: `partitions` (fixed at creation) and `receipt-key`.
 
 mod committer;
@@ -41,8 +44,9 @@ pub use self::leases::EmbeddedCheckpointStore;
 use crate::config::EmbeddedSettings;
 use crate::partitioning::partition_for;
 use crate::ports::{
-    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, OutboundEvent, Position,
-    Precondition, PublishError, Publisher, StatusStore, StatusStoreError, Versioned,
+    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, IdempotencyStore, OutboundEvent,
+    Position, Precondition, PublishError, Publisher, Reservation, Reserved, StatusStore,
+    StatusStoreError, Versioned,
 };
 use crate::status::StatusDocument;
 
@@ -54,6 +58,9 @@ const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
     TableDefinition::new("dead_letters");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const LEASES: TableDefinition<&str, (u64, i64, &[u8])> = TableDefinition::new("leases");
+const RESERVATIONS: TableDefinition<&str, (i64, &[u8])> = TableDefinition::new("reservations");
+const RESERVATION_EXPIRY: TableDefinition<(i64, &str), ()> =
+    TableDefinition::new("reservation_expiry");
 
 const DATABASE_FILE: &str = "skyport.redb";
 const RECEIPT_KEY_LEN: usize = 32;
@@ -385,6 +392,46 @@ impl DeadLetterStore for EmbeddedStore {
     }
 }
 
+#[async_trait]
+impl IdempotencyStore for EmbeddedStore {
+    async fn reserve(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
+        let kind = OpKind::Reserve {
+            id: reservation.delivery_id.clone(),
+            expires_ms: unix_millis(reservation.expires_at),
+            body: serde_json::to_vec(reservation)
+                .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Reserved) => Ok(Reserved::New),
+            Ok(Applied::Held(body)) => serde_json::from_slice(&body)
+                .map(Reserved::Existing)
+                .map_err(|e| StatusStoreError::Corrupt {
+                    id: reservation.delivery_id.clone(),
+                    source: Box::new(e),
+                }),
+            Ok(other) => unreachable!("a reservation is answered Reserved or Held, not {other:?}"),
+            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
+        }
+    }
+
+    async fn release(&self, reservation: &Reservation) -> Result<(), StatusStoreError> {
+        let kind = OpKind::Release {
+            id: reservation.delivery_id.clone(),
+            body: serde_json::to_vec(reservation)
+                .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Done) => Ok(()),
+            Ok(other) => unreachable!("a release is answered with Done, not {other:?}"),
+            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
+        }
+    }
+}
+
+fn unix_millis(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
 enum InitError {
     Storage(redb::Error),
     PartitionMismatch(u32),
@@ -436,6 +483,8 @@ fn initialize(
         txn.open_table(STATUS)?;
         txn.open_table(DEAD_LETTERS)?;
         txn.open_table(LEASES)?;
+        txn.open_table(RESERVATIONS)?;
+        txn.open_table(RESERVATION_EXPIRY)?;
         let heads = txn.open_table(HEADS)?;
         let mut next_offsets = Vec::with_capacity(partitions as usize);
         for partition in 0..partitions {
