@@ -40,6 +40,11 @@ pub enum ApiError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// Too many requests are in flight; this one was refused without waiting.
+    #[error(
+        "the gateway is at its limit of requests in flight; retry after the Retry-After seconds"
+    )]
+    Overloaded { retry_after_s: u32 },
     #[error("an internal error occurred")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -103,6 +108,11 @@ impl ApiError {
                 "Service unavailable",
                 "Unavailable",
             ),
+            Self::Overloaded { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service unavailable",
+                "Overloaded",
+            ),
             Self::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Internal error",
@@ -128,7 +138,9 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         let retry_after = match &self {
-            Self::Unavailable { retry_after_s, .. } => Some(*retry_after_s),
+            Self::Unavailable { retry_after_s, .. } | Self::Overloaded { retry_after_s } => {
+                Some(*retry_after_s)
+            }
             _ => None,
         };
         let errors = match self {

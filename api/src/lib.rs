@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod extract;
+pub mod idempotency;
 pub mod openapi;
 pub mod receipt;
 pub mod routes;
@@ -16,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::routing::get;
@@ -25,6 +27,7 @@ use skyport_shared::config::GatewaySettings;
 use skyport_shared::ports::Diagnostics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::{BoxError, ServiceBuilder};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -36,24 +39,45 @@ use crate::openapi::ApiDoc;
 use crate::routes::{deliveries, health};
 pub use crate::state::AppState;
 
-/// The documented routes, each with its part of the OpenAPI document.
-fn documented() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+/// The API's routes, each with its part of the OpenAPI document.
+fn deliveries() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .routes(routes!(deliveries::create))
         .routes(routes!(deliveries::cancel))
         .routes(routes!(deliveries::status))
+}
+
+/// The probes, which are never shed.
+fn operations() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
 }
 
 /// The gateway's OpenAPI document, as served at `/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    documented().split_for_parts().1
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(deliveries())
+        .merge(operations())
+        .into_openapi()
 }
 
-/// The gateway's routes over `state`, with bodies limited to `max_body_bytes`.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    let (routes, spec) = documented().split_for_parts();
+/// The gateway's routes over `state`, as `settings` limit them: bodies to
+/// `max_body_bytes`, API requests in flight to `max_in_flight` (one more is
+/// refused at once with 503 and `Retry-After` rather than queued).
+pub fn router(state: AppState, settings: &GatewaySettings) -> Router {
+    let retry_after_s = state.retry_after_s;
+    let shed = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(move |_: BoxError| async move {
+            ApiError::Overloaded { retry_after_s }
+        }))
+        .load_shed()
+        .concurrency_limit(settings.max_in_flight);
+    let max_body_bytes = settings.max_body_bytes;
+    let (routes, spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(deliveries().route_layer(shed))
+        .merge(operations())
+        .split_for_parts();
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
     routes
         .route(
@@ -107,10 +131,7 @@ impl Gateway {
             .map_err(bind_error)?;
         Ok(Self {
             listener,
-            router: router(
-                AppState::new(backends, settings, diagnostics),
-                settings.max_body_bytes,
-            ),
+            router: router(AppState::new(backends, settings, diagnostics), settings),
             grace: settings.shutdown_grace_period(),
         })
     }

@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::http::uri::Authority;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
-use skyport_shared::ports::{Diagnostics, Publisher, StatusStore};
+use skyport_shared::ports::{Diagnostics, IdempotencyStore, Publisher, StatusStore};
 
 use crate::receipt::Receipts;
 
@@ -14,6 +14,9 @@ use crate::receipt::Receipts;
 pub struct AppState {
     pub publisher: Arc<dyn Publisher>,
     pub status: Arc<dyn StatusStore>,
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    /// How long a reservation holds a delivery id.
+    pub idempotency_retention: time::Duration,
     pub receipts: Receipts,
     pub retry_after_s: u32,
     /// Configured base of status URLs, without a trailing slash.
@@ -31,6 +34,9 @@ impl AppState {
         Self {
             publisher: Arc::clone(&backends.publisher),
             status: Arc::clone(&backends.status),
+            idempotency: Arc::clone(&backends.idempotency),
+            idempotency_retention: time::Duration::try_from(settings.idempotency_retention())
+                .unwrap_or(time::Duration::DAY),
             receipts: Receipts::new(&backends.receipt_key),
             retry_after_s: settings.retry_after_s,
             public_url: settings

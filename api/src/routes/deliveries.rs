@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
+use skyport_shared::ports::Reserved;
 use skyport_shared::request::{DeliveryRequest, is_valid_id};
 use skyport_shared::status::{DeliveryState, StatusDocument};
 use time::OffsetDateTime;
@@ -19,6 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, Problem};
 use crate::extract::ValidDeliveryRequest;
+use crate::idempotency::Name;
 use crate::state::AppState;
 
 /// The path every delivery request is posted to.
@@ -90,23 +92,73 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 pub async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
-    ValidDeliveryRequest(mut request): ValidDeliveryRequest,
+    ValidDeliveryRequest(request): ValidDeliveryRequest,
 ) -> Result<Response, ApiError> {
-    let idempotency_key = idempotency_key(&headers)?;
-    let id = request
-        .delivery_id
-        .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
-        .clone();
-    let accepted_at = OffsetDateTime::now_utc();
-    let event = Event::DeliveryRequested(Box::new(DeliveryRequested {
-        delivery_id: id.clone(),
+    let key = idempotency_key(&headers)?;
+    let client = "";
+    let now = OffsetDateTime::now_utc();
+    let Some(name) = Name::of(&request, key.as_deref(), client) else {
+        // Nothing to retry by: no write but the event itself.
+        let id = uuid::Uuid::new_v4().to_string();
+        publish(&state, requested(&headers, &id, now, key, request)).await?;
+        return accepted(&state, &headers, id, DeliveryState::Accepted, now);
+    };
+    let id = name.delivery_id().to_owned();
+    let reservation = name.reservation(
+        &request,
+        key.as_deref(),
+        client,
+        now,
+        state.idempotency_retention,
+    );
+    match state.idempotency.reserve(&reservation).await? {
+        Reserved::New => {
+            let event = requested(&headers, &id, now, key, request);
+            if let Err(e) = publish(&state, event).await {
+                // Never durable, so the name is free for the client's retry.
+                if let Err(release) = state.idempotency.release(&reservation).await {
+                    tracing::warn!(delivery_id = %id, error = %release, "Could not release the reservation of a request that was not published; a retry with another body gets a 409 until it expires.");
+                }
+                return Err(e);
+            }
+            accepted(&state, &headers, id, DeliveryState::Accepted, now)
+        }
+        Reserved::Existing(held) if held.fingerprint == reservation.fingerprint => {
+            // A retry. Once the worker has written a status the event is surely
+            // durable; before that, publishing it again is safe (the worker runs
+            // one delivery per id) and makes sure a first attempt that failed
+            // after reserving is not lost.
+            let current = state.status.get(&id).await?.map(|s| s.document.state);
+            let current = match current {
+                Some(current) => current,
+                None => {
+                    let event = requested(&headers, &id, held.accepted_at, key, request);
+                    publish(&state, event).await?;
+                    DeliveryState::Accepted
+                }
+            };
+            accepted(&state, &headers, id, current, held.accepted_at)
+        }
+        Reserved::Existing(_) => Err(ApiError::Conflict(name.conflict())),
+    }
+}
+
+/// The event of a delivery request accepted as `id` at `accepted_at`.
+fn requested(
+    headers: &HeaderMap,
+    id: &str,
+    accepted_at: OffsetDateTime,
+    idempotency_key: Option<String>,
+    mut request: DeliveryRequest,
+) -> Event {
+    request.delivery_id = Some(id.to_owned());
+    Event::DeliveryRequested(Box::new(DeliveryRequested {
+        delivery_id: id.to_owned(),
         accepted_at,
-        traceparent: traceparent(&headers),
+        traceparent: traceparent(headers),
         idempotency_key,
         request,
-    }));
-    publish(&state, event).await?;
-    accepted(&state, &headers, id, DeliveryState::Accepted, accepted_at)
+    }))
 }
 
 /// Cancels a delivery request.
