@@ -5,6 +5,7 @@
 //! and binds its listener, [`Gateway::serve`] runs it until the shutdown token
 //! fires and drains it within a grace period.
 
+pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod receipt;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{delete, get, post};
 use axum::{Extension, Router};
 use skyport_shared::adapters::Backends;
@@ -25,15 +27,17 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
 use crate::routes::deliveries::{self, DELIVERY_REQUESTS};
 use crate::routes::health;
 pub use crate::state::AppState;
 
-/// The gateway's routes over `state`, with bodies limited to `max_body_bytes`.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    Router::new()
+/// The gateway's routes over `state`, with bodies limited to `max_body_bytes`;
+/// with `auth`, the `/api` routes need credentials (the ops routes never do).
+pub fn router(state: AppState, auth: Option<Auth>, max_body_bytes: usize) -> Router {
+    let mut api = Router::new()
         .route(DELIVERY_REQUESTS, post(deliveries::create))
         .route(
             &format!("{DELIVERY_REQUESTS}/{{id}}"),
@@ -42,7 +46,17 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route(
             &format!("{DELIVERY_REQUESTS}/{{id}}/status"),
             get(deliveries::status),
-        )
+        );
+    if let Some(auth) = auth {
+        // A route layer: it runs for requests that match one of these routes,
+        // so an unknown path or method is still a 404 or 405.
+        api = api.route_layer(middleware::from_fn_with_state(
+            auth,
+            auth::require_credentials,
+        ));
+    }
+    Router::new()
+        .merge(api)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
@@ -71,7 +85,8 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Builds the routes over `backends` and binds `settings.listen`; `/readyz`
+    /// Builds the routes over `backends`, checking credentials with `auth`
+    /// (from [`Auth::from_settings`]), and binds `settings.listen`; `/readyz`
     /// also reports what `diagnostics` say.
     ///
     /// # Errors
@@ -79,6 +94,7 @@ impl Gateway {
     pub async fn bind(
         backends: &Backends,
         settings: &GatewaySettings,
+        auth: Option<Auth>,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Result<Self, BindError> {
         let bind_error = |source| BindError {
@@ -92,6 +108,7 @@ impl Gateway {
             listener,
             router: router(
                 AppState::new(backends, settings, diagnostics),
+                auth,
                 settings.max_body_bytes,
             ),
             grace: settings.shutdown_grace_period(),
