@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use skyport_api::Gateway;
+use skyport_api::auth::Auth;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
 use skyport_worker::Worker;
@@ -41,7 +42,8 @@ impl App {
     /// Opens the store and starts every part; `shutdown` stops the gateway and the worker.
     ///
     /// # Errors
-    /// When the store cannot be opened or a listener cannot be bound.
+    /// When the store cannot be opened, the token issuer's keys cannot be
+    /// fetched or a listener cannot be bound.
     pub async fn start(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
         let backends = Backends::open(&settings)
             .await
@@ -52,12 +54,13 @@ impl App {
     /// Starts every part on backends already open.
     ///
     /// # Errors
-    /// When a listener cannot be bound.
+    /// When the token issuer's keys cannot be fetched or a listener cannot be bound.
     pub async fn start_with(
         settings: Settings,
         backends: Backends,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
+        let auth = Auth::from_settings(&settings).await?;
         let simulator_shutdown = CancellationToken::new();
         let (services_url, simulator, simulator_task) = match &settings.services.base_url {
             Some(url) => (url.clone(), None, None),
@@ -98,6 +101,7 @@ impl App {
         let gateway = Gateway::bind(
             &backends,
             &settings.gateway,
+            auth,
             vec![Arc::new(worker.intake())],
         )
         .await?;

@@ -67,6 +67,26 @@ fn a_bad_environment_value_names_its_key() {
 }
 
 #[test]
+fn auth_settings_from_the_environment_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    assert_names(
+        &run(
+            &["--data-dir", data],
+            &[("SKYPORT__GATEWAY__AUTH__ENABLED", "true")],
+        ),
+        "gateway.auth: auth is on (gateway.auth.enabled = true) but neither gateway.auth.api_keys nor gateway.auth.jwt is set",
+    );
+    assert_names(
+        &run(
+            &["--data-dir", data],
+            &[("SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY", "short")],
+        ),
+        "gateway.auth.api_keys.portal.key: must be at least 32 characters",
+    );
+}
+
+#[test]
 fn a_bad_file_names_its_key() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("skyport.toml");

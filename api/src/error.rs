@@ -27,6 +27,15 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("the request has invalid fields")]
     Validation(Vec<FieldError>),
+    /// Missing or invalid credentials; `challenge` is the `WWW-Authenticate` value.
+    #[error("{detail}")]
+    Unauthorized {
+        detail: String,
+        challenge: &'static str,
+    },
+    /// Valid credentials without the scope the request needs.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -96,6 +105,8 @@ impl ApiError {
                 "Validation failed",
                 "ValidationFailed",
             ),
+            Self::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden", "Forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "Not found", "NotFound"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "Conflict", "Conflict"),
             Self::MethodNotAllowed => (
@@ -143,6 +154,10 @@ impl IntoResponse for ApiError {
             }
             _ => None,
         };
+        let challenge = match &self {
+            Self::Unauthorized { challenge, .. } => Some(*challenge),
+            _ => None,
+        };
         let errors = match self {
             Self::Validation(ref errors) => errors.clone(),
             _ => Vec::new(),
@@ -160,6 +175,12 @@ impl IntoResponse for ApiError {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(seconds) = retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(challenge) = challenge {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
         }
         response
     }

@@ -5,6 +5,7 @@
 //! and binds its listener, [`Gateway::serve`] runs it until the shutdown token
 //! fires and drains it within a grace period.
 
+pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header;
+use axum::middleware;
 use axum::routing::get;
 use axum::{Extension, Router};
 use skyport_shared::adapters::Backends;
@@ -33,6 +35,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
 use crate::openapi::ApiDoc;
@@ -47,7 +50,7 @@ fn deliveries() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries::status))
 }
 
-/// The probes, which are never shed.
+/// The probes, which are never shed and need no credentials.
 fn operations() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(health::healthz))
@@ -64,18 +67,31 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The gateway's routes over `state`, as `settings` limit them: bodies to
 /// `max_body_bytes`, API requests in flight to `max_in_flight` (one more is
-/// refused at once with 503 and `Retry-After` rather than queued).
-pub fn router(state: AppState, settings: &GatewaySettings) -> Router {
+/// refused at once with 503 and `Retry-After` rather than queued). With
+/// `auth`, the `/api` routes need credentials (the ops routes never do).
+pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -> Router {
     let retry_after_s = state.retry_after_s;
-    let shed = ServiceBuilder::new()
-        .layer(HandleErrorLayer::new(move |_: BoxError| async move {
-            ApiError::Overloaded { retry_after_s }
-        }))
-        .load_shed()
-        .concurrency_limit(settings.max_in_flight);
+    let mut api = deliveries();
+    if let Some(auth) = auth {
+        // A route layer: it runs for requests that match one of these routes,
+        // so an unknown path or method is still a 404 or 405.
+        api = api.route_layer(middleware::from_fn_with_state(
+            auth,
+            auth::require_credentials,
+        ));
+    }
+    // Outermost, so that a request refused for load costs no credential check.
+    let api = api.route_layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(move |_: BoxError| async move {
+                ApiError::Overloaded { retry_after_s }
+            }))
+            .load_shed()
+            .concurrency_limit(settings.max_in_flight),
+    );
     let max_body_bytes = settings.max_body_bytes;
     let (routes, spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(deliveries().route_layer(shed))
+        .merge(api)
         .merge(operations())
         .split_for_parts();
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
@@ -112,7 +128,8 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Builds the routes over `backends` and binds `settings.listen`; `/readyz`
+    /// Builds the routes over `backends`, checking credentials with `auth`
+    /// (from [`Auth::from_settings`]), and binds `settings.listen`; `/readyz`
     /// also reports what `diagnostics` say.
     ///
     /// # Errors
@@ -120,6 +137,7 @@ impl Gateway {
     pub async fn bind(
         backends: &Backends,
         settings: &GatewaySettings,
+        auth: Option<Auth>,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Result<Self, BindError> {
         let bind_error = |source| BindError {
@@ -131,7 +149,11 @@ impl Gateway {
             .map_err(bind_error)?;
         Ok(Self {
             listener,
-            router: router(AppState::new(backends, settings, diagnostics), settings),
+            router: router(
+                AppState::new(backends, settings, diagnostics),
+                auth,
+                settings,
+            ),
             grace: settings.shutdown_grace_period(),
         })
     }

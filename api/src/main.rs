@@ -4,6 +4,7 @@
 
 use anyhow::Context;
 use skyport_api::Gateway;
+use skyport_api::auth::Auth;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
 use tokio_util::sync::CancellationToken;
@@ -15,10 +16,11 @@ async fn main() -> anyhow::Result<()> {
         "skyport-gateway",
         "Skyport gateway: accepts delivery requests and serves their status.",
     );
+    let auth = Auth::from_settings(&settings).await?;
     let backends = Backends::open(&settings)
         .await
         .context("cannot open the stream and store")?;
-    let gateway = Gateway::bind(&backends, &settings.gateway, Vec::new()).await?;
+    let gateway = Gateway::bind(&backends, &settings.gateway, auth, Vec::new()).await?;
     tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));

@@ -4,6 +4,7 @@
 //! Every value is checked before anything starts; a bad one is reported with
 //! the key that holds it and the process exits with code 64 (`EX_USAGE`).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,8 +12,9 @@ use std::time::Duration;
 use clap::Parser;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use jsonwebtoken::{Algorithm, DecodingKey};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use url::Url;
 
 use crate::adapters::eventhubs::ConnectionString;
@@ -62,6 +64,9 @@ pub struct GatewaySettings {
     /// Requests handled at once; one more is refused at once with 503 and
     /// `Retry-After` instead of queueing behind them.
     pub max_in_flight: usize,
+    /// Who may call the `/api` routes.
+    #[serde(default)]
+    pub auth: AuthSettings,
 }
 
 impl Default for GatewaySettings {
@@ -75,6 +80,7 @@ impl Default for GatewaySettings {
             shutdown_grace_period_ms: 10_000,
             idempotency_retention_s: 24 * 60 * 60,
             max_in_flight: 4096,
+            auth: AuthSettings::default(),
         }
     }
 }
@@ -86,6 +92,183 @@ impl GatewaySettings {
 
     pub fn idempotency_retention(&self) -> Duration {
         Duration::from_secs(self.idempotency_retention_s)
+    }
+}
+
+/// Authentication of the gateway's `/api` routes: API keys, JWT bearer tokens, or both.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Unset: the profile's (embedded → off, azure → on).
+    pub enabled: Option<bool>,
+    /// API keys by name (the name becomes the caller's principal); sent in `X-API-Key`.
+    pub api_keys: BTreeMap<String, ApiKeySettings>,
+    /// Bearer tokens (`Authorization: Bearer …`), for example Entra ID access tokens.
+    pub jwt: Option<JwtSettings>,
+    /// The scope (in `scp`) or app role (in `roles`) a token needs to read status.
+    pub read_scope: String,
+    /// The scope or app role a token needs to post and cancel delivery requests.
+    pub write_scope: String,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            enabled: None,
+            api_keys: BTreeMap::new(),
+            jwt: None,
+            read_scope: "deliveries.read".into(),
+            write_scope: "deliveries.write".into(),
+        }
+    }
+}
+
+/// One API key and what it may do.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeySettings {
+    /// The key itself (at least 32 characters).
+    pub key: SecretString,
+    /// Unset: both scopes.
+    #[serde(default = "Scope::all")]
+    pub scopes: Vec<Scope>,
+}
+
+/// What a caller may do with delivery requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum Scope {
+    /// Read status (`GET`).
+    #[serde(rename = "deliveries.read")]
+    Read,
+    /// Post and cancel delivery requests (`POST`, `DELETE`).
+    #[serde(rename = "deliveries.write")]
+    Write,
+}
+
+impl Scope {
+    pub fn all() -> Vec<Self> {
+        vec![Self::Read, Self::Write]
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Read => "deliveries.read",
+            Self::Write => "deliveries.write",
+        })
+    }
+}
+
+/// How bearer tokens are checked: their issuer, audience and exactly one
+/// source of signing keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JwtSettings {
+    /// The `iss` tokens must carry (Entra ID: `https://login.microsoftonline.com/TENANT/v2.0`).
+    pub issuer: String,
+    /// The `aud` tokens must carry (Entra ID: the API's application id URI or client id).
+    pub audience: String,
+    /// A shared secret for HS256 (at least 32 characters).
+    pub hs256_secret: Option<SecretString>,
+    /// A public key in PEM: RSA (RS256) or EC on P-256 (ES256).
+    pub public_key_pem: Option<PublicKeyPem>,
+    /// Where the issuer publishes its signing keys (a JWKS document).
+    pub jwks_url: Option<Url>,
+    /// How often the JWKS is fetched again.
+    pub jwks_refresh_s: u64,
+    /// Clock skew allowed when checking `exp` and `nbf`.
+    pub leeway_s: u64,
+}
+
+impl Default for JwtSettings {
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            audience: String::new(),
+            hs256_secret: None,
+            public_key_pem: None,
+            jwks_url: None,
+            jwks_refresh_s: 3_600,
+            leeway_s: 60,
+        }
+    }
+}
+
+impl JwtSettings {
+    pub fn jwks_refresh(&self) -> Duration {
+        Duration::from_secs(self.jwks_refresh_s)
+    }
+}
+
+/// A public key that verifies bearer tokens, parsed from PEM; its kind picks
+/// the algorithm.
+#[derive(Debug, Clone)]
+pub struct PublicKeyPem {
+    key: DecodingKey,
+    algorithm: Algorithm,
+}
+
+/// A `public_key_pem` that cannot verify tokens.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublicKeyError {
+    #[error(
+        "must be a public key in PEM (-----BEGIN PUBLIC KEY-----), not a private key or a certificate"
+    )]
+    NotPublic,
+    #[error("is not a readable RSA or EC public key in PEM")]
+    Malformed,
+    #[error("is an EC key on a curve other than P-256 (only ES256 is supported)")]
+    UnsupportedCurve,
+}
+
+impl PublicKeyPem {
+    /// Reads an RSA (RS256) or P-256 EC (ES256) public key.
+    ///
+    /// # Errors
+    /// [`PublicKeyError`] when `pem` is not one.
+    pub fn parse(pem: &str) -> Result<Self, PublicKeyError> {
+        let label = pem
+            .trim_start()
+            .strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.split_once("-----"))
+            .map(|(label, _)| label);
+        match label {
+            Some("PUBLIC KEY" | "RSA PUBLIC KEY") => {}
+            Some(_) => return Err(PublicKeyError::NotPublic),
+            None => return Err(PublicKeyError::Malformed),
+        }
+        if let Ok(key) = DecodingKey::from_rsa_pem(pem.as_bytes()) {
+            return Ok(Self {
+                key,
+                algorithm: Algorithm::RS256,
+            });
+        }
+        let key =
+            DecodingKey::from_ec_pem(pem.as_bytes()).map_err(|_| PublicKeyError::Malformed)?;
+        // An uncompressed SEC1 point on P-256: 0x04, then 32 bytes each of x and y.
+        if key.as_bytes().len() != 65 {
+            return Err(PublicKeyError::UnsupportedCurve);
+        }
+        Ok(Self {
+            key,
+            algorithm: Algorithm::ES256,
+        })
+    }
+
+    pub fn key(&self) -> &DecodingKey {
+        &self.key
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+}
+
+impl<'de> Deserialize<'de> for PublicKeyPem {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let pem = String::deserialize(deserializer)?;
+        Self::parse(&pem).map_err(serde::de::Error::custom)
     }
 }
 
@@ -518,6 +701,14 @@ impl Settings {
         })
     }
 
+    /// Whether `/api` requests need credentials: `gateway.auth.enabled`, else the profile's.
+    pub fn auth_enabled(&self) -> bool {
+        self.gateway.auth.enabled.unwrap_or(match self.profile {
+            Profile::Embedded => false,
+            Profile::Azure => true,
+        })
+    }
+
     /// Loads the layers in order of precedence, taking the environment from `env`.
     ///
     /// # Errors
@@ -755,7 +946,108 @@ impl Settings {
             "simulator.error_rate",
             "must be from 0 to 1",
         )?;
-        Ok(())
+        self.validate_auth()
+    }
+
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let auth = &self.gateway.auth;
+        let check = |ok: bool, key: &str, message: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::new(key, message))
+            }
+        };
+        if self.auth_enabled() && auth.api_keys.is_empty() && auth.jwt.is_none() {
+            let why = match auth.enabled {
+                Some(_) => "auth is on (gateway.auth.enabled = true)",
+                None => "auth is on (profile azure)",
+            };
+            return Err(ConfigError::new(
+                "gateway.auth",
+                format!(
+                    "{why} but neither gateway.auth.api_keys nor gateway.auth.jwt is set; set one, or gateway.auth.enabled = false"
+                ),
+            ));
+        }
+        for (name, api_key) in &auth.api_keys {
+            let key = api_key.key.expose_secret();
+            check(
+                key.len() >= 32,
+                &format!("gateway.auth.api_keys.{name}.key"),
+                "must be at least 32 characters",
+            )?;
+            if let Some((other, _)) = auth
+                .api_keys
+                .iter()
+                .take_while(|(other, _)| *other != name)
+                .find(|(_, other)| other.key.expose_secret() == key)
+            {
+                return Err(ConfigError::new(
+                    format!("gateway.auth.api_keys.{name}.key"),
+                    format!(
+                        "is the same as gateway.auth.api_keys.{other}.key; each key must be unique"
+                    ),
+                ));
+            }
+            check(
+                !api_key.scopes.is_empty(),
+                &format!("gateway.auth.api_keys.{name}.scopes"),
+                "must list deliveries.read, deliveries.write or both",
+            )?;
+        }
+        for (key, scope) in [
+            ("gateway.auth.read_scope", &auth.read_scope),
+            ("gateway.auth.write_scope", &auth.write_scope),
+        ] {
+            check(
+                !scope.is_empty() && !scope.contains(char::is_whitespace),
+                key,
+                "must be one scope name, without spaces",
+            )?;
+        }
+        let Some(jwt) = &auth.jwt else {
+            return Ok(());
+        };
+        check(
+            !jwt.issuer.trim().is_empty(),
+            "gateway.auth.jwt.issuer",
+            "must be set to the `iss` tokens carry",
+        )?;
+        check(
+            !jwt.audience.trim().is_empty(),
+            "gateway.auth.jwt.audience",
+            "must be set to the `aud` tokens carry",
+        )?;
+        let sources = [
+            jwt.hs256_secret.is_some(),
+            jwt.public_key_pem.is_some(),
+            jwt.jwks_url.is_some(),
+        ];
+        check(
+            sources.iter().filter(|set| **set).count() == 1,
+            "gateway.auth.jwt",
+            "must set exactly one of hs256_secret, public_key_pem and jwks_url",
+        )?;
+        if let Some(secret) = &jwt.hs256_secret {
+            check(
+                secret.expose_secret().len() >= 32,
+                "gateway.auth.jwt.hs256_secret",
+                "must be at least 32 characters",
+            )?;
+        }
+        if let Some(url) = &jwt.jwks_url {
+            check(
+                matches!(url.scheme(), "http" | "https") && url.host().is_some(),
+                "gateway.auth.jwt.jwks_url",
+                "must be an http or https URL with a host",
+            )?;
+        }
+        check(
+            jwt.jwks_refresh_s >= 60,
+            "gateway.auth.jwt.jwks_refresh_s",
+            "must be at least 60",
+        )
     }
 
     fn validate_eventhubs(&self) -> Result<(), ConfigError> {
@@ -1058,10 +1350,14 @@ mod tests {
             "eventhubs.auth=entra",
             "eventhubs.namespace=ns.servicebus.windows.net",
             "gateway.receipt_key=0123456789abcdef0123456789abcdef",
+            "gateway.auth.jwt.issuer=https://login.microsoftonline.com/tenant/v2.0",
+            "gateway.auth.jwt.audience=api://skyport",
+            "gateway.auth.jwt.jwks_url=https://login.microsoftonline.com/tenant/discovery/v2.0/keys",
         ]))
         .expect("valid");
         assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
         assert_eq!(settings.stream_backend(), StreamBackend::EventHubs);
+        assert!(settings.auth_enabled());
     }
 
     #[test]
@@ -1070,15 +1366,204 @@ mod tests {
             "profile=azure",
             "store.backend=embedded",
             "stream.backend=embedded",
+            "gateway.auth.enabled=false",
         ]))
         .expect("valid");
         assert_eq!(settings.store_backend(), StoreBackend::Embedded);
         assert_eq!(settings.stream_backend(), StreamBackend::Embedded);
+        assert!(!settings.auth_enabled());
     }
 
     #[test]
     fn a_short_receipt_key_is_refused() {
         let errors = Settings::load(&cli(&["gateway.receipt_key=short"])).expect_err("invalid");
         assert_eq!(errors[0].key, "gateway.receipt_key");
+    }
+
+    const KEY_A: &str = "gateway.auth.api_keys.portal.key=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const KEY_B: &str = "gateway.auth.api_keys.batch.key=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const RS256_PUBLIC: &str = include_str!("../../tests/fixtures/jwt/rs256-public.pem");
+    const ES256_PUBLIC: &str = include_str!("../../tests/fixtures/jwt/es256-public.pem");
+    const ES256_PRIVATE: &str = include_str!("../../tests/fixtures/jwt/es256-private.pem");
+    const P384_PUBLIC: &str = "-----BEGIN PUBLIC KEY-----
+MHYwEAYHKoZIzj0CAQYFK4EEACIDYgAEIO2NbBMfgyRmtKFYk70HzBVnVNxjHLHq
+DFpWCLWPNuhfU7GfqqBfYXMjE5voDlIR8UQaj+Li8LvhNHsjfhws31GbYOxOb/Fc
+3MFv7FvMXW4LonhiY4fp8YHpKXtY5PZk
+-----END PUBLIC KEY-----
+";
+
+    #[test]
+    fn auth_is_off_in_the_embedded_profile_and_on_in_azure() {
+        assert!(!Settings::default().auth_enabled());
+        let azure = Settings {
+            profile: Profile::Azure,
+            ..Settings::default()
+        };
+        assert!(azure.auth_enabled());
+        let settings = Settings::load(&cli(&["gateway.auth.enabled=true", KEY_A])).expect("valid");
+        assert!(settings.auth_enabled());
+    }
+
+    #[test]
+    fn auth_on_without_credentials_says_what_to_set() {
+        let errors = Settings::load(&cli(&[
+            "profile=azure",
+            "store.backend=embedded",
+            "stream.backend=embedded",
+        ]))
+        .expect_err("invalid");
+        assert_eq!(errors[0].key, "gateway.auth");
+        assert!(
+            errors[0].message.contains("profile azure")
+                && errors[0].message.contains("gateway.auth.api_keys")
+                && errors[0].message.contains("gateway.auth.jwt")
+                && errors[0].message.contains("gateway.auth.enabled = false"),
+            "{}",
+            errors[0].message
+        );
+        let errors = Settings::load(&cli(&["gateway.auth.enabled=true"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "gateway.auth");
+    }
+
+    #[test]
+    fn api_keys_may_do_everything_unless_scoped() {
+        let settings = Settings::load(&cli(&[
+            KEY_A,
+            KEY_B,
+            "gateway.auth.api_keys.batch.scopes=[\"deliveries.read\"]",
+        ]))
+        .expect("valid");
+        let keys = &settings.gateway.auth.api_keys;
+        assert_eq!(keys["portal"].scopes, [Scope::Read, Scope::Write]);
+        assert_eq!(keys["batch"].scopes, [Scope::Read]);
+        assert_eq!(
+            keys["portal"].key.expose_secret(),
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        );
+    }
+
+    #[test]
+    fn api_key_settings_name_their_key() {
+        for (set, key) in [
+            (
+                vec!["gateway.auth.api_keys.portal.key=short"],
+                "gateway.auth.api_keys.portal.key",
+            ),
+            (
+                vec![
+                    KEY_A,
+                    "gateway.auth.api_keys.copy.key=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                ],
+                "gateway.auth.api_keys.portal.key",
+            ),
+            (
+                vec![KEY_A, "gateway.auth.api_keys.portal.scopes=[]"],
+                "gateway.auth.api_keys.portal.scopes",
+            ),
+            (
+                vec![
+                    KEY_A,
+                    "gateway.auth.api_keys.portal.scopes=[\"deliveries.admin\"]",
+                ],
+                "gateway.auth.api_keys.portal.scopes.0",
+            ),
+            (
+                vec![KEY_A, "gateway.auth.write_scope=a b"],
+                "gateway.auth.write_scope",
+            ),
+        ] {
+            let errors = Settings::load(&cli(&set)).expect_err(key);
+            assert_eq!(errors[0].key, key, "{set:?}");
+        }
+    }
+
+    #[test]
+    fn jwt_settings_name_their_key() {
+        let base = [
+            "gateway.auth.enabled=true",
+            "gateway.auth.jwt.issuer=https://issuer.example",
+            "gateway.auth.jwt.audience=skyport",
+        ];
+        let load = |extra: &[&str]| {
+            let mut set = base.to_vec();
+            set.extend_from_slice(extra);
+            Settings::load(&cli(&set))
+        };
+        let settings = load(&["gateway.auth.jwt.hs256_secret=0123456789abcdef0123456789abcdef"])
+            .expect("valid");
+        let jwt = settings.gateway.auth.jwt.expect("jwt");
+        assert_eq!((jwt.leeway_s, jwt.jwks_refresh_s), (60, 3_600));
+        let rs256 = format!("gateway.auth.jwt.public_key_pem={RS256_PUBLIC}");
+        let settings = load(&[&rs256]).expect("valid");
+        let key = settings.gateway.auth.jwt.and_then(|jwt| jwt.public_key_pem);
+        assert_eq!(key.map(|key| key.algorithm()), Some(Algorithm::RS256));
+        let jwks = "gateway.auth.jwt.jwks_url=http://127.0.0.1:1/keys";
+        load(&[jwks]).expect("valid");
+        let bad_pem = "gateway.auth.jwt.public_key_pem=-----BEGIN PUBLIC KEY-----\nnot a key\n-----END PUBLIC KEY-----";
+        for (extra, key) in [
+            (vec![], "gateway.auth.jwt"),
+            (
+                vec![
+                    jwks,
+                    "gateway.auth.jwt.hs256_secret=0123456789abcdef0123456789abcdef",
+                ],
+                "gateway.auth.jwt",
+            ),
+            (
+                vec![jwks, "gateway.auth.jwt.issuer="],
+                "gateway.auth.jwt.issuer",
+            ),
+            (
+                vec![jwks, "gateway.auth.jwt.audience= "],
+                "gateway.auth.jwt.audience",
+            ),
+            (
+                vec!["gateway.auth.jwt.hs256_secret=short"],
+                "gateway.auth.jwt.hs256_secret",
+            ),
+            (vec![bad_pem], "gateway.auth.jwt.public_key_pem"),
+            (
+                vec!["gateway.auth.jwt.public_key_pem=nonsense"],
+                "gateway.auth.jwt.public_key_pem",
+            ),
+            (
+                vec!["gateway.auth.jwt.jwks_url=ftp://keys.example/"],
+                "gateway.auth.jwt.jwks_url",
+            ),
+            (
+                vec!["gateway.auth.jwt.jwks_url=not a url"],
+                "gateway.auth.jwt.jwks_url",
+            ),
+            (
+                vec![jwks, "gateway.auth.jwt.jwks_refresh_s=5"],
+                "gateway.auth.jwt.jwks_refresh_s",
+            ),
+            (
+                vec![jwks, "gateway.auth.jwt.tenant=x"],
+                "gateway.auth.jwt.tenant",
+            ),
+        ] {
+            let errors = load(&extra).expect_err(key);
+            assert_eq!(errors[0].key, key, "{extra:?}");
+        }
+    }
+
+    #[test]
+    fn a_public_key_picks_its_algorithm() {
+        let rs256 = PublicKeyPem::parse(RS256_PUBLIC).expect("RSA");
+        assert_eq!(rs256.algorithm(), Algorithm::RS256);
+        let es256 = PublicKeyPem::parse(ES256_PUBLIC).expect("P-256");
+        assert_eq!(es256.algorithm(), Algorithm::ES256);
+        for (pem, error) in [
+            (ES256_PRIVATE, PublicKeyError::NotPublic),
+            (P384_PUBLIC, PublicKeyError::UnsupportedCurve),
+            ("", PublicKeyError::Malformed),
+            (
+                "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
+                PublicKeyError::Malformed,
+            ),
+        ] {
+            assert_eq!(PublicKeyPem::parse(pem).expect_err(pem), error);
+        }
     }
 }

@@ -126,8 +126,21 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: String) -> Self {
+        Self::sending(base, reqwest::header::HeaderMap::new())
+    }
+
+    /// A client of the same gateway that sends `name: value` with every
+    /// request (credentials, say).
+    pub fn with_header(&self, name: &'static str, value: &str) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(name, value.parse().unwrap());
+        Self::sending(self.base.clone(), headers)
+    }
+
+    fn sending(base: String, headers: reqwest::header::HeaderMap) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
+            .default_headers(headers)
             .build()
             .unwrap();
         Self { http, base }

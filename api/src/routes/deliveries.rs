@@ -5,11 +5,11 @@
 //! carries a signed receipt, so a status read before the worker has written
 //! anything still answers Accepted, never 404.
 
-use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
 use skyport_shared::ports::Reserved;
@@ -18,6 +18,7 @@ use skyport_shared::status::{DeliveryState, StatusDocument};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::auth::Principal;
 use crate::error::{ApiError, Problem};
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
@@ -91,11 +92,13 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 )]
 pub async fn create(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     ValidDeliveryRequest(request): ValidDeliveryRequest,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let client = "";
+    // With auth off every caller is the same client.
+    let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
     let Some(name) = Name::of(&request, key.as_deref(), client) else {
         // Nothing to retry by: no write but the event itself.
