@@ -1,0 +1,200 @@
+"""Drives a running Skyport gateway through the Python client generated from
+openapi/openapi.json by openapi-python-client (tests/tests/openapi_clients.rs).
+
+    openapi-python-client generate --path openapi/openapi.json --meta none --output-path DIR/skyport_client
+    PYTHONPATH=DIR python tests/clients/python_driver.py http://127.0.0.1:8080
+
+Posts a delivery request, polls its status (getDeliveryStatus with the id and
+receipt of the 202) until it is terminal and Scheduled, cancels another one,
+and checks that a bad body (422) and a malformed receipt (404) come back as
+the client's typed Problem. SKYPORT_API_KEY, when set, is sent as X-API-Key.
+Prints what it saw; exits 1 on any mismatch.
+"""
+
+import datetime
+import os
+import sys
+import time
+import uuid
+
+from skyport_client import AuthenticatedClient, Client
+from skyport_client.api.deliveries import (
+    cancel_delivery_request,
+    create_delivery_request,
+    get_delivery_status,
+)
+from skyport_client.models import (
+    Accepted,
+    ConfirmationType,
+    DeliveryRequest,
+    DeliveryState,
+    DeliveryStatus,
+    PackageInfo,
+    PackageSize,
+    Problem,
+)
+
+POLL_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.1
+
+mismatches: list[str] = []
+
+
+def expect(condition: bool, what: str) -> None:
+    print(("ok      " if condition else "MISMATCH ") + what, flush=True)
+    if not condition:
+        mismatches.append(what)
+
+
+def client_for(base_url: str) -> Client | AuthenticatedClient:
+    # The spec puts every delivery operation behind apiKey or bearer, so the generated
+    # functions are typed for an AuthenticatedClient; TestApp runs with auth off.
+    key = os.environ.get("SKYPORT_API_KEY")
+    if key:
+        return AuthenticatedClient(
+            base_url=base_url,
+            token=key,
+            prefix="",
+            auth_header_name="X-API-Key",
+            raise_on_unexpected_status=True,
+        )
+    return Client(base_url=base_url, raise_on_unexpected_status=True)
+
+
+def delivery_request(weight: float) -> DeliveryRequest:
+    pickup = datetime.datetime(2030, 1, 1, 10, 0, tzinfo=datetime.UTC)
+    return DeliveryRequest(
+        delivery_id=f"py-{uuid.uuid4()}",
+        owner_id="owner-python",
+        pickup_location="47.6423,-122.1368",
+        pickup_time=pickup,
+        deadline=pickup + datetime.timedelta(hours=2),
+        dropoff_location="47.6101,-122.2015",
+        expedited=False,
+        confirmation_required=ConfirmationType.PICTURE,
+        package_info=PackageInfo(
+            package_id=f"pkg-{uuid.uuid4().hex[:12]}",
+            size=PackageSize.SMALL,
+            weight=weight,
+            tag="python-client",
+        ),
+    )
+
+
+def post(client, request: DeliveryRequest) -> Accepted | None:
+    response = create_delivery_request.sync_detailed(client=client, body=request)
+    print(f"POST -> {response.status_code.value} {response.headers.get('location')!r} {response.content.decode()}")
+    accepted = response.parsed
+    expect(response.status_code == 202, "a valid request is accepted with 202")
+    if not isinstance(accepted, Accepted):
+        expect(False, f"the 202 body parses as Accepted (got {type(accepted).__name__})")
+        return None
+    expect(accepted.delivery_id == request.delivery_id, "the 202 names the client-chosen deliveryId")
+    expect(accepted.status == DeliveryState.ACCEPTED, "the 202 says Accepted")
+    expect(bool(accepted.receipt), "the 202 carries a receipt")
+    expect(
+        accepted.status_url.endswith(
+            f"/api/deliveryrequests/{accepted.delivery_id}/status?receipt={accepted.receipt}"
+        ),
+        "statusUrl is the status resource of the delivery, with its receipt",
+    )
+    expect(response.headers.get("location") == accepted.status_url, "Location is the statusUrl")
+    expect(response.headers.get("retry-after", "").isdigit(), "the 202 has Retry-After in seconds")
+    return accepted
+
+
+def poll_until_terminal(client, accepted: Accepted) -> DeliveryStatus | None:
+    deadline = time.monotonic() + POLL_TIMEOUT_S
+    seen: list[str] = []
+    while True:
+        response = get_delivery_status.sync_detailed(
+            accepted.delivery_id, client=client, receipt=accepted.receipt
+        )
+        status = response.parsed
+        if response.status_code != 200 or not isinstance(status, DeliveryStatus):
+            print(f"GET status -> {response.status_code.value} {response.content.decode()}")
+            expect(False, "the status of an accepted delivery answers 200 with a DeliveryStatus")
+            return None
+        if not seen or seen[-1] != status.state.value:
+            seen.append(status.state.value)
+        if status.terminal:
+            print(f"GET status -> 200 {response.content.decode()}")
+            print(f"states seen: {' -> '.join(seen)}")
+            expect("retry-after" not in response.headers, "a terminal status has no Retry-After")
+            return status
+        if "retry-after" not in response.headers:
+            expect(False, f"a {status.state.value} (not terminal) status has Retry-After")
+        if time.monotonic() > deadline:
+            expect(False, f"the delivery is terminal within {POLL_TIMEOUT_S} s (still {status.state.value})")
+            return None
+        time.sleep(POLL_INTERVAL_S)
+
+
+def expect_problem(response, status: int, code: str, what: str) -> Problem | None:
+    print(
+        f"{what} -> {response.status_code.value} {response.headers.get('content-type')!r} "
+        f"{response.content.decode()}"
+    )
+    expect(response.status_code == status, f"{what} answers {status}")
+    expect(
+        response.headers.get("content-type", "").split(";")[0].strip() == "application/problem+json",
+        f"{what} answers application/problem+json",
+    )
+    problem = response.parsed
+    if not isinstance(problem, Problem):
+        expect(False, f"{what} parses as the typed Problem (got {type(problem).__name__})")
+        return None
+    expect(problem.status == status, f"{what}: Problem.status is {status}")
+    expect(problem.code == code, f"{what}: Problem.code is {code}")
+    return problem
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: python_driver.py BASE_URL", file=sys.stderr)
+        return 2
+    base_url = sys.argv[1].rstrip("/")
+    with client_for(base_url) as client:
+        print(f"== a delivery request through the generated client, against {base_url}")
+        accepted = post(client, delivery_request(2.5))
+        if accepted is not None:
+            status = poll_until_terminal(client, accepted)
+            if status is not None:
+                expect(status.state == DeliveryState.SCHEDULED, f"the delivery ends Scheduled (got {status.state.value})")
+                expect(status.id == accepted.delivery_id, "the status is of the delivery posted")
+                expect(isinstance(status.drone_id, str) and bool(status.drone_id), "a Scheduled delivery names its drone")
+                expect(status.links.self_ == accepted.status_url, "links.self is the statusUrl")
+
+        print("== a cancelled delivery request")
+        accepted = post(client, delivery_request(1.0))
+        if accepted is not None:
+            response = cancel_delivery_request.sync_detailed(
+                accepted.delivery_id, client=client, receipt=accepted.receipt
+            )
+            print(f"DELETE -> {response.status_code.value} {response.content.decode()}")
+            expect(response.status_code == 202, "a cancellation is accepted with 202")
+            expect(isinstance(response.parsed, Accepted), "the cancellation's body parses as Accepted")
+            status = poll_until_terminal(client, accepted)
+            if status is not None:
+                expect(status.state == DeliveryState.CANCELLED, f"the delivery ends Cancelled (got {status.state.value})")
+
+        print("== a bad request: weight -1")
+        response = create_delivery_request.sync_detailed(client=client, body=delivery_request(-1.0))
+        problem = expect_problem(response, 422, "ValidationFailed", "POST with weight -1")
+        if problem is not None:
+            fields = [error.field for error in problem.errors or []]
+            expect(fields == ["packageInfo.weight"], f"the 422 names packageInfo.weight (got {fields})")
+
+        print("== a malformed receipt")
+        response = get_delivery_status.sync_detailed("py-unknown", client=client, receipt="not-a-receipt")
+        expect_problem(response, 404, "NotFound", "GET status with a malformed receipt")
+
+    if mismatches:
+        print(f"\n{len(mismatches)} mismatch(es):", *mismatches, sep="\n  ")
+        return 1
+    print("\nthe generated Python client drove the gateway as the spec says")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+//! The OpenAPI document judged by outside tools: Redocly's linter, a Python and a
+//! TypeScript client generated from it (at test time, into a temporary directory)
+//! driving a running gateway, and schemathesis fuzzing that gateway against it.
+//!
+//! The tools live under `target/tools` (`.ci/tools` installs them); a missing one
+//! fails its test, never skips it. Each runs as a child process with a time limit
+//! and its output is printed (shown on failure, or with `--nocapture`).
+//! `SKYPORT_API_KEY`, when set, is passed on for the drivers and schemathesis to
+//! send as `X-API-Key`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use skyport_tests::TestApp;
+use tokio::process::Command;
+
+const API_KEY: &str = "SKYPORT_API_KEY";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn spec() -> PathBuf {
+    workspace().join("openapi/openapi.json")
+}
+
+/// The driver scripts and tool settings.
+fn clients() -> PathBuf {
+    workspace().join("tests/clients")
+}
+
+/// An installed tool: `relative` to `target/tools`; panics naming `.ci/tools` when it is missing.
+fn tool(relative: &str) -> PathBuf {
+    let path = workspace().join("target/tools").join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run .ci/tools (it installs the OpenAPI tools under target/tools)",
+        path.display()
+    );
+    path
+}
+
+/// A command for an installed tool, with the venv's and node's tools first on PATH
+/// (openapi-python-client runs `ruff`) and Redocly's telemetry off.
+fn command(program: &Path) -> Command {
+    let tools = workspace().join("target/tools");
+    let mut path =
+        std::env::join_paths([tools.join("venv/bin"), tools.join("node/node_modules/.bin")])
+            .unwrap();
+    if let Some(inherited) = std::env::var_os("PATH") {
+        path = std::env::join_paths(
+            std::env::split_paths(&path).chain(std::env::split_paths(&inherited)),
+        )
+        .unwrap();
+    }
+    let mut command = Command::new(program);
+    command
+        .env("PATH", path)
+        .env("REDOCLY_TELEMETRY", "off")
+        .env("NO_COLOR", "1");
+    command
+}
+
+/// Runs `command` within `limit`, its output going to `log`; panics with that output
+/// unless it exits 0. On time-out its whole process group is killed (openapi-generator's
+/// wrapper starts a JVM).
+async fn run(what: &str, mut command: Command, limit: Duration, log: &Path) -> String {
+    let out = File::create(log).unwrap();
+    command
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .process_group(0)
+        .kill_on_drop(true);
+    let shown = format!("{:?}", command.as_std());
+    println!("== {what}: {shown}");
+    let started = Instant::now();
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {shown}: {e}"));
+    let exit = tokio::time::timeout(limit, child.wait()).await;
+    let output = || std::fs::read_to_string(log).unwrap_or_default();
+    match exit {
+        Ok(exit) => {
+            let exit = exit.unwrap();
+            let output = output();
+            println!("{output}");
+            println!("== {what}: {exit} after {:.1?}", started.elapsed());
+            assert!(
+                exit.success(),
+                "{what} failed ({exit}); its output is above"
+            );
+            output
+        }
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                let group = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.wait().await;
+            println!("{}", output());
+            panic!("{what} did not finish within {limit:?}; its output is above");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_spec_passes_redocly_lint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lint = command(&tool("node/node_modules/.bin/redocly"));
+    lint.current_dir(workspace())
+        .arg("lint")
+        .arg(spec())
+        .arg("--config")
+        .arg(clients().join("redocly.yaml"));
+    run(
+        "redocly lint",
+        lint,
+        Duration::from_secs(120),
+        &dir.path().join("lint.log"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_generated_python_client_drives_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&data).await;
+
+    let mut generate = command(&tool("venv/bin/openapi-python-client"));
+    generate
+        .current_dir(dir.path())
+        .arg("generate")
+        .arg("--path")
+        .arg(spec())
+        .args(["--meta", "none", "--fail-on-warning", "--output-path"])
+        .arg(dir.path().join("skyport_client"));
+    run(
+        "openapi-python-client generate",
+        generate,
+        Duration::from_secs(300),
+        &dir.path().join("generate.log"),
+    )
+    .await;
+
+    let mut drive = command(&tool("venv/bin/python"));
+    drive
+        .current_dir(dir.path())
+        .env("PYTHONPATH", dir.path())
+        .arg(clients().join("python_driver.py"))
+        .arg(&app.client.base);
+    run(
+        "the Python driver",
+        drive,
+        Duration::from_secs(180),
+        &dir.path().join("drive.log"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_generated_typescript_client_drives_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&data).await;
+
+    // The spec is validated by the generator (no --skip-validate-spec): an invalid one fails here.
+    let mut generate = command(&tool("venv/bin/openapi-generator-cli"));
+    generate
+        .current_dir(dir.path())
+        .arg("generate")
+        .arg("--input-spec")
+        .arg(spec())
+        .args(["--generator-name", "typescript-fetch", "--output"])
+        .arg(dir.path().join("generated"));
+    run(
+        "openapi-generator typescript-fetch",
+        generate,
+        Duration::from_secs(300),
+        &dir.path().join("generate.log"),
+    )
+    .await;
+
+    // The driver is compiled with the generated client beside it, against the node tools' types.
+    for file in ["driver.ts", "tsconfig.json"] {
+        std::fs::copy(
+            clients().join("typescript").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink(tool("node/node_modules"), dir.path().join("node_modules")).unwrap();
+    let mut compile = command(&tool("node/node_modules/.bin/tsc"));
+    compile
+        .current_dir(dir.path())
+        .arg("--project")
+        .arg(dir.path());
+    run(
+        "tsc",
+        compile,
+        Duration::from_secs(300),
+        &dir.path().join("compile.log"),
+    )
+    .await;
+
+    let mut drive = command(Path::new("node"));
+    drive
+        .current_dir(dir.path())
+        .arg(dir.path().join("out/driver.js"))
+        .arg(&app.client.base);
+    run(
+        "the TypeScript driver",
+        drive,
+        Duration::from_secs(180),
+        &dir.path().join("drive.log"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn schemathesis_finds_no_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&data).await;
+
+    // Phases, checks, bounds and the hook are in tests/clients/schemathesis.toml, which
+    // names the hook file relative to the working directory: both are copied to one
+    // where schemathesis may keep its caches.
+    std::fs::copy(
+        clients().join("schemathesis_hooks.py"),
+        dir.path().join("schemathesis_hooks.py"),
+    )
+    .unwrap();
+    let mut config = std::fs::read_to_string(clients().join("schemathesis.toml")).unwrap();
+    let authenticated = std::env::var_os(API_KEY).is_some_and(|key| !key.is_empty());
+    if authenticated {
+        // Schemathesis reads the key from the environment, and ignored_auth checks the
+        // gateway refuses requests without it.
+        config.push_str("\n[auth.openapi.apiKey]\napi_key = \"${SKYPORT_API_KEY}\"\n");
+    }
+    let config_file = dir.path().join("schemathesis.toml");
+    std::fs::write(&config_file, config).unwrap();
+
+    let mut fuzz = command(&tool("venv/bin/schemathesis"));
+    fuzz.current_dir(dir.path())
+        .arg("--config-file")
+        .arg(&config_file)
+        .arg("run")
+        .arg(spec())
+        .args(["--url", &app.client.base, "--no-color"]);
+    if !authenticated {
+        // TestApp runs with auth off, so requests without credentials are served, as they should be.
+        fuzz.args(["--exclude-checks", "ignored_auth"]);
+    }
+    run(
+        "schemathesis",
+        fuzz,
+        Duration::from_secs(900),
+        &dir.path().join("schemathesis.log"),
+    )
+    .await;
+}
