@@ -3,6 +3,7 @@
 //! `cargo run -p skyport-api --bin skyport-openapi`; a test fails when the
 //! committed file drifts from the code).
 
+use serde_json::Value;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -56,8 +57,50 @@ impl Modify for SecuritySchemes {
 
 /// The document as committed: pretty JSON with a final newline.
 pub fn to_json(openapi: &utoipa::openapi::OpenApi) -> String {
-    let mut json = serde_json::to_string_pretty(openapi)
+    let mut document = serde_json::to_value(openapi)
         .unwrap_or_else(|e| unreachable!("an OpenAPI document always serializes: {e}"));
+    camel_case_links(&mut document);
+    let mut json = serde_json::to_string_pretty(&document)
+        .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"));
     json.push('\n');
     json
+}
+
+/// utoipa 5.5 serializes a Link Object's fields in snake case
+/// (`operation_id`); OpenAPI names them `operationId`, `operationRef` and
+/// `requestBody`, and tools ignore or reject the others.
+fn camel_case_links(document: &mut Value) {
+    let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let links = paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|response| response.get_mut("links")?.as_object_mut())
+        .flat_map(|links| links.values_mut())
+        .filter_map(Value::as_object_mut);
+    for link in links {
+        for (snake, camel) in [
+            ("operation_id", "operationId"),
+            ("operation_ref", "operationRef"),
+            ("request_body", "requestBody"),
+        ] {
+            if let Some(value) = link.remove(snake) {
+                link.insert(camel.to_owned(), value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn links_name_their_operation_in_camel_case() {
+        let json = super::to_json(&crate::openapi());
+        assert!(json.contains("\"operationId\": \"getDeliveryStatus\""));
+        assert!(!json.contains("operation_id"));
+    }
 }
