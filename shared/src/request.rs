@@ -29,22 +29,41 @@ pub const MAX_WEIGHT_KG: f64 = 100.0;
     "confirmationRequired": "Picture",
     "packageInfo": {"packageId": "pkg-0001", "size": "Small", "weight": 2.5, "tag": "fragile"}
 }))]
+///
+/// Text fields must hold something besides whitespace and no control
+/// characters: their `pattern` says so, and [`DeliveryRequest::validate`] checks it.
 pub struct DeliveryRequest {
     /// Client-chosen id; the gateway generates one when absent. Posting the
     /// same id again returns the same delivery (a different body is a 409).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(nullable = false, pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
     pub delivery_id: Option<String>,
-    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub owner_id: String,
-    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub pickup_location: String,
     #[serde(with = "time::serde::rfc3339")]
     pub pickup_time: OffsetDateTime,
     /// Must be later than `pickupTime`.
     #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
-    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub dropoff_location: String,
     #[serde(default)]
     pub expedited: bool,
@@ -52,7 +71,11 @@ pub struct DeliveryRequest {
     pub confirmation_required: ConfirmationType,
     pub package_info: PackageInfo,
     /// Where the terminal status is delivered, if the client wants a callback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(nullable = false, format = "uri", max_length = 2048)]
     pub callback_url: Option<String>,
 }
@@ -77,8 +100,17 @@ pub struct PackageInfo {
     /// Kilograms.
     #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
     pub weight: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, min_length = 1, max_length = 64, pattern = r"\S")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub tag: Option<String>,
 }
 
@@ -155,6 +187,16 @@ impl DeliveryRequest {
             Err(errors)
         }
     }
+}
+
+/// An optional field that, when present, has a value: `null` is refused
+/// rather than read as absent, as the OpenAPI document says.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 /// Whether `id` may name a delivery or package: it travels in URL paths and store keys.
@@ -264,6 +306,25 @@ pub(crate) mod tests {
         let mut request = sample("d-1");
         request.package_info.weight = f64::NAN;
         assert!(request.validate().is_err());
+    }
+
+    #[test]
+    fn an_optional_field_may_be_absent_but_not_null() {
+        let mut json = serde_json::to_value(sample("d-1")).expect("serialize");
+        json.as_object_mut().expect("object").remove("deliveryId");
+        assert_eq!(
+            serde_json::from_value::<DeliveryRequest>(json.clone())
+                .expect("absent is fine")
+                .delivery_id,
+            None
+        );
+        for field in ["deliveryId", "callbackUrl"] {
+            let mut with_null = json.clone();
+            with_null[field] = serde_json::Value::Null;
+            assert!(serde_json::from_value::<DeliveryRequest>(with_null).is_err());
+        }
+        json["packageInfo"]["tag"] = serde_json::Value::Null;
+        assert!(serde_json::from_value::<DeliveryRequest>(json).is_err());
     }
 
     #[test]
