@@ -7,7 +7,8 @@ openapi/openapi.json by openapi-python-client (tests/tests/openapi_clients.rs).
 Posts a delivery request, polls its status (getDeliveryStatus with the id and
 receipt of the 202) until it is terminal and Scheduled, cancels another one,
 and checks that a bad body (422) and a malformed receipt (404) come back as
-the client's typed Problem. SKYPORT_API_KEY, when set, is sent as X-API-Key.
+the client's typed Problem. SKYPORT_API_KEY, when set, is sent as X-API-Key
+(and a request without it must be a 401 Problem with WWW-Authenticate).
 Prints what it saw; exits 1 on any mismatch.
 """
 
@@ -188,6 +189,13 @@ def main() -> int:
         print("== a malformed receipt")
         response = get_delivery_status.sync_detailed("py-unknown", client=client, receipt="not-a-receipt")
         expect_problem(response, 404, "NotFound", "GET status with a malformed receipt")
+
+    if os.environ.get("SKYPORT_API_KEY"):
+        print("== no credentials")
+        with Client(base_url=base_url, raise_on_unexpected_status=True) as anonymous:
+            response = create_delivery_request.sync_detailed(client=anonymous, body=delivery_request(2.5))
+            expect_problem(response, 401, "Unauthorized", "POST without credentials")
+            expect("www-authenticate" in response.headers, "the 401 has WWW-Authenticate")
 
     if mismatches:
         print(f"\n{len(mismatches)} mismatch(es):", *mismatches, sep="\n  ")

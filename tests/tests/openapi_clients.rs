@@ -4,9 +4,9 @@
 //!
 //! The tools live under `target/tools` (`.ci/tools` installs them); a missing one
 //! fails its test, never skips it. Each runs as a child process with a time limit
-//! and its output is printed (shown on failure, or with `--nocapture`).
-//! `SKYPORT_API_KEY`, when set, is passed on for the drivers and schemathesis to
-//! send as `X-API-Key`.
+//! and its output is printed (shown on failure, or with `--nocapture`). The
+//! gateway runs with auth on; the drivers and schemathesis get its API key in
+//! `SKYPORT_API_KEY` and send it as `X-API-Key`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,10 +15,27 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use skyport_tests::TestApp;
+use secrecy::SecretString;
+use skyport_shared::config::{ApiKeySettings, Scope};
+use skyport_tests::{TestApp, test_settings};
 use tokio::process::Command;
 
-const API_KEY: &str = "SKYPORT_API_KEY";
+/// The API key the gateway accepts (with both scopes), passed to the tools in `SKYPORT_API_KEY`.
+const API_KEY: &str = "openapi-clients-key-0123456789abcdef";
+
+/// The whole system with auth on: `/api` routes need `X-API-Key: API_KEY`.
+async fn spawn_with_auth(data: &tempfile::TempDir) -> TestApp {
+    let mut settings = test_settings(data.path());
+    settings.gateway.auth.enabled = Some(true);
+    settings.gateway.auth.api_keys.insert(
+        "openapi-clients".into(),
+        ApiKeySettings {
+            key: SecretString::from(API_KEY),
+            scopes: Scope::all(),
+        },
+    );
+    TestApp::spawn_with(settings).await
+}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,6 +80,7 @@ fn command(program: &Path) -> Command {
     let mut command = Command::new(program);
     command
         .env("PATH", path)
+        .env("SKYPORT_API_KEY", API_KEY)
         .env("REDOCLY_TELEMETRY", "off")
         .env("NO_COLOR", "1");
     command
@@ -133,7 +151,7 @@ async fn the_spec_passes_redocly_lint() {
 async fn a_generated_python_client_drives_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn(&data).await;
+    let app = spawn_with_auth(&data).await;
 
     let mut generate = command(&tool("venv/bin/openapi-python-client"));
     generate
@@ -170,7 +188,7 @@ async fn a_generated_python_client_drives_the_gateway() {
 async fn a_generated_typescript_client_drives_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn(&data).await;
+    let app = spawn_with_auth(&data).await;
 
     // The spec is validated by the generator (no --skip-validate-spec): an invalid one fails here.
     let mut generate = command(&tool("venv/bin/openapi-generator-cli"));
@@ -229,7 +247,7 @@ async fn a_generated_typescript_client_drives_the_gateway() {
 async fn schemathesis_finds_no_failures() {
     let dir = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn(&data).await;
+    let app = spawn_with_auth(&data).await;
 
     // Phases, checks, bounds and the hook are in tests/clients/schemathesis.toml, which
     // names the hook file relative to the working directory: both are copied to one
@@ -240,12 +258,8 @@ async fn schemathesis_finds_no_failures() {
     )
     .unwrap();
     let mut config = std::fs::read_to_string(clients().join("schemathesis.toml")).unwrap();
-    let authenticated = std::env::var_os(API_KEY).is_some_and(|key| !key.is_empty());
-    if authenticated {
-        // Schemathesis reads the key from the environment, and ignored_auth checks the
-        // gateway refuses requests without it.
-        config.push_str("\n[auth.openapi.apiKey]\napi_key = \"${SKYPORT_API_KEY}\"\n");
-    }
+    // The key, from the environment; ignored_auth checks requests without it are refused.
+    config.push_str("\n[auth.openapi.apiKey]\napi_key = \"${SKYPORT_API_KEY}\"\n");
     let config_file = dir.path().join("schemathesis.toml");
     std::fs::write(&config_file, config).unwrap();
 
@@ -256,10 +270,6 @@ async fn schemathesis_finds_no_failures() {
         .arg("run")
         .arg(spec())
         .args(["--url", &app.client.base, "--no-color"]);
-    if !authenticated {
-        // TestApp runs with auth off, so requests without credentials are served, as they should be.
-        fuzz.args(["--exclude-checks", "ignored_auth"]);
-    }
     run(
         "schemathesis",
         fuzz,

@@ -7,7 +7,8 @@
 // receipt of the 202) until it is terminal and Scheduled, cancels another one,
 // and checks that a bad body (422) and a malformed receipt (404) surface as the
 // client's ResponseError carrying a typed Problem. SKYPORT_API_KEY, when set,
-// is sent as X-API-Key. Prints what it saw; exits 1 on any mismatch.
+// is sent as X-API-Key (and a request without it must be a 401 Problem with
+// WWW-Authenticate). Prints what it saw; exits 1 on any mismatch.
 
 import { randomUUID } from "node:crypto";
 
@@ -137,8 +138,14 @@ async function report(what: string, error: unknown): Promise<void> {
   }
 }
 
-/** The typed Problem a call failed with, checked against the expected status and code. */
-async function expectProblem(call: Promise<unknown>, status: number, code: string, what: string): Promise<Problem | undefined> {
+/** The typed Problem a call failed with, checked against the expected status, code and headers. */
+async function expectProblem(
+  call: Promise<unknown>,
+  status: number,
+  code: string,
+  what: string,
+  headers: string[] = [],
+): Promise<Problem | undefined> {
   try {
     const value = await call;
     console.log(`${what} -> succeeded: ${JSON.stringify(value)}`);
@@ -155,6 +162,9 @@ async function expectProblem(call: Promise<unknown>, status: number, code: strin
     console.log(`${what} -> ${error.response.status} ${JSON.stringify(contentType)} ${JSON.stringify(body)}`);
     expect(error.response.status === status, `${what} answers ${status}`);
     expect(contentType.split(";")[0].trim() === "application/problem+json", `${what} answers application/problem+json`);
+    for (const header of headers) {
+      expect(error.response.headers.has(header), `${what} has ${header}`);
+    }
     if (typeof body !== "object" || body === null || !instanceOfProblem(body)) {
       expect(false, `${what} carries a Problem`);
       return undefined;
@@ -172,10 +182,9 @@ async function main(): Promise<number> {
     console.error("usage: node driver.js BASE_URL");
     return 2;
   }
-  const apiKey = process.env.SKYPORT_API_KEY;
-  const api = new DeliveriesApi(
-    new Configuration({ basePath: baseUrl.replace(/\/$/, ""), apiKey: apiKey === undefined || apiKey === "" ? undefined : apiKey }),
-  );
+  const basePath = baseUrl.replace(/\/$/, "");
+  const apiKey = process.env.SKYPORT_API_KEY || undefined;
+  const api = new DeliveriesApi(new Configuration({ basePath, apiKey }));
 
   console.log(`== a delivery request through the generated client, against ${baseUrl}`);
   let accepted = await post(api, deliveryRequest(2.5));
@@ -227,6 +236,18 @@ async function main(): Promise<number> {
     "NotFound",
     "GET status with a malformed receipt",
   );
+
+  if (apiKey !== undefined) {
+    console.log("== no credentials");
+    const anonymous = new DeliveriesApi(new Configuration({ basePath }));
+    await expectProblem(
+      anonymous.createDeliveryRequest({ deliveryRequest: deliveryRequest(2.5) }),
+      401,
+      "Unauthorized",
+      "POST without credentials",
+      ["www-authenticate"],
+    );
+  }
 
   if (mismatches.length > 0) {
     console.log(`\n${mismatches.length} mismatch(es):\n  ${mismatches.join("\n  ")}`);
