@@ -98,6 +98,11 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let path = e.path().to_string();
         let inner = e.into_inner();
         match inner.classify() {
+            // serde_json reports a `null` where an enum belongs as a syntax
+            // error; JSON that parses is a shape error all the same.
+            Category::Syntax if serde_json::from_slice::<serde_json::Value>(bytes).is_ok() => {
+                ApiError::Validation(vec![field_error(&path, &inner)])
+            }
             Category::Syntax | Category::Eof | Category::Io => {
                 ApiError::MalformedJson(inner.to_string())
             }
@@ -161,6 +166,14 @@ mod tests {
             "deadline":"2026-01-02T00:00:00Z","dropoffLocation":"b",
             "packageInfo":{"packageId":"p","size":"Small","weight":1,"colour":"red"}}"#;
         assert_eq!(fields(body), ["packageInfo.colour"]);
+    }
+
+    #[test]
+    fn null_where_an_enum_belongs_is_a_validation_error() {
+        let body = r#"{"ownerId":"o","pickupLocation":"a","pickupTime":"2026-01-01T00:00:00Z",
+            "deadline":"2026-01-02T00:00:00Z","dropoffLocation":"b","confirmationRequired":null,
+            "packageInfo":{"packageId":"p","size":null,"weight":1}}"#;
+        assert_eq!(fields(body), ["confirmationRequired"]);
     }
 
     #[test]

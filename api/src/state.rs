@@ -8,6 +8,7 @@ use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
 use skyport_shared::ports::{Diagnostics, IdempotencyStore, Publisher, StatusStore};
 
+use crate::error::ApiError;
 use crate::receipt::Receipts;
 
 #[derive(Clone, Debug)]
@@ -48,16 +49,25 @@ impl AppState {
     }
 
     /// The scheme and authority status URLs start with: the configured public
-    /// URL, else the request's `Host`, else nothing (a path-only URL).
-    pub fn base_url(&self, headers: &HeaderMap) -> String {
+    /// URL, else `http://` and the request's `Host`.
+    ///
+    /// # Errors
+    /// [`ApiError::BadRequest`] when there is no public URL and the `Host`
+    /// header is missing or not a host and port (status URLs are absolute).
+    pub fn base_url(&self, headers: &HeaderMap) -> Result<String, ApiError> {
         if let Some(url) = &self.public_url {
-            return url.clone();
+            return Ok(url.clone());
         }
         headers
             .get(axum::http::header::HOST)
             .and_then(|host| host.to_str().ok())
             .and_then(|host| host.parse::<Authority>().ok())
+            .filter(|authority| !authority.as_str().contains('@'))
             .map(|authority| format!("http://{authority}"))
-            .unwrap_or_default()
+            .ok_or_else(|| {
+                ApiError::BadRequest(
+                    "the Host header must be a host name or address, with an optional port".into(),
+                )
+            })
     }
 }

@@ -76,7 +76,12 @@ pub struct DeliveryRequest {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "present"
     )]
-    #[schema(nullable = false, format = "uri", max_length = 2048)]
+    #[schema(
+        nullable = false,
+        format = "uri",
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#]"
+    )]
     pub callback_url: Option<String>,
 }
 
@@ -218,7 +223,8 @@ fn check_id(errors: &mut Vec<FieldError>, field: &str, id: &str) {
 }
 
 fn check_text(errors: &mut Vec<FieldError>, field: &str, value: &str, max: usize) {
-    if value.trim().is_empty() {
+    // U+FEFF counts as blank, as `\s` in the schema's pattern (ECMA-262) says.
+    if value.chars().all(|c| c.is_whitespace() || c == '\u{feff}') {
         errors.push(FieldError::new(field, "must not be empty"));
     } else if value.chars().count() > max {
         errors.push(FieldError::new(

@@ -292,5 +292,17 @@ async fn unknown_ids_routes_and_methods_are_problems_too() {
         .await
         .unwrap();
     assert_problem(put_status, 405, "MethodNotAllowed", "PUT on a status").await;
+    // Status URLs are absolute and built from Host: one that is not a host is refused.
+    for host in ["user@example.com", ""] {
+        let response = http
+            .post(format!("{base}/api/deliveryrequests"))
+            .header("host", host)
+            .header("content-type", "application/json")
+            .body(delivery_request(90).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, 400, "BadRequest", &format!("Host {host:?}")).await;
+    }
     app.app.stop().await.unwrap();
 }

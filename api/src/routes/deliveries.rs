@@ -77,7 +77,7 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
                     parameters(("id" = "$response.body#/deliveryId"), ("receipt" = "$response.body#/receipt")),
                     description = "Cancels the accepted delivery.")),
             )),
-        (status = 400, description = "Malformed JSON or a malformed Idempotency-Key.", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON, a malformed Idempotency-Key or Host header.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
         (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
@@ -97,6 +97,7 @@ pub async fn create(
     ValidDeliveryRequest(request): ValidDeliveryRequest,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
+    let base = state.base_url(&headers)?;
     // With auth off every caller is the same client.
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
@@ -104,7 +105,7 @@ pub async fn create(
         // Nothing to retry by: no write but the event itself.
         let id = uuid::Uuid::new_v4().to_string();
         publish(&state, requested(&headers, &id, now, key, request)).await?;
-        return accepted(&state, &headers, id, DeliveryState::Accepted, now);
+        return accepted(&state, &base, id, DeliveryState::Accepted, now);
     };
     let id = name.delivery_id().to_owned();
     let reservation = name.reservation(
@@ -124,7 +125,7 @@ pub async fn create(
                 }
                 return Err(e);
             }
-            accepted(&state, &headers, id, DeliveryState::Accepted, now)
+            accepted(&state, &base, id, DeliveryState::Accepted, now)
         }
         Reserved::Existing(held) if held.fingerprint == reservation.fingerprint => {
             // A retry. Once the worker has written a status the event is surely
@@ -140,7 +141,7 @@ pub async fn create(
                     DeliveryState::Accepted
                 }
             };
-            accepted(&state, &headers, id, current, held.accepted_at)
+            accepted(&state, &base, id, current, held.accepted_at)
         }
         Reserved::Existing(_) => Err(ApiError::Conflict(name.conflict())),
     }
@@ -181,7 +182,7 @@ fn requested(
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before polling."),
             )),
-        (status = 400, description = "A malformed query.", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A malformed query or Host header.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
         (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
@@ -199,6 +200,7 @@ pub async fn cancel(
     query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
+    let base = state.base_url(&headers)?;
     let accepted_at = verified(&state, &id, &query)?;
     let current = match state.status.get(&id).await? {
         Some(stored) => stored.document.state,
@@ -220,7 +222,7 @@ pub async fn cancel(
             publish(&state, event).await?;
         }
     }
-    accepted(&state, &headers, id, current, accepted_at)
+    accepted(&state, &base, id, current, accepted_at)
 }
 
 async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
@@ -231,13 +233,13 @@ async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
 /// The 202 of a request that is now durable in the stream.
 fn accepted(
     state: &AppState,
-    headers: &HeaderMap,
+    base: &str,
     id: String,
     status: DeliveryState,
     accepted_at: OffsetDateTime,
 ) -> Result<Response, ApiError> {
     let receipt = state.receipts.sign(&id, accepted_at);
-    let links = Links::new(&state.base_url(headers), &id, &receipt, status);
+    let links = Links::new(base, &id, &receipt, status);
     let location =
         HeaderValue::from_str(&links.status).map_err(|e| ApiError::Internal(Box::new(e)))?;
     let body = Accepted {
@@ -329,7 +331,7 @@ impl Links {
     responses(
         (status = 200, description = "The delivery's status.", body = DeliveryStatus,
             headers(("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."))),
-        (status = 400, description = "A malformed query.", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A malformed query or Host header.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
         (status = 403, description = "The credentials lack the read scope.", body = Problem, content_type = "application/problem+json"),
@@ -346,13 +348,14 @@ pub async fn status(
     query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
+    let base = state.base_url(&headers)?;
     let accepted_at = verified(&state, &id, &query)?;
     let document = match state.status.get(&id).await? {
         Some(stored) => stored.document,
         None => StatusDocument::accepted(id.clone(), accepted_at),
     };
     let receipt = query.receipt.unwrap_or_default();
-    let links = Links::new(&state.base_url(&headers), &id, &receipt, document.state);
+    let links = Links::new(&base, &id, &receipt, document.state);
     let terminal = document.state.is_terminal();
     let mut response = Json(DeliveryStatus {
         document,

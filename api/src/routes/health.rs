@@ -31,6 +31,7 @@ pub struct Readiness {
     operation_id = "healthz",
     tag = "operations",
     responses((status = 200, description = "The process is up.", body = Health)),
+    security(()),
 )]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
@@ -52,6 +53,7 @@ pub async fn healthz() -> Json<Health> {
         (status = 503, description = "The stream or the status store is unavailable.", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
     ),
+    security(()),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Readiness>, ApiError> {
     let stream = state.publisher.ready().await;
