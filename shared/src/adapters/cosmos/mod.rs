@@ -311,6 +311,49 @@ where
     }
 }
 
+impl CosmosStore {
+    /// Reads item `id` (its own partition key) from `container` with its ETag,
+    /// waiting out at most `patience` 429s; `None` when there is no such item.
+    async fn read_versioned<T: serde::de::DeserializeOwned>(
+        &self,
+        container: &ContainerClient,
+        id: &str,
+        patience: u32,
+    ) -> Result<Option<(T, azure_core::http::Etag)>, StatusStoreError> {
+        let read = retry_throttled_up_to(&self.units, self.throttle_retry, patience, || {
+            container.read_item(id.to_owned(), id, None)
+        })
+        .await;
+        let response = match read {
+            Ok(response) => response,
+            Err(e) if e.status().status_code() == azure_core::http::StatusCode::NotFound => {
+                self.units.record(Operation::Read, error_charge(&e));
+                return Ok(None);
+            }
+            Err(e) => {
+                if e.status().is_throttled() {
+                    self.units.throttled();
+                }
+                return Err(StatusStoreError::Unavailable(Box::new(e)));
+            }
+        };
+        self.units
+            .record(Operation::Read, charge(response.headers()));
+        let etag = response.headers().etag().cloned();
+        let item: T = response
+            .into_model()
+            .map_err(|e| StatusStoreError::Corrupt {
+                id: id.to_owned(),
+                source: Box::new(e),
+            })?;
+        let etag = etag.ok_or_else(|| StatusStoreError::Corrupt {
+            id: id.to_owned(),
+            source: "the read carried no ETag".into(),
+        })?;
+        Ok(Some((item, etag)))
+    }
+}
+
 /// How many 429s a status read waits out before answering unavailable.
 const READ_PATIENCE: u32 = 2;
 
@@ -330,41 +373,10 @@ fn error_charge(error: &CosmosError) -> f64 {
 #[async_trait]
 impl StatusStore for CosmosStore {
     async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
-        let key = id.to_owned();
-        let read = retry_throttled_up_to(&self.units, self.throttle_retry, READ_PATIENCE, || {
-            self.status.read_item(key.clone(), &key, None)
-        })
-        .await;
-        let response = match read {
-            Ok(response) => response,
-            Err(e) if e.status().status_code() == azure_core::http::StatusCode::NotFound => {
-                self.units.record(Operation::Read, error_charge(&e));
-                return Ok(None);
-            }
-            Err(e) => {
-                if e.status().is_throttled() {
-                    self.units.throttled();
-                }
-                return Err(StatusStoreError::Unavailable(Box::new(e)));
-            }
-        };
-        let charge = charge(response.headers());
-        self.units.record(Operation::Read, charge);
-        let etag = response.headers().etag().map(ToString::to_string);
-        let document: StatusDocument =
-            response
-                .into_model()
-                .map_err(|e| StatusStoreError::Corrupt {
-                    id: id.to_owned(),
-                    source: Box::new(e),
-                })?;
-        let etag = etag.ok_or_else(|| StatusStoreError::Corrupt {
-            id: id.to_owned(),
-            source: "the read carried no ETag".into(),
-        })?;
-        Ok(Some(Versioned {
+        let read = self.read_versioned(&self.status, id, READ_PATIENCE).await?;
+        Ok(read.map(|(document, etag)| Versioned {
             document,
-            etag: ETag(etag),
+            etag: ETag(etag.to_string()),
         }))
     }
 

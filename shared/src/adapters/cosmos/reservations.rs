@@ -49,32 +49,10 @@ impl CosmosStore {
         &self,
         id: &str,
     ) -> Result<Option<(Reservation, Etag)>, StatusStoreError> {
-        let read = retry_throttled(&self.units, self.throttle_retry, || {
-            self.reservations.read_item(id.to_owned(), id, None)
-        })
-        .await;
-        let response = match read {
-            Ok(response) => response,
-            Err(e) if e.status().status_code() == StatusCode::NotFound => {
-                self.units.record(Operation::Read, error_charge(&e));
-                return Ok(None);
-            }
-            Err(e) => return Err(unavailable(e)),
-        };
-        self.units
-            .record(Operation::Read, charge(response.headers()));
-        let etag = response.headers().etag().cloned();
-        let item: Item = response
-            .into_model()
-            .map_err(|e| StatusStoreError::Corrupt {
-                id: id.to_owned(),
-                source: Box::new(e),
-            })?;
-        let etag = etag.ok_or_else(|| StatusStoreError::Corrupt {
-            id: id.to_owned(),
-            source: "the read carried no ETag".into(),
-        })?;
-        Ok(Some((item.reservation, etag)))
+        let read: Option<(Item, Etag)> = self
+            .read_versioned(&self.reservations, id, u32::MAX)
+            .await?;
+        Ok(read.map(|(item, etag)| (item.reservation, etag)))
     }
 
     pub(super) async fn reserve_item(
