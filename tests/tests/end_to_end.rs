@@ -158,6 +158,34 @@ async fn a_graceful_stop_checkpoints_everything_so_a_restart_replays_nothing() {
 }
 
 #[tokio::test]
+async fn a_rate_limited_worker_stops_at_once_and_its_waiting_events_run_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = skyport_tests::test_settings(dir.path());
+    settings.worker.rate_limit_per_s = 5;
+    let app = TestApp::spawn_with(settings).await;
+    let accepted = app.client.post_many(40).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Most of the 40 are waiting for a slot: they have not started, so the
+    // stop does not wait for them (the grace period is 10 s).
+    let stopping = std::time::Instant::now();
+    let app = app.restart().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "stopping took {:?}",
+        stopping.elapsed()
+    );
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    for document in app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await
+    {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+    }
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_suspended_owner_fails_at_the_account_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = skyport_tests::test_settings(dir.path());

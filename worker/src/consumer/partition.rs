@@ -67,9 +67,10 @@ pub async fn run(
                         partition.tracker.begin(event.offset, now);
                         let workflow = Arc::clone(&shared.workflow);
                         let abandon = abandon.clone();
+                        let stop = shutdown.clone();
                         let offset = event.offset;
                         let handle = partition.tasks.spawn(async move {
-                            (offset, workflow.process(&event, &abandon).await)
+                            (offset, workflow.process(&event, &stop, &abandon).await)
                         });
                         partition.offsets.insert(handle.id(), offset);
                     }

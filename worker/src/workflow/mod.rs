@@ -160,9 +160,17 @@ impl Workflow {
     }
 
     /// Runs the workflow for `event`; `abandon` gives it up (only at shutdown).
-    pub async fn process(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
+    /// An event still waiting for a rate-limit slot when `stop` fires gives
+    /// up at once: it has done nothing yet and will be read again.
+    pub async fn process(
+        &self,
+        event: &StreamEvent,
+        stop: &CancellationToken,
+        abandon: &CancellationToken,
+    ) -> Outcome {
         let outcome = match &self.limiter {
             Some(limiter) => tokio::select! {
+                () = stop.cancelled() => Outcome::Abandoned,
                 () = abandon.cancelled() => Outcome::Abandoned,
                 () = limiter.acquire() => self.run(event, abandon).await,
             },
