@@ -1,0 +1,176 @@
+//! The load generator: oha, run as its own process so that its work and the
+//! server's are accounted apart, with its JSON report parsed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+
+/// The oha version `.ci/tools` installs and these figures were taken with.
+pub(crate) const OHA_VERSION: &str = "1.16.0";
+
+/// One run of the load generator against `POST url`.
+#[derive(Debug, Clone)]
+pub(crate) struct Load {
+    pub(crate) connections: u32,
+    /// How long to send (closed or open loop); the run waits for the requests still open.
+    pub(crate) duration: Option<Duration>,
+    /// How many requests to send, as fast as the connections allow.
+    pub(crate) requests: Option<u64>,
+    /// Open loop at this many requests/s, latency measured from when each was due.
+    pub(crate) rate: Option<u32>,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Measured {
+    pub(crate) requests: u64,
+    pub(crate) seconds: f64,
+    pub(crate) requests_per_s: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) p99_9_ms: f64,
+    pub(crate) max_ms: f64,
+    /// Answers by HTTP status.
+    pub(crate) statuses: BTreeMap<String, u64>,
+    /// Requests that got no answer, by oha's kind of error.
+    pub(crate) errors: BTreeMap<String, u64>,
+}
+
+impl Measured {
+    pub(crate) fn status(&self, code: &str) -> u64 {
+        self.statuses.get(code).copied().unwrap_or(0)
+    }
+
+    /// Requests that were not answered `code`, counted by what they got instead.
+    pub(crate) fn other_than(&self, code: &str) -> BTreeMap<String, u64> {
+        self.statuses
+            .iter()
+            .filter(|(status, _)| status.as_str() != code)
+            .map(|(status, n)| (format!("HTTP {status}"), *n))
+            .chain(self.errors.iter().map(|(e, n)| (e.clone(), *n)))
+            .collect()
+    }
+}
+
+/// The oha binary: `$OHA`, else the one `.ci/tools` installs, else `oha` on `PATH`.
+pub(crate) fn oha() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("OHA") {
+        return Ok(path.into());
+    }
+    let installed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tools/oha/bin/oha");
+    let candidate = if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("oha")
+    };
+    let version = Command::new(&candidate).arg("--version").output();
+    match version {
+        Ok(out) if out.status.success() => Ok(candidate),
+        _ => bail!(
+            "the benchmark needs the load generator oha {OHA_VERSION}: run .ci/tools \
+             (it installs it under target/tools/oha), or set OHA to its path"
+        ),
+    }
+}
+
+/// The version `oha --version` reports.
+pub(crate) fn oha_version(oha: &PathBuf) -> String {
+    Command::new(oha)
+        .arg("--version")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Runs `load` against `url` with `body` and waits for oha's report.
+pub(crate) async fn run(
+    oha: PathBuf,
+    url: String,
+    body: String,
+    load: Load,
+) -> anyhow::Result<Measured> {
+    tokio::task::spawn_blocking(move || run_blocking(&oha, &url, &body, &load))
+        .await
+        .context("the load generator's thread panicked")?
+}
+
+fn run_blocking(oha: &PathBuf, url: &str, body: &str, load: &Load) -> anyhow::Result<Measured> {
+    let mut command = Command::new(oha);
+    command
+        .args(["--no-tui", "--output-format", "json", "-m", "POST"])
+        .args(["-T", "application/json", "-d", body])
+        .args(["-c", &load.connections.to_string()]);
+    if let Some(duration) = load.duration {
+        // -w: at the deadline, wait for the requests in flight instead of abandoning them.
+        command.args(["-z", &format!("{}ms", duration.as_millis()), "-w"]);
+    }
+    if let Some(requests) = load.requests {
+        command.args(["-n", &requests.to_string()]);
+    }
+    if let Some(rate) = load.rate {
+        command.args(["-q", &rate.to_string(), "--latency-correction"]);
+    }
+    command.arg(url);
+    let out = command
+        .output()
+        .with_context(|| format!("cannot run {}", oha.display()))?;
+    if !out.status.success() {
+        bail!(
+            "oha failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let report: Report = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "oha's report is not the JSON expected: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    let statuses = report.status_code_distribution;
+    let errors = report.error_distribution;
+    let requests = statuses.values().chain(errors.values()).sum();
+    let ms = |s: Option<f64>| s.unwrap_or(f64::NAN) * 1_000.0;
+    Ok(Measured {
+        requests,
+        seconds: report.summary.total,
+        requests_per_s: report.summary.requests_per_sec,
+        p50_ms: ms(report.latency_percentiles.p50),
+        p99_ms: ms(report.latency_percentiles.p99),
+        p99_9_ms: ms(report.latency_percentiles.p99_9),
+        max_ms: ms(report.summary.slowest),
+        statuses,
+        errors,
+    })
+}
+
+/// The parts of oha's `--output-format json` report used here.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    summary: Summary,
+    latency_percentiles: Percentiles,
+    status_code_distribution: BTreeMap<String, u64>,
+    error_distribution: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Summary {
+    total: f64,
+    slowest: Option<f64>,
+    requests_per_sec: f64,
+}
+
+/// Seconds; absent (null) when nothing was answered.
+#[derive(Debug, Deserialize)]
+struct Percentiles {
+    p50: Option<f64>,
+    p99: Option<f64>,
+    #[serde(rename = "p99.9")]
+    p99_9: Option<f64>,
+}

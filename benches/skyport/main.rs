@@ -1,0 +1,390 @@
+//! `cargo bench --bench skyport`: Skyport measured the way someone choosing it
+//! would, against a ceiling measured in the same run.
+//!
+//! 1. Ceiling: a bare axum handler that parses the same body and answers 202.
+//! 2. Ingest: the gateway on the embedded store (durable, group-committed),
+//!    closed loop at 64 and 256 connections, against the ceiling.
+//! 3. Fixed rate: open loop with coordinated-omission correction.
+//! 4. Burst: a large number of requests as fast as the client sends them,
+//!    then every accepted one followed to a terminal state.
+//! 5. End to end: completed workflows/s with the simulated services at 20 ms
+//!    per call, rate limiter off; then the limiter at R against R.
+//! 6. Memory: this process's peak RSS in each phase (the load generator, oha,
+//!    is another process).
+//!
+//! `cargo bench` passes `--bench`: the full run, which writes
+//! `BENCHMARKS.json`. Without it (`cargo test` runs this target too) it is a
+//! smoke run of a few seconds that proves the harness works and checks that
+//! nothing accepted was lost, not the numbers. Name phases to run only those:
+//! `cargo bench --bench skyport -- ingest burst`.
+
+mod load;
+mod memory;
+mod report;
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use load::{Load, Measured};
+use report::{Burst, EndToEnd, FixedRate, Ingest, RateLimited, Results};
+use servers::{AllInOne, Ceiling, GatewayOnly, embedded_default};
+
+/// The body every request carries: the README's example.
+const BODY: &str = r#"{"ownerId":"owner-1","pickupLocation":"47.6423,-122.1368","pickupTime":"2030-01-01T10:00:00Z","deadline":"2030-01-01T12:00:00Z","dropoffLocation":"47.6101,-122.2015","packageInfo":{"packageId":"pkg-1","size":"Small","weight":2.5}}"#;
+
+/// How long and how hard each phase runs.
+#[derive(Debug, Clone)]
+struct Plan {
+    name: &'static str,
+    closed_loop: Duration,
+    connections: [u32; 2],
+    fixed_rate: u32,
+    fixed_duration: Duration,
+    burst: u64,
+    burst_connections: u32,
+    end_to_end: u64,
+    limited_rate: u32,
+    limited_window: Duration,
+    drain_timeout: Duration,
+}
+
+impl Plan {
+    fn full() -> Self {
+        Self {
+            name: "full",
+            closed_loop: Duration::from_secs(10),
+            connections: [64, 256],
+            fixed_rate: 10_000,
+            fixed_duration: Duration::from_secs(30),
+            burst: 200_000,
+            burst_connections: 256,
+            end_to_end: 50_000,
+            limited_rate: 1_000,
+            limited_window: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(900),
+        }
+    }
+
+    fn smoke() -> Self {
+        Self {
+            name: "smoke",
+            closed_loop: Duration::from_millis(500),
+            connections: [8, 32],
+            fixed_rate: 200,
+            fixed_duration: Duration::from_secs(1),
+            burst: 1_000,
+            burst_connections: 32,
+            end_to_end: 300,
+            limited_rate: 50,
+            limited_window: Duration::from_secs(2),
+            drain_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+const PHASES: [&str; 5] = ["ingest", "fixed-rate", "burst", "end-to-end", "rate-limit"];
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--smoke");
+    let plan = if full { Plan::full() } else { Plan::smoke() };
+    let mut only: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    if let Some(unknown) = only.iter().find(|p| !PHASES.contains(p)) {
+        bail!("no phase {unknown:?}; the phases are {}", PHASES.join(", "));
+    }
+    if only.is_empty() {
+        only = PHASES.to_vec();
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(run(&plan, &only))?;
+    let json = if full {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.json")
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("skyport-bench-smoke.json")
+    };
+    std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")
+        .with_context(|| format!("cannot write {}", json.display()))?;
+    println!("{}", results.table());
+    println!("Results written to {}", json.display());
+    let failures = results.failures(full);
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
+
+async fn run(plan: &Plan, only: &[&str]) -> anyhow::Result<Results> {
+    let oha = load::oha()?;
+    let mut results = Results::new(plan.name, &load::oha_version(&oha));
+    let data = tempfile::Builder::new()
+        .prefix("skyport-bench-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    let bench = Bench {
+        oha,
+        plan: plan.clone(),
+        data: data.path().to_path_buf(),
+    };
+    if only.contains(&"ingest") {
+        results.ingest = bench.ingest().await?;
+    }
+    if only.contains(&"fixed-rate") {
+        results.fixed_rate = Some(bench.fixed_rate().await?);
+    }
+    if only.contains(&"burst") {
+        results.burst = Some(bench.burst().await?);
+    }
+    if only.contains(&"end-to-end") {
+        results.end_to_end = Some(bench.end_to_end().await?);
+    }
+    if only.contains(&"rate-limit") {
+        results.rate_limited = Some(bench.rate_limited().await?);
+    }
+    Ok(results)
+}
+
+struct Bench {
+    oha: PathBuf,
+    plan: Plan,
+    data: PathBuf,
+}
+
+impl Bench {
+    async fn load(&self, url: &str, load: Load) -> anyhow::Result<Measured> {
+        load::run(self.oha.clone(), url.to_owned(), BODY.to_owned(), load).await
+    }
+
+    fn closed_loop(&self, connections: u32) -> Load {
+        Load {
+            connections,
+            duration: Some(self.plan.closed_loop),
+            requests: None,
+            rate: None,
+        }
+    }
+
+    /// A fresh data directory for a phase.
+    fn dir(&self, phase: &str) -> PathBuf {
+        self.data.join(phase)
+    }
+
+    /// (1), (2) and (6): the ceiling and the gateway, each connection count in turn.
+    async fn ingest(&self) -> anyhow::Result<Vec<Ingest>> {
+        let mut rows = Vec::new();
+        for connections in self.plan.connections {
+            eprintln!("ceiling, closed loop at {connections} connections");
+            let ceiling = Ceiling::start().await?;
+            let bare = self
+                .load(&ceiling.url, self.closed_loop(connections))
+                .await?;
+            ceiling.stop().await?;
+
+            eprintln!("ingest, closed loop at {connections} connections");
+            let gateway = GatewayOnly::start(&embedded_default(
+                &self.dir(&format!("ingest-{connections}")),
+            ))
+            .await?;
+            memory::reset_peak()?;
+            let skyport = self
+                .load(&gateway.url, self.closed_loop(connections))
+                .await?;
+            let peak_rss_mib = memory::peak_mib()?;
+            let published = gateway.published();
+            gateway.stop().await?;
+            rows.push(Ingest {
+                connections,
+                ratio: skyport.requests_per_s / bare.requests_per_s,
+                accepted_not_published: skyport.status("202").saturating_sub(published),
+                ceiling: bare,
+                skyport,
+                peak_rss_mib,
+            });
+        }
+        Ok(rows)
+    }
+
+    /// (3): open loop at a fixed rate, latency from when each request was due.
+    async fn fixed_rate(&self) -> anyhow::Result<FixedRate> {
+        let plan = &self.plan;
+        eprintln!(
+            "fixed rate: {}/s for {} s",
+            plan.fixed_rate,
+            plan.fixed_duration.as_secs()
+        );
+        let gateway = GatewayOnly::start(&embedded_default(&self.dir("fixed-rate"))).await?;
+        memory::reset_peak()?;
+        let measured = self
+            .load(
+                &gateway.url,
+                Load {
+                    connections: 256,
+                    duration: Some(plan.fixed_duration),
+                    requests: None,
+                    rate: Some(plan.fixed_rate),
+                },
+            )
+            .await?;
+        let peak_rss_mib = memory::peak_mib()?;
+        gateway.stop().await?;
+        Ok(FixedRate {
+            rate: plan.fixed_rate,
+            seconds: plan.fixed_duration.as_secs_f64(),
+            measured,
+            peak_rss_mib,
+        })
+    }
+
+    /// The whole system with the simulated services at 20 ms per call.
+    fn system(&self, phase: &str, rate_limit_per_s: u32) -> skyport_shared::config::Settings {
+        let mut settings = embedded_default(&self.dir(phase));
+        settings.simulator.latency_ms = 20;
+        settings.simulator.jitter_ms = 0;
+        settings.worker.rate_limit_per_s = rate_limit_per_s;
+        settings
+    }
+
+    /// (4): the burst on the whole system, then every accepted request followed to the end.
+    async fn burst(&self) -> anyhow::Result<Burst> {
+        let plan = &self.plan;
+        eprintln!(
+            "burst: {} requests at {} connections, then the drain",
+            plan.burst, plan.burst_connections
+        );
+        let system = AllInOne::start(self.system("burst", 0)).await?;
+        memory::reset_peak()?;
+        let started = Instant::now();
+        let measured = self
+            .load(
+                &system.url,
+                Load {
+                    connections: plan.burst_connections,
+                    duration: None,
+                    requests: Some(plan.burst),
+                    rate: None,
+                },
+            )
+            .await?;
+        let sent = started.elapsed();
+        let accepted = measured.status("202");
+        // Every event the stream holds (a request whose answer was lost on the
+        // way still counts) must reach a terminal state.
+        let durable = system.published().max(accepted);
+        let deadline = started + sent + plan.drain_timeout;
+        while system.terminal() < durable && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let drained = started.elapsed();
+        let terminal = system.terminal();
+        let peak_rss_mib = memory::peak_mib()?;
+        let published = system.published();
+        system.stop().await?;
+        Ok(Burst {
+            requests: plan.burst,
+            connections: plan.burst_connections,
+            accepted,
+            not_accepted: measured.other_than("202"),
+            published,
+            terminal,
+            lost: durable.saturating_sub(terminal),
+            send_s: sent.as_secs_f64(),
+            drain_s: (drained - sent).as_secs_f64(),
+            measured,
+            peak_rss_mib,
+        })
+    }
+
+    /// (5) and (6): workflows completed per second, requests posted through the gateway.
+    async fn end_to_end(&self) -> anyhow::Result<EndToEnd> {
+        let plan = &self.plan;
+        eprintln!(
+            "end to end: {} requests, 5 services at 20 ms per call, rate limiter off",
+            plan.end_to_end
+        );
+        let system = AllInOne::start(self.system("end-to-end", 0)).await?;
+        memory::reset_peak()?;
+        let started = Instant::now();
+        let post = self.load(
+            &system.url,
+            Load {
+                connections: 64,
+                duration: None,
+                requests: Some(plan.end_to_end),
+                rate: None,
+            },
+        );
+        let sample = async {
+            let mut samples = vec![0];
+            let deadline = started + plan.drain_timeout;
+            while samples.last().copied() < Some(plan.end_to_end) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                samples.push(system.terminal());
+            }
+            samples
+        };
+        let (posted, samples) = tokio::join!(post, sample);
+        let posted = posted?;
+        let elapsed = started.elapsed();
+        let completed = system.terminal();
+        let peak_rss_mib = memory::peak_mib()?;
+        system.stop().await?;
+        let best_second = samples
+            .windows(11)
+            .map(|w| w[10] - w[0])
+            .max()
+            .unwrap_or(completed);
+        Ok(EndToEnd {
+            requests: plan.end_to_end,
+            accepted: posted.status("202"),
+            completed,
+            seconds: elapsed.as_secs_f64(),
+            posting_s: posted.seconds,
+            workflows_per_s: completed as f64 / elapsed.as_secs_f64(),
+            best_second,
+            peak_rss_mib,
+        })
+    }
+
+    /// (5): the rate limiter at R with a backlog larger than R can clear.
+    async fn rate_limited(&self) -> anyhow::Result<RateLimited> {
+        let plan = &self.plan;
+        let rate = plan.limited_rate;
+        eprintln!("rate limiter at {rate}/s");
+        let system = AllInOne::start(self.system("rate-limit", rate)).await?;
+        let window = plan.limited_window;
+        let backlog = u64::from(rate) * (window.as_secs() + 4);
+        let posted = self
+            .load(
+                &system.url,
+                Load {
+                    connections: 64,
+                    duration: None,
+                    requests: Some(backlog),
+                    rate: None,
+                },
+            )
+            .await?;
+        // Let the limiter settle after the posting, then count over the window.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = system.terminal();
+        let opened = Instant::now();
+        tokio::time::sleep(window).await;
+        let completed = system.terminal() - before;
+        let seconds = opened.elapsed().as_secs_f64();
+        let waiting = posted.status("202").saturating_sub(system.terminal());
+        system.stop().await?;
+        Ok(RateLimited {
+            rate,
+            seconds,
+            completed,
+            achieved_per_s: completed as f64 / seconds,
+            waiting_after: waiting,
+        })
+    }
+}

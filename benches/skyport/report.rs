@@ -1,0 +1,341 @@
+//! What a run measured: the JSON written to `BENCHMARKS.json`, the table
+//! printed for `BENCHMARKS.md`, and the verdict on each target.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::load::Measured;
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Results {
+    pub(crate) plan: &'static str,
+    pub(crate) machine: Machine,
+    pub(crate) ingest: Vec<Ingest>,
+    pub(crate) fixed_rate: Option<FixedRate>,
+    pub(crate) burst: Option<Burst>,
+    pub(crate) end_to_end: Option<EndToEnd>,
+    pub(crate) rate_limited: Option<RateLimited>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Machine {
+    pub(crate) date: String,
+    pub(crate) commit: String,
+    pub(crate) cores: usize,
+    pub(crate) memory_gib: f64,
+    pub(crate) cpu: String,
+    pub(crate) kernel: String,
+    pub(crate) load_generator: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Ingest {
+    pub(crate) connections: u32,
+    pub(crate) ceiling: Measured,
+    pub(crate) skyport: Measured,
+    /// Skyport's requests/s over the ceiling's.
+    pub(crate) ratio: f64,
+    /// 202s with no event in the stream: must be 0.
+    pub(crate) accepted_not_published: u64,
+    pub(crate) peak_rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct FixedRate {
+    pub(crate) rate: u32,
+    pub(crate) seconds: f64,
+    pub(crate) measured: Measured,
+    pub(crate) peak_rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Burst {
+    pub(crate) requests: u64,
+    pub(crate) connections: u32,
+    pub(crate) accepted: u64,
+    /// Requests not answered 202, by what they got.
+    pub(crate) not_accepted: BTreeMap<String, u64>,
+    /// Events in the stream at the end.
+    pub(crate) published: u64,
+    /// Deliveries that reached a terminal state.
+    pub(crate) terminal: u64,
+    /// Durable requests that did not reach a terminal state: must be 0.
+    pub(crate) lost: u64,
+    /// How long sending took.
+    pub(crate) send_s: f64,
+    /// From the last answer until every durable request was terminal.
+    pub(crate) drain_s: f64,
+    pub(crate) measured: Measured,
+    pub(crate) peak_rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct EndToEnd {
+    pub(crate) requests: u64,
+    pub(crate) accepted: u64,
+    pub(crate) completed: u64,
+    /// From the first request until the last workflow completed.
+    pub(crate) seconds: f64,
+    pub(crate) posting_s: f64,
+    pub(crate) workflows_per_s: f64,
+    /// The most workflows completed in one second.
+    pub(crate) best_second: u64,
+    pub(crate) peak_rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct RateLimited {
+    pub(crate) rate: u32,
+    pub(crate) seconds: f64,
+    pub(crate) completed: u64,
+    pub(crate) achieved_per_s: f64,
+    /// Accepted requests still waiting when the window closed (the backlog was big enough).
+    pub(crate) waiting_after: u64,
+}
+
+/// A target of the issue, and whether this run met it.
+struct Verdict {
+    what: String,
+    measured: String,
+    target: &'static str,
+    met: bool,
+}
+
+impl Results {
+    pub(crate) fn new(plan: &'static str, load_generator: &str) -> Self {
+        Self {
+            plan,
+            machine: Machine::read(load_generator),
+            ingest: Vec::new(),
+            fixed_rate: None,
+            burst: None,
+            end_to_end: None,
+            rate_limited: None,
+        }
+    }
+
+    fn verdicts(&self) -> Vec<Verdict> {
+        let mut verdicts = Vec::new();
+        for row in &self.ingest {
+            verdicts.push(Verdict {
+                what: format!("ingest, {} connections", row.connections),
+                measured: format!(
+                    "{:.0}/s against {:.0}/s: {:.2} × the ceiling; p50 {:.2} ms, p99 {:.2} ms",
+                    row.skyport.requests_per_s,
+                    row.ceiling.requests_per_s,
+                    row.ratio,
+                    row.skyport.p50_ms,
+                    row.skyport.p99_ms
+                ),
+                target: "≥ 0.6 × the ceiling",
+                met: row.ratio >= 0.6,
+            });
+        }
+        if let Some(f) = &self.fixed_rate {
+            let m = &f.measured;
+            let errors = m.requests - m.status("202");
+            verdicts.push(Verdict {
+                what: format!("fixed rate {}/s for {:.0} s", f.rate, f.seconds),
+                measured: format!(
+                    "{:.0}/s; p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms; {errors} not 202",
+                    m.requests_per_s, m.p50_ms, m.p99_ms, m.p99_9_ms
+                ),
+                target: "p99 ≤ 10 ms, no errors",
+                met: m.p99_ms <= 10.0 && errors == 0,
+            });
+        }
+        if let Some(b) = &self.burst {
+            verdicts.push(Verdict {
+                what: format!("burst of {} at {} connections", b.requests, b.connections),
+                measured: format!(
+                    "{} accepted in {:.1} s ({:.0}/s), {} not ({}); {} terminal, {} lost; drained {:.1} s after",
+                    b.accepted,
+                    b.send_s,
+                    b.measured.requests_per_s,
+                    b.requests - b.accepted,
+                    describe(&b.not_accepted),
+                    b.terminal,
+                    b.lost,
+                    b.drain_s
+                ),
+                target: "0 lost",
+                met: b.lost == 0,
+            });
+        }
+        if let Some(e) = &self.end_to_end {
+            verdicts.push(Verdict {
+                what: "end to end, 5 services at 20 ms, limiter off".into(),
+                measured: format!(
+                    "{:.0} workflows/s ({} in {:.1} s; best second {})",
+                    e.workflows_per_s, e.completed, e.seconds, e.best_second
+                ),
+                target: "≥ 5,000 workflows/s",
+                met: e.workflows_per_s >= 5_000.0,
+            });
+        }
+        if let Some(r) = &self.rate_limited {
+            let off = (r.achieved_per_s - f64::from(r.rate)) / f64::from(r.rate) * 100.0;
+            verdicts.push(Verdict {
+                what: format!("rate limiter at {}/s", r.rate),
+                measured: format!(
+                    "{:.1}/s ({:+.2} %): {} in {:.1} s, {} still waiting",
+                    r.achieved_per_s, off, r.completed, r.seconds, r.waiting_after
+                ),
+                target: "within 1 %",
+                met: off.abs() <= 1.0 && r.waiting_after > 0,
+            });
+        }
+        let peaks: Vec<(String, f64)> = self
+            .ingest
+            .iter()
+            .map(|i| (format!("ingest at {}", i.connections), i.peak_rss_mib))
+            .chain(
+                self.end_to_end
+                    .iter()
+                    .map(|e| ("end to end".into(), e.peak_rss_mib)),
+            )
+            .collect();
+        if !peaks.is_empty() {
+            let worst = peaks.iter().map(|p| p.1).fold(0.0, f64::max);
+            verdicts.push(Verdict {
+                what: "peak RSS".into(),
+                measured: peaks
+                    .iter()
+                    .map(|(what, mib)| format!("{what}: {mib:.0} MiB"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                target: "≤ 256 MB",
+                met: worst * 1024.0 * 1024.0 <= 256e6,
+            });
+        }
+        verdicts
+    }
+
+    /// A Markdown table of the run, for `BENCHMARKS.md`.
+    pub(crate) fn table(&self) -> String {
+        let m = &self.machine;
+        let mut out = format!(
+            "{} run, {} (commit {}): {} cores, {:.0} GiB, {}, Linux {}; load from {}\n\n\
+             | what | measured | target | met |\n|---|---|---|---|\n",
+            self.plan, m.date, m.commit, m.cores, m.memory_gib, m.cpu, m.kernel, m.load_generator
+        );
+        for v in self.verdicts() {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                v.what,
+                v.measured,
+                v.target,
+                if v.met { "yes" } else { "**no**" }
+            );
+        }
+        out
+    }
+
+    /// What makes the run fail: anything accepted and lost, always; in a
+    /// smoke run also a phase that measured nothing. Missed speed targets
+    /// are reported in the table, not failed on.
+    pub(crate) fn failures(&self, full: bool) -> Vec<String> {
+        let mut failures = Vec::new();
+        for row in &self.ingest {
+            if row.accepted_not_published > 0 {
+                failures.push(format!(
+                    "ingest at {}: {} requests answered 202 are not in the stream",
+                    row.connections, row.accepted_not_published
+                ));
+            }
+            if !full && row.skyport.status("202") == 0 {
+                failures.push(format!("ingest at {}: nothing accepted", row.connections));
+            }
+        }
+        if let Some(b) = &self.burst
+            && (b.lost > 0 || (!full && b.accepted == 0))
+        {
+            failures.push(format!(
+                "burst: {} of {} durable requests did not reach a terminal state",
+                b.lost, b.published
+            ));
+        }
+        if let Some(e) = &self.end_to_end
+            && (e.completed < e.accepted || (!full && e.completed == 0))
+        {
+            failures.push(format!(
+                "end to end: {} of {} accepted completed",
+                e.completed, e.accepted
+            ));
+        }
+        if let Some(f) = &self.fixed_rate
+            && !full
+            && f.measured.status("202") == 0
+        {
+            failures.push("fixed rate: nothing accepted".into());
+        }
+        if let Some(r) = &self.rate_limited
+            && !full
+            && r.completed == 0
+        {
+            failures.push("rate limiter: nothing completed".into());
+        }
+        failures
+    }
+}
+
+fn describe(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(what, n)| format!("{n} × {what}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Machine {
+    fn read(load_generator: &str) -> Self {
+        let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+        let field = |text: &str, key: &str| {
+            text.lines()
+                .find(|line| line.starts_with(key))
+                .and_then(|line| line.split(':').nth(1))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let memory_kib: f64 = field(&read("/proc/meminfo"), "MemTotal")
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap_or(0.0);
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()
+                .filter(|out| out.status.success())
+                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        };
+        let dirty =
+            git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+        let commit = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
+        Self {
+            date: OffsetDateTime::now_utc()
+                .format(&Rfc3339)
+                .unwrap_or_default(),
+            commit: if dirty {
+                format!("{commit}-dirty")
+            } else {
+                commit
+            },
+            cores: std::thread::available_parallelism().map_or(0, usize::from),
+            memory_gib: memory_kib / 1024.0 / 1024.0,
+            cpu: field(&read("/proc/cpuinfo"), "model name"),
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+            load_generator: load_generator.to_owned(),
+        }
+    }
+}

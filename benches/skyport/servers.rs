@@ -1,0 +1,143 @@
+//! The servers under test, each on 127.0.0.1 port 0 in this process.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use axum::Json;
+use axum::http::StatusCode;
+use axum::routing::post;
+use skyport::App;
+use skyport_api::Gateway;
+use skyport_shared::adapters::Backends;
+use skyport_shared::config::Settings;
+use skyport_shared::request::DeliveryRequest;
+use skyport_worker::workflow::Counters;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The ceiling: a bare axum handler that parses the same body into the same
+/// type and answers 202, with nothing durable behind it.
+#[derive(Debug)]
+pub(crate) struct Ceiling {
+    pub(crate) url: String,
+    shutdown: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Ceiling {
+    pub(crate) async fn start() -> anyhow::Result<Self> {
+        async fn accept(Json(_request): Json<DeliveryRequest>) -> (StatusCode, &'static str) {
+            (StatusCode::ACCEPTED, r#"{"status":"Accepted"}"#)
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/api/deliveryrequests", listener.local_addr()?);
+        let router = axum::Router::new().route("/api/deliveryrequests", post(accept));
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        });
+        Ok(Self {
+            url,
+            shutdown,
+            task,
+        })
+    }
+
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        Ok(self.task.await??)
+    }
+}
+
+/// The settings a single-node user runs (`cargo run --release`), with data in `dir`.
+pub(crate) fn embedded_default(dir: &Path) -> Settings {
+    let mut settings = Settings::default();
+    settings.gateway.listen = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
+    settings.embedded.data_dir = dir.to_path_buf();
+    settings.simulator.listen = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
+    settings
+}
+
+/// The gateway alone on the embedded store: what ingest costs, with no worker
+/// taking a share of the machine (on Event Hubs the gateway is its own process).
+#[derive(Debug)]
+pub(crate) struct GatewayOnly {
+    pub(crate) url: String,
+    pub(crate) backends: Backends,
+    shutdown: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl GatewayOnly {
+    pub(crate) async fn start(settings: &Settings) -> anyhow::Result<Self> {
+        let backends = Backends::open(settings)
+            .await
+            .context("cannot open the embedded store")?;
+        let gateway = Gateway::bind(&backends, &settings.gateway, None, Vec::new()).await?;
+        let url = format!("http://{}/api/deliveryrequests", gateway.local_addr()?);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(gateway.serve(shutdown.clone()));
+        Ok(Self {
+            url,
+            backends,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Events durable in the stream.
+    pub(crate) fn published(&self) -> u64 {
+        published(&self.backends)
+    }
+
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// The whole system: gateway, worker and simulated services.
+#[derive(Debug)]
+pub(crate) struct AllInOne {
+    pub(crate) url: String,
+    pub(crate) app: App,
+}
+
+impl AllInOne {
+    pub(crate) async fn start(settings: Settings) -> anyhow::Result<Self> {
+        let app = App::start(settings, CancellationToken::new()).await?;
+        let url = format!("http://{}/api/deliveryrequests", app.gateway_addr);
+        Ok(Self { url, app })
+    }
+
+    /// Deliveries that reached a terminal state.
+    pub(crate) fn terminal(&self) -> u64 {
+        terminal(&self.app.counters)
+    }
+
+    pub(crate) fn published(&self) -> u64 {
+        published(&self.app.backends)
+    }
+
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        self.app.stop().await
+    }
+}
+
+fn terminal(counters: &Counters) -> u64 {
+    counters.scheduled.load(Ordering::Relaxed)
+        + counters.failed.load(Ordering::Relaxed)
+        + counters.cancelled.load(Ordering::Relaxed)
+}
+
+fn published(backends: &Backends) -> u64 {
+    backends
+        .embedded
+        .as_ref()
+        .map_or(0, |store| store.heads().iter().sum())
+}
