@@ -211,7 +211,7 @@ impl Workflow {
         let package_id = &request.request.package_info.package_id;
         let (begun, current) = self
             .status
-            .update(id, None, abandon, |current| {
+            .update_likely_new(id, abandon, |current| {
                 let mut next = match current {
                     Some(document) if document.state.is_terminal() => return Decision::Keep(false),
                     Some(document) => document.clone(),

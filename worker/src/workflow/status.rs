@@ -61,9 +61,9 @@ impl StatusWriter {
     }
 
     /// Decides on the document of `id` (starting from `known` when the caller
-    /// holds a recent version) and writes what `decide` asks for, conditional
-    /// on the version it decided on. Returns the answer and the document as it
-    /// now stands.
+    /// holds a recent version, else from a read) and writes what `decide` asks
+    /// for, conditional on the version it decided on. Returns the answer and
+    /// the document as it now stands.
     ///
     /// # Errors
     /// [`Abandoned`] when `abandon` fires before the write is durable.
@@ -72,16 +72,51 @@ impl StatusWriter {
         id: &str,
         known: Option<Versioned>,
         abandon: &CancellationToken,
-        mut decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
+        decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
     ) -> Result<(T, Option<Versioned>), Abandoned> {
-        let mut outages = 0;
-        let mut current = match known {
+        let current = match known {
             Some(known) => Some(known),
             None => self.current(id, abandon).await?,
         };
+        self.decide_and_write(id, current, true, abandon, decide)
+            .await
+    }
+
+    /// [`Self::update`] for a document that is most often absent (a delivery
+    /// seen for the first time): `decide` first rules on "absent" and the
+    /// write is conditional on that, so the stored document is read only when
+    /// the write finds one, or when the decision is to keep what is there.
+    ///
+    /// # Errors
+    /// [`Abandoned`] when `abandon` fires before the write is durable.
+    pub async fn update_likely_new<T>(
+        &self,
+        id: &str,
+        abandon: &CancellationToken,
+        decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
+    ) -> Result<(T, Option<Versioned>), Abandoned> {
+        self.decide_and_write(id, None, false, abandon, decide)
+            .await
+    }
+
+    /// `read`: whether `current` is what the store held (else it is assumed absent).
+    async fn decide_and_write<T>(
+        &self,
+        id: &str,
+        mut current: Option<Versioned>,
+        mut read: bool,
+        abandon: &CancellationToken,
+        mut decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
+    ) -> Result<(T, Option<Versioned>), Abandoned> {
+        let mut outages = 0;
         loop {
             let (document, answer) = match decide(current.as_ref().map(|c| &c.document)) {
-                Decision::Keep(answer) => return Ok((answer, current)),
+                Decision::Keep(answer) if read => return Ok((answer, current)),
+                Decision::Keep(_) => {
+                    current = self.current(id, abandon).await?;
+                    read = true;
+                    continue;
+                }
                 Decision::Write(document, answer) => (document, answer),
             };
             if let Some(stored) = &current {
@@ -102,6 +137,7 @@ impl StatusWriter {
                 Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
             }
             current = self.current(id, abandon).await?;
+            read = true;
         }
     }
 
