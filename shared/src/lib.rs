@@ -13,3 +13,9 @@ pub mod request;
 pub mod shutdown;
 pub mod status;
 pub mod telemetry;
+
+/// Every binary that links Skyport (gateway, worker, all-in-one, benchmark,
+/// tests) allocates with mimalloc: on the ingest path glibc's malloc and free
+/// were 13 % of the profile, and its arenas kept what a burst had freed.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
