@@ -25,7 +25,7 @@ pub(crate) struct Load {
 }
 
 /// What one run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Measured {
     pub(crate) requests: u64,
     pub(crate) seconds: f64,

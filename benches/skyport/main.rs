@@ -9,8 +9,9 @@
 //!    then every accepted one followed to a terminal state.
 //! 5. End to end: completed workflows/s with the simulated services at 20 ms
 //!    per call, rate limiter off; then the limiter at R against R.
-//! 6. Memory: this process's peak RSS in each phase (the load generator, oha,
-//!    is another process).
+//! 6. Memory: the peak RSS of the servers in each phase. Every phase runs in
+//!    a process of its own (this binary with `--phase NAME`), so no phase
+//!    inherits another's heap; the load generator, oha, is another process.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `BENCHMARKS.json`. Without it (`cargo test` runs this target too) it is a
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use load::{Load, Measured};
 use report::{Burst, EndToEnd, FixedRate, Ingest, RateLimited, Results};
-use servers::{AllInOne, Ceiling, GatewayOnly, embedded_default};
+use servers::{AllInOne, Ceiling, GatewayOnly};
+use skyport_shared::config::Settings;
 
 /// The body every request carries: the README's example.
 const BODY: &str = r#"{"ownerId":"owner-1","pickupLocation":"47.6423,-122.1368","pickupTime":"2030-01-01T10:00:00Z","deadline":"2030-01-01T12:00:00Z","dropoffLocation":"47.6101,-122.2015","packageInfo":{"packageId":"pkg-1","size":"Small","weight":2.5}}"#;
@@ -90,6 +92,13 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--smoke");
     let plan = if full { Plan::full() } else { Plan::smoke() };
+    if let Some(phase) = args
+        .iter()
+        .position(|a| a == "--phase")
+        .and_then(|i| args.get(i + 1))
+    {
+        return run_phase(&plan, phase);
+    }
     let mut only: Vec<&str> = args
         .iter()
         .filter(|a| !a.starts_with("--"))
@@ -101,10 +110,18 @@ fn main() -> anyhow::Result<()> {
     if only.is_empty() {
         only = PHASES.to_vec();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(run(&plan, &only))?;
+    let oha = load::oha()?;
+    let mut results = Results::new(plan.name, &load::oha_version(&oha));
+    for phase in only {
+        let result = spawn_phase(full, phase)?;
+        match phase {
+            "ingest" => results.ingest = serde_json::from_value(result)?,
+            "fixed-rate" => results.fixed_rate = serde_json::from_value(result)?,
+            "burst" => results.burst = serde_json::from_value(result)?,
+            "end-to-end" => results.end_to_end = serde_json::from_value(result)?,
+            _ => results.rate_limited = serde_json::from_value(result)?,
+        }
+    }
     let json = if full {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.json")
     } else {
@@ -121,33 +138,51 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(plan: &Plan, only: &[&str]) -> anyhow::Result<Results> {
-    let oha = load::oha()?;
-    let mut results = Results::new(plan.name, &load::oha_version(&oha));
-    let data = tempfile::Builder::new()
-        .prefix("skyport-bench-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
-    let bench = Bench {
-        oha,
-        plan: plan.clone(),
-        data: data.path().to_path_buf(),
-    };
-    if only.contains(&"ingest") {
-        results.ingest = bench.ingest().await?;
+/// Runs `phase` in a process of its own (this binary with `--phase`), so that
+/// each starts on a fresh heap and its peak RSS is its own; its result comes
+/// back as JSON on stdout.
+fn spawn_phase(full: bool, phase: &str) -> anyhow::Result<serde_json::Value> {
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    if full {
+        command.arg("--bench");
     }
-    if only.contains(&"fixed-rate") {
-        results.fixed_rate = Some(bench.fixed_rate().await?);
+    let out = command
+        .args(["--phase", phase])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start the {phase} phase"))?;
+    if !out.status.success() {
+        bail!("the {phase} phase failed ({})", out.status);
     }
-    if only.contains(&"burst") {
-        results.burst = Some(bench.burst().await?);
-    }
-    if only.contains(&"end-to-end") {
-        results.end_to_end = Some(bench.end_to_end().await?);
-    }
-    if only.contains(&"rate-limit") {
-        results.rate_limited = Some(bench.rate_limited().await?);
-    }
-    Ok(results)
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("the {phase} phase printed no result"))
+}
+
+/// The child side of [`spawn_phase`].
+fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        let data = tempfile::Builder::new()
+            .prefix("skyport-bench-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+        let bench = Bench {
+            oha: load::oha()?,
+            plan: plan.clone(),
+            data: data.path().to_path_buf(),
+        };
+        Ok::<_, anyhow::Error>(match phase {
+            "ingest" => serde_json::to_value(bench.ingest().await?)?,
+            "fixed-rate" => serde_json::to_value(bench.fixed_rate().await?)?,
+            "burst" => serde_json::to_value(bench.burst().await?)?,
+            "end-to-end" => serde_json::to_value(bench.end_to_end().await?)?,
+            "rate-limit" => serde_json::to_value(bench.rate_limited().await?)?,
+            other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
+        })
+    })?;
+    println!("{result}");
+    Ok(())
 }
 
 struct Bench {
@@ -170,9 +205,9 @@ impl Bench {
         }
     }
 
-    /// A fresh data directory for a phase.
-    fn dir(&self, phase: &str) -> PathBuf {
-        self.data.join(phase)
+    /// The embedded default with a fresh data directory for `phase`.
+    fn settings(&self, phase: &str, keys: &[(&str, String)]) -> anyhow::Result<Settings> {
+        servers::settings(&self.data.join(phase), keys)
     }
 
     /// (1), (2) and (6): the ceiling and the gateway, each connection count in turn.
@@ -187,11 +222,9 @@ impl Bench {
             ceiling.stop().await?;
 
             eprintln!("ingest, closed loop at {connections} connections");
-            let gateway = GatewayOnly::start(&embedded_default(
-                &self.dir(&format!("ingest-{connections}")),
-            ))
-            .await?;
             memory::reset_peak()?;
+            let gateway =
+                GatewayOnly::start(&self.settings(&format!("ingest-{connections}"), &[])?).await?;
             let skyport = self
                 .load(&gateway.url, self.closed_loop(connections))
                 .await?;
@@ -218,8 +251,8 @@ impl Bench {
             plan.fixed_rate,
             plan.fixed_duration.as_secs()
         );
-        let gateway = GatewayOnly::start(&embedded_default(&self.dir("fixed-rate"))).await?;
         memory::reset_peak()?;
+        let gateway = GatewayOnly::start(&self.settings("fixed-rate", &[])?).await?;
         let measured = self
             .load(
                 &gateway.url,
@@ -242,12 +275,15 @@ impl Bench {
     }
 
     /// The whole system with the simulated services at 20 ms per call.
-    fn system(&self, phase: &str, rate_limit_per_s: u32) -> skyport_shared::config::Settings {
-        let mut settings = embedded_default(&self.dir(phase));
-        settings.simulator.latency_ms = 20;
-        settings.simulator.jitter_ms = 0;
-        settings.worker.rate_limit_per_s = rate_limit_per_s;
-        settings
+    fn system(&self, phase: &str, rate_limit_per_s: u32) -> anyhow::Result<Settings> {
+        self.settings(
+            phase,
+            &[
+                ("simulator.latency_ms", "20".into()),
+                ("simulator.jitter_ms", "0".into()),
+                ("worker.rate_limit_per_s", rate_limit_per_s.to_string()),
+            ],
+        )
     }
 
     /// (4): the burst on the whole system, then every accepted request followed to the end.
@@ -257,8 +293,8 @@ impl Bench {
             "burst: {} requests at {} connections, then the drain",
             plan.burst, plan.burst_connections
         );
-        let system = AllInOne::start(self.system("burst", 0)).await?;
         memory::reset_peak()?;
+        let system = AllInOne::start(self.system("burst", 0)?).await?;
         let started = Instant::now();
         let measured = self
             .load(
@@ -307,8 +343,8 @@ impl Bench {
             "end to end: {} requests, 5 services at 20 ms per call, rate limiter off",
             plan.end_to_end
         );
-        let system = AllInOne::start(self.system("end-to-end", 0)).await?;
         memory::reset_peak()?;
+        let system = AllInOne::start(self.system("end-to-end", 0)?).await?;
         let started = Instant::now();
         let post = self.load(
             &system.url,
@@ -356,7 +392,7 @@ impl Bench {
         let plan = &self.plan;
         let rate = plan.limited_rate;
         eprintln!("rate limiter at {rate}/s");
-        let system = AllInOne::start(self.system("rate-limit", rate)).await?;
+        let system = AllInOne::start(self.system("rate-limit", rate)?).await?;
         let window = plan.limited_window;
         let backlog = u64::from(rate) * (window.as_secs() + 4);
         let posted = self

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -32,7 +32,7 @@ pub(crate) struct Machine {
     pub(crate) load_generator: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Ingest {
     pub(crate) connections: u32,
     pub(crate) ceiling: Measured,
@@ -44,7 +44,7 @@ pub(crate) struct Ingest {
     pub(crate) peak_rss_mib: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FixedRate {
     pub(crate) rate: u32,
     pub(crate) seconds: f64,
@@ -52,7 +52,7 @@ pub(crate) struct FixedRate {
     pub(crate) peak_rss_mib: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Burst {
     pub(crate) requests: u64,
     pub(crate) connections: u32,
@@ -73,7 +73,7 @@ pub(crate) struct Burst {
     pub(crate) peak_rss_mib: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct EndToEnd {
     pub(crate) requests: u64,
     pub(crate) accepted: u64,
@@ -87,7 +87,7 @@ pub(crate) struct EndToEnd {
     pub(crate) peak_rss_mib: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct RateLimited {
     pub(crate) rate: u32,
     pub(crate) seconds: f64,
@@ -230,7 +230,11 @@ impl Results {
                 v.what,
                 v.measured,
                 v.target,
-                if v.met { "yes" } else { "**no**" }
+                match (self.plan, v.met) {
+                    ("smoke", _) => "(smoke run: not judged)",
+                    (_, true) => "yes",
+                    (_, false) => "**no**",
+                }
             );
         }
         out

@@ -10,7 +10,7 @@ use axum::routing::post;
 use skyport::App;
 use skyport_api::Gateway;
 use skyport_shared::adapters::Backends;
-use skyport_shared::config::Settings;
+use skyport_shared::config::{Cli, Settings};
 use skyport_shared::request::DeliveryRequest;
 use skyport_worker::workflow::Counters;
 use tokio::task::JoinHandle;
@@ -53,13 +53,26 @@ impl Ceiling {
     }
 }
 
-/// The settings a single-node user runs (`cargo run --release`), with data in `dir`.
-pub(crate) fn embedded_default(dir: &Path) -> Settings {
-    let mut settings = Settings::default();
-    settings.gateway.listen = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
-    settings.embedded.data_dir = dir.to_path_buf();
-    settings.simulator.listen = "127.0.0.1:0".parse().unwrap_or_else(|_| unreachable!());
-    settings
+/// The settings a single-node user runs (`cargo run --release`), with data
+/// in `dir`, listeners on port 0 and the phase's own `keys`. Like the binary,
+/// it takes `SKYPORT__*` variables, so a run can try another setting
+/// (`SKYPORT__WORKER__MAX_IN_FLIGHT=64`).
+pub(crate) fn settings(dir: &Path, keys: &[(&str, String)]) -> anyhow::Result<Settings> {
+    let mut set = vec![
+        "gateway.listen=127.0.0.1:0".to_owned(),
+        "simulator.listen=127.0.0.1:0".to_owned(),
+    ];
+    set.extend(keys.iter().map(|(key, value)| format!("{key}={value}")));
+    let cli = Cli {
+        config: None,
+        set,
+        listen: None,
+        data_dir: Some(dir.display().to_string()),
+    };
+    Settings::load(&cli).map_err(|errors| {
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        anyhow::anyhow!("bad settings: {}", errors.join("; "))
+    })
 }
 
 /// The gateway alone on the embedded store: what ingest costs, with no worker
