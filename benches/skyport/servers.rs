@@ -107,6 +107,17 @@ impl GatewayOnly {
         published(&self.backends)
     }
 
+    /// Durable commits of the embedded store so far, and the writes they carried.
+    pub(crate) fn commits(&self) -> (u64, u64) {
+        self.backends.embedded.as_ref().map_or((0, 0), |store| {
+            let stats = store.commit_stats();
+            (
+                stats.commits.load(Ordering::Relaxed),
+                stats.operations.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
         self.shutdown.cancel();
         self.task.await??;
