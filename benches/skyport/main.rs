@@ -187,8 +187,9 @@ fn spawn_phase(full: bool, phase: &str) -> anyhow::Result<serde_json::Value> {
         .with_context(|| format!("the {phase} phase printed no result"))
 }
 
-/// The child side of [`spawn_phase`].
+/// The child side of [`spawn_phase`]; it logs as the binaries do (stderr, `RUST_LOG`).
 fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
+    skyport_shared::telemetry::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
