@@ -2,9 +2,10 @@
 //! terminal state back.
 //!
 //! Every write goes through [`StatusWriter::update`], a read-decide-write loop
-//! on the document's version: a conflict re-reads and decides again; a store
-//! outage is retried with backoff until it passes or the event is given up
-//! (it is then read again after a restart).
+//! on the document's version (or [`StatusWriter::update_likely_new`], which
+//! decides on "absent" before reading): a conflict re-reads and decides again;
+//! a store outage is retried with backoff until it passes or the event is
+//! given up (it is then read again after a restart).
 
 use std::sync::Arc;
 
@@ -154,5 +155,126 @@ impl StatusWriter {
             () = abandon.cancelled() => Err(Abandoned),
             () = tokio::time::sleep(wait) => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use skyport_shared::adapters::embedded::EmbeddedStore;
+    use skyport_shared::config::EmbeddedSettings;
+    use skyport_shared::ports::ETag;
+    use skyport_shared::status::DeliveryState;
+    use time::OffsetDateTime;
+
+    use super::*;
+
+    /// The embedded store on disk, counting reads.
+    #[derive(Debug)]
+    struct CountingReads {
+        store: Arc<EmbeddedStore>,
+        reads: AtomicU32,
+    }
+
+    #[async_trait]
+    impl StatusStore for CountingReads {
+        async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.store.get(id).await
+        }
+
+        async fn put(
+            &self,
+            document: &StatusDocument,
+            condition: Precondition,
+        ) -> Result<ETag, StatusStoreError> {
+            self.store.put(document, condition).await
+        }
+
+        async fn ready(&self) -> bool {
+            true
+        }
+    }
+
+    fn writer(dir: &tempfile::TempDir) -> (StatusWriter, Arc<CountingReads>) {
+        let settings = EmbeddedSettings {
+            data_dir: dir.path().to_path_buf(),
+            ..EmbeddedSettings::default()
+        };
+        let store = Arc::new(CountingReads {
+            store: EmbeddedStore::open(&settings, 1).unwrap(),
+            reads: AtomicU32::new(0),
+        });
+        let backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(10));
+        (StatusWriter::new(store.clone(), backoff), store)
+    }
+
+    /// Starts processing: a new document, or the stored one with one more attempt.
+    fn begin(current: Option<&StatusDocument>) -> Decision<u32> {
+        let mut next = current
+            .cloned()
+            .unwrap_or_else(|| StatusDocument::accepted("d-1", OffsetDateTime::now_utc()));
+        next.state = DeliveryState::Processing;
+        next.attempt += 1;
+        Decision::Write(next, 0)
+    }
+
+    #[tokio::test]
+    async fn a_likely_new_document_is_written_without_a_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, store) = writer(&dir);
+        let abandon = CancellationToken::new();
+        let (_, written) = writer
+            .update_likely_new("d-1", &abandon, begin)
+            .await
+            .unwrap();
+        assert_eq!(written.unwrap().document.attempt, 1);
+        assert_eq!(store.reads.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_likely_new_document_that_exists_is_read_and_decided_on_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, store) = writer(&dir);
+        let abandon = CancellationToken::new();
+        writer
+            .update_likely_new("d-1", &abandon, begin)
+            .await
+            .unwrap();
+        let (_, written) = writer
+            .update_likely_new("d-1", &abandon, begin)
+            .await
+            .unwrap();
+        // The conditional create failed, so the stored attempt was read and counted on.
+        assert_eq!(written.unwrap().document.attempt, 2);
+        assert_eq!(store.reads.load(Ordering::Relaxed), 1);
+        let stored = store.get("d-1").await.unwrap().unwrap();
+        assert_eq!(stored.document.attempt, 2);
+    }
+
+    #[tokio::test]
+    async fn keeping_what_is_there_is_decided_on_what_the_store_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, store) = writer(&dir);
+        let abandon = CancellationToken::new();
+        writer
+            .update_likely_new("d-1", &abandon, begin)
+            .await
+            .unwrap();
+        // Keep when absent: an "absent" guess is never the answer without a read.
+        let (seen, current) = writer
+            .update_likely_new("d-1", &abandon, |current| {
+                Decision::Keep(current.map(|d| d.attempt))
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen, Some(1));
+        assert_eq!(current.unwrap().document.attempt, 1);
+        assert_eq!(store.reads.load(Ordering::Relaxed), 1);
     }
 }
