@@ -17,9 +17,7 @@ pub(crate) const OHA_VERSION: &str = "1.16.0";
 pub(crate) struct Load {
     pub(crate) connections: u32,
     /// How long to send (closed or open loop); the run waits for the requests still open.
-    pub(crate) duration: Option<Duration>,
-    /// How many requests to send, as fast as the connections allow.
-    pub(crate) requests: Option<u64>,
+    pub(crate) duration: Duration,
     /// Open loop at this many requests/s, latency measured from when each was due.
     pub(crate) rate: Option<u32>,
 }
@@ -44,16 +42,20 @@ impl Measured {
     pub(crate) fn status(&self, code: &str) -> u64 {
         self.statuses.get(code).copied().unwrap_or(0)
     }
+}
 
-    /// Requests that were not answered `code`, counted by what they got instead.
-    pub(crate) fn other_than(&self, code: &str) -> BTreeMap<String, u64> {
-        self.statuses
-            .iter()
-            .filter(|(status, _)| status.as_str() != code)
-            .map(|(status, n)| (format!("HTTP {status}"), *n))
-            .chain(self.errors.iter().map(|(e, n)| (e.clone(), *n)))
-            .collect()
-    }
+/// Requests that were not answered `code`, counted by what they got instead.
+pub(crate) fn other_than(
+    statuses: &BTreeMap<String, u64>,
+    errors: &BTreeMap<String, u64>,
+    code: &str,
+) -> BTreeMap<String, u64> {
+    statuses
+        .iter()
+        .filter(|(status, _)| status.as_str() != code)
+        .map(|(status, n)| (format!("HTTP {status}"), *n))
+        .chain(errors.iter().map(|(e, n)| (e.clone(), *n)))
+        .collect()
 }
 
 /// The oha binary: `$OHA`, else the one `.ci/tools` installs, else `oha` on `PATH`.
@@ -104,13 +106,8 @@ fn run_blocking(oha: &PathBuf, url: &str, body: &str, load: &Load) -> anyhow::Re
         .args(["--no-tui", "--output-format", "json", "-m", "POST"])
         .args(["-T", "application/json", "-d", body])
         .args(["-c", &load.connections.to_string()]);
-    if let Some(duration) = load.duration {
-        // -w: at the deadline, wait for the requests in flight instead of abandoning them.
-        command.args(["-z", &format!("{}ms", duration.as_millis()), "-w"]);
-    }
-    if let Some(requests) = load.requests {
-        command.args(["-n", &requests.to_string()]);
-    }
+    // -w: at the deadline, wait for the requests in flight instead of abandoning them.
+    command.args(["-z", &format!("{}ms", load.duration.as_millis()), "-w"]);
     if let Some(rate) = load.rate {
         command.args(["-q", &rate.to_string(), "--latency-correction"]);
     }

@@ -23,6 +23,7 @@
 
 mod load;
 mod memory;
+mod poster;
 mod report;
 mod servers;
 
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use load::{Load, Measured};
 use report::{Burst, EndToEnd, FixedRate, Ingest, RateLimited, Results, Store};
-use servers::{AllInOne, Ceiling, GatewayOnly};
+use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
 use skyport_shared::event::{DeliveryRequested, Event};
@@ -43,7 +44,10 @@ use skyport_shared::request::DeliveryRequest;
 use time::OffsetDateTime;
 
 /// The body every request carries: the README's example.
-const BODY: &str = r#"{"ownerId":"owner-1","pickupLocation":"47.6423,-122.1368","pickupTime":"2030-01-01T10:00:00Z","deadline":"2030-01-01T12:00:00Z","dropoffLocation":"47.6101,-122.2015","packageInfo":{"packageId":"pkg-1","size":"Small","weight":2.5}}"#;
+/// How long each simulated service takes to answer.
+const SERVICE_LATENCY_MS: u64 = 20;
+
+pub(crate) const BODY: &str = r#"{"ownerId":"owner-1","pickupLocation":"47.6423,-122.1368","pickupTime":"2030-01-01T10:00:00Z","deadline":"2030-01-01T12:00:00Z","dropoffLocation":"47.6101,-122.2015","packageInfo":{"packageId":"pkg-1","size":"Small","weight":2.5}}"#;
 
 /// How long and how hard each phase runs.
 #[derive(Debug, Clone)]
@@ -120,6 +124,12 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--smoke");
     let plan = if full { Plan::full() } else { Plan::smoke() };
+    if let Some(i) = args.iter().position(|a| a == "--post") {
+        return poster::run(&args[i + 1..]);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--simulate") {
+        return servers::simulate(&args[i + 1..]);
+    }
     if let Some(phase) = args
         .iter()
         .position(|a| a == "--phase")
@@ -230,8 +240,7 @@ impl Bench {
     fn closed_loop(&self, connections: u32) -> Load {
         Load {
             connections,
-            duration: Some(self.plan.closed_loop),
-            requests: None,
+            duration: self.plan.closed_loop,
             rate: None,
         }
     }
@@ -363,8 +372,7 @@ impl Bench {
                 &gateway.url,
                 Load {
                     connections: 256,
-                    duration: Some(plan.fixed_duration),
-                    requests: None,
+                    duration: plan.fixed_duration,
                     rate: Some(plan.fixed_rate),
                 },
             )
@@ -379,16 +387,27 @@ impl Bench {
         })
     }
 
-    /// The whole system with the simulated services at 20 ms per call.
-    fn system(&self, phase: &str, rate_limit_per_s: u32) -> anyhow::Result<Settings> {
-        self.settings(
+    /// Gateway and worker, with the simulated services (20 ms per call) in
+    /// a process of their own; stop both with [`Bench::stop`].
+    async fn system(
+        &self,
+        phase: &str,
+        rate_limit_per_s: u32,
+    ) -> anyhow::Result<(AllInOne, Simulated)> {
+        let services = Simulated::start(SERVICE_LATENCY_MS).await?;
+        let settings = self.settings(
             phase,
             &[
-                ("simulator.latency_ms", "20".into()),
-                ("simulator.jitter_ms", "0".into()),
+                ("services.base_url", services.url.clone()),
                 ("worker.rate_limit_per_s", rate_limit_per_s.to_string()),
             ],
-        )
+        )?;
+        Ok((AllInOne::start(settings).await?, services))
+    }
+
+    async fn stop(system: AllInOne, services: Simulated) -> anyhow::Result<()> {
+        system.stop().await?;
+        services.stop().await
     }
 
     /// (4): the burst on the whole system, the worker limited to the rate the
@@ -401,19 +420,9 @@ impl Bench {
             plan.burst, plan.burst_connections, plan.burst_drain_rate
         );
         memory::reset_peak()?;
-        let system = AllInOne::start(self.system("burst", plan.burst_drain_rate)?).await?;
+        let (system, services) = self.system("burst", plan.burst_drain_rate).await?;
         let started = Instant::now();
-        let measured = self
-            .load(
-                &system.url,
-                Load {
-                    connections: plan.burst_connections,
-                    duration: None,
-                    requests: Some(plan.burst),
-                    rate: None,
-                },
-            )
-            .await?;
+        let measured = poster::post(&system.url, plan.burst, plan.burst_connections).await?;
         let sent = started.elapsed();
         let accepted = measured.status("202");
         // Every event the stream holds (a request whose answer was lost on the
@@ -425,9 +434,10 @@ impl Bench {
         }
         let drained = started.elapsed();
         let terminal = system.terminal();
+        let failed = system.failed();
         let peak_rss_mib = memory::peak_mib()?;
         let published = system.published();
-        system.stop().await?;
+        Self::stop(system, services).await?;
         Ok(Burst {
             requests: plan.burst,
             connections: plan.burst_connections,
@@ -436,6 +446,7 @@ impl Bench {
             not_accepted: measured.other_than("202"),
             published,
             terminal,
+            failed,
             lost: durable.saturating_sub(terminal),
             send_s: sent.as_secs_f64(),
             drain_s: (drained - sent).as_secs_f64(),
@@ -452,17 +463,9 @@ impl Bench {
             plan.end_to_end
         );
         memory::reset_peak()?;
-        let system = AllInOne::start(self.system("end-to-end", 0)?).await?;
+        let (system, services) = self.system("end-to-end", 0).await?;
         let started = Instant::now();
-        let post = self.load(
-            &system.url,
-            Load {
-                connections: 64,
-                duration: None,
-                requests: Some(plan.end_to_end),
-                rate: None,
-            },
-        );
+        let post = poster::post(&system.url, plan.end_to_end, 64);
         let sample = async {
             let mut samples = vec![0];
             let deadline = started + plan.drain_timeout;
@@ -476,8 +479,9 @@ impl Bench {
         let posted = posted?;
         let elapsed = started.elapsed();
         let completed = system.terminal();
+        let failed = system.failed();
         let peak_rss_mib = memory::peak_mib()?;
-        system.stop().await?;
+        Self::stop(system, services).await?;
         let best_second = samples
             .windows(11)
             .map(|w| w[10] - w[0])
@@ -487,9 +491,10 @@ impl Bench {
             requests: plan.end_to_end,
             accepted: posted.status("202"),
             completed,
+            failed,
             seconds: elapsed.as_secs_f64(),
             posting_s: posted.seconds,
-            workflows_per_s: completed as f64 / elapsed.as_secs_f64(),
+            workflows_per_s: (completed - failed) as f64 / elapsed.as_secs_f64(),
             best_second,
             peak_rss_mib,
         })
@@ -500,20 +505,10 @@ impl Bench {
         let plan = &self.plan;
         let rate = plan.limited_rate;
         eprintln!("rate limiter at {rate}/s");
-        let system = AllInOne::start(self.system("rate-limit", rate)?).await?;
+        let (system, services) = self.system("rate-limit", rate).await?;
         let window = plan.limited_window;
         let backlog = u64::from(rate) * (window.as_secs() + 4);
-        let posted = self
-            .load(
-                &system.url,
-                Load {
-                    connections: 64,
-                    duration: None,
-                    requests: Some(backlog),
-                    rate: None,
-                },
-            )
-            .await?;
+        let posted = poster::post(&system.url, backlog, 64).await?;
         // Let the limiter settle after the posting, then count over the window.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = system.terminal();
@@ -522,7 +517,7 @@ impl Bench {
         let completed = system.terminal() - before;
         let seconds = opened.elapsed().as_secs_f64();
         let waiting = posted.status("202").saturating_sub(system.terminal());
-        system.stop().await?;
+        Self::stop(system, services).await?;
         Ok(RateLimited {
             rate,
             seconds,

@@ -148,6 +148,11 @@ impl AllInOne {
         published(&self.app.backends)
     }
 
+    /// Deliveries that ended Failed (every request posted is valid: none should).
+    pub(crate) fn failed(&self) -> u64 {
+        self.app.counters.failed.load(Ordering::Relaxed)
+    }
+
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
         self.app.stop().await
     }
@@ -164,4 +169,77 @@ fn published(backends: &Backends) -> u64 {
         .embedded
         .as_ref()
         .map_or(0, |store| store.heads().iter().sum())
+}
+
+/// The five simulated services in a process of their own (this binary with
+/// `--simulate LATENCY_MS`), as remote services would be: their memory (every
+/// resource they create) is not counted as Skyport's, and their CPU is
+/// another process's on the same two cores.
+#[derive(Debug)]
+pub(crate) struct Simulated {
+    pub(crate) url: String,
+    child: std::process::Child,
+}
+
+impl Simulated {
+    pub(crate) async fn start(latency_ms: u64) -> anyhow::Result<Self> {
+        tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut child = std::process::Command::new(std::env::current_exe()?)
+                .args(["--simulate", &latency_ms.to_string()])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .context("cannot start the simulated services")?;
+            let stdout = child.stdout.take().context("no stdout")?;
+            let mut url = String::new();
+            std::io::BufReader::new(stdout).read_line(&mut url)?;
+            let url = url.trim().to_owned();
+            anyhow::ensure!(!url.is_empty(), "the simulated services printed no address");
+            Ok(Self { url, child })
+        })
+        .await?
+    }
+
+    /// Closes their stdin, which stops them, and waits.
+    pub(crate) async fn stop(mut self) -> anyhow::Result<()> {
+        drop(self.child.stdin.take());
+        let status = tokio::task::spawn_blocking(move || self.child.wait()).await??;
+        anyhow::ensure!(status.success(), "the simulated services failed: {status}");
+        Ok(())
+    }
+}
+
+/// The child side of [`Simulated`]: serves on 127.0.0.1, port 0, prints the
+/// base URL, and stops when stdin closes.
+pub(crate) fn simulate(args: &[String]) -> anyhow::Result<()> {
+    use skyport_worker::simulator::{Behaviour, Simulator, SimulatorOptions};
+    let [latency_ms] = args else {
+        anyhow::bail!("--simulate takes LATENCY_MS");
+    };
+    let latency = std::time::Duration::from_millis(latency_ms.parse().context("LATENCY_MS")?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let simulator = Simulator::new(SimulatorOptions {
+            behaviour: Behaviour {
+                latency,
+                jitter: std::time::Duration::ZERO,
+                ..Behaviour::default()
+            },
+            suspended_owners: Vec::new(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("http://{}/", listener.local_addr()?);
+        let shutdown = CancellationToken::new();
+        let stdin_closed = shutdown.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            stdin_closed.cancel();
+        });
+        simulator.serve(listener, shutdown).await?;
+        Ok(())
+    })
 }
