@@ -9,11 +9,14 @@
 //! 3. Fixed rate: open loop with coordinated-omission correction.
 //! 4. Burst: a large number of requests as fast as the client sends them,
 //!    then every accepted one followed to a terminal state.
-//! 5. End to end: completed workflows/s with the simulated services at 20 ms
-//!    per call, rate limiter off; then the limiter at R against R.
+//! 5. End to end: workflows Scheduled per second with the simulated services
+//!    at 20 ms per call, rate limiter off; then the limiter at R against R.
+//!    These phases post distinct requests from another process (`--post`,
+//!    [`poster`]) and run the services in a process of their own
+//!    (`--simulate`).
 //! 6. Memory: the peak RSS of the servers in each phase. Every phase runs in
 //!    a process of its own (this binary with `--phase NAME`), so no phase
-//!    inherits another's heap; the load generator, oha, is another process.
+//!    inherits another's heap; the load and the services are other processes.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `BENCHMARKS.json`. Without it (`cargo test` runs this target too) it is a

@@ -125,7 +125,7 @@ impl GatewayOnly {
     }
 }
 
-/// The whole system: gateway, worker and simulated services.
+/// Gateway and worker in this process, calling the services its settings name.
 #[derive(Debug)]
 pub(crate) struct AllInOne {
     pub(crate) url: String,
