@@ -5,7 +5,8 @@
 //! 2. Ingest: the gateway on the embedded store (durable, group-committed),
 //!    closed loop at 64 and 256 connections, against the ceiling.
 //!    Then the embedded store alone (appends through the `Publisher` port
-//!    from as many tasks, no HTTP): what bounds ingest.
+//!    from as many tasks, no HTTP): what bounds ingest; and what naming a
+//!    request (an `Idempotency-Key`, a reservation before the event) costs.
 //! 3. Fixed rate: open loop with coordinated-omission correction.
 //! 4. Burst: a large number of requests as fast as the client sends them,
 //!    then every accepted one followed to a terminal state.
@@ -37,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use load::{Load, Measured};
-use report::{Burst, EndToEnd, FixedRate, Ingest, RateLimited, Results, Store};
+use poster::Naming;
+use report::{Burst, EndToEnd, FixedRate, Ingest, Named, RateLimited, Results, Store};
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
@@ -65,6 +67,8 @@ struct Plan {
     burst: u64,
     /// Events the store-alone phase appends at each concurrency.
     store_appends: u64,
+    /// Requests posted each way in the named phase.
+    named_requests: u64,
     burst_connections: u32,
     /// The rate the worker drains a burst at: what the backends sustain.
     burst_drain_rate: u32,
@@ -85,6 +89,7 @@ impl Plan {
             fixed_duration: Duration::from_secs(30),
             burst: 200_000,
             store_appends: 100_000,
+            named_requests: 50_000,
             burst_connections: 256,
             burst_drain_rate: 2_000,
             end_to_end: 50_000,
@@ -104,6 +109,7 @@ impl Plan {
             fixed_duration: Duration::from_secs(1),
             burst: 1_000,
             store_appends: 1_000,
+            named_requests: 300,
             burst_connections: 32,
             burst_drain_rate: 500,
             end_to_end: 300,
@@ -114,9 +120,10 @@ impl Plan {
     }
 }
 
-const PHASES: [&str; 6] = [
+const PHASES: [&str; 7] = [
     "ingest",
     "store",
+    "named",
     "fixed-rate",
     "burst",
     "end-to-end",
@@ -158,6 +165,7 @@ fn main() -> anyhow::Result<()> {
         match phase {
             "ingest" => results.ingest = serde_json::from_value(result)?,
             "store" => results.store = serde_json::from_value(result)?,
+            "named" => results.named = serde_json::from_value(result)?,
             "fixed-rate" => results.fixed_rate = serde_json::from_value(result)?,
             "burst" => results.burst = serde_json::from_value(result)?,
             "end-to-end" => results.end_to_end = serde_json::from_value(result)?,
@@ -218,6 +226,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(match phase {
             "ingest" => serde_json::to_value(bench.ingest().await?)?,
             "store" => serde_json::to_value(bench.store().await?)?,
+            "named" => serde_json::to_value(bench.named().await?)?,
             "fixed-rate" => serde_json::to_value(bench.fixed_rate().await?)?,
             "burst" => serde_json::to_value(bench.burst().await?)?,
             "end-to-end" => serde_json::to_value(bench.end_to_end().await?)?,
@@ -360,6 +369,33 @@ impl Bench {
         Ok(rows)
     }
 
+    /// What naming a request costs: the gateway alone, the same distinct
+    /// requests posted with no name and with an `Idempotency-Key` each (a
+    /// reservation written before the event).
+    async fn named(&self) -> anyhow::Result<Named> {
+        let requests = self.plan.named_requests;
+        let mut rates = Vec::new();
+        for naming in [Naming::Unnamed, Naming::Keyed] {
+            eprintln!("{naming:?} requests: {requests} at 64 connections, gateway alone");
+            let gateway = GatewayOnly::start(&self.settings(&format!("{naming:?}"), &[])?).await?;
+            let posted = poster::post(&gateway.url, requests, 64, naming).await?;
+            let published = gateway.published();
+            gateway.stop().await?;
+            anyhow::ensure!(
+                posted.status("202") == requests && published == requests,
+                "{naming:?}: {} of {requests} accepted, {published} published",
+                posted.status("202")
+            );
+            rates.push(posted.requests_per_s);
+        }
+        Ok(Named {
+            requests,
+            unnamed_per_s: rates[0],
+            keyed_per_s: rates[1],
+            ratio: rates[1] / rates[0],
+        })
+    }
+
     /// (3): open loop at a fixed rate, latency from when each request was due.
     async fn fixed_rate(&self) -> anyhow::Result<FixedRate> {
         let plan = &self.plan;
@@ -425,7 +461,13 @@ impl Bench {
         memory::reset_peak()?;
         let (system, services) = self.system("burst", plan.burst_drain_rate).await?;
         let started = Instant::now();
-        let measured = poster::post(&system.url, plan.burst, plan.burst_connections).await?;
+        let measured = poster::post(
+            &system.url,
+            plan.burst,
+            plan.burst_connections,
+            Naming::Unnamed,
+        )
+        .await?;
         let sent = started.elapsed();
         let accepted = measured.status("202");
         // Every event the stream holds (a request whose answer was lost on the
@@ -468,7 +510,7 @@ impl Bench {
         memory::reset_peak()?;
         let (system, services) = self.system("end-to-end", 0).await?;
         let started = Instant::now();
-        let post = poster::post(&system.url, plan.end_to_end, 64);
+        let post = poster::post(&system.url, plan.end_to_end, 64, Naming::Unnamed);
         let sample = async {
             let mut samples = vec![0];
             let deadline = started + plan.drain_timeout;
@@ -511,7 +553,7 @@ impl Bench {
         let (system, services) = self.system("rate-limit", rate).await?;
         let window = plan.limited_window;
         let backlog = u64::from(rate) * (window.as_secs() + 4);
-        let posted = poster::post(&system.url, backlog, 64).await?;
+        let posted = poster::post(&system.url, backlog, 64, Naming::Unnamed).await?;
         // Let the limiter settle after the posting, then count over the window.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = system.terminal();

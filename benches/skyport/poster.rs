@@ -39,8 +39,20 @@ impl Posted {
     }
 }
 
+/// Whether each request names its delivery with an `Idempotency-Key` of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Naming {
+    Unnamed,
+    Keyed,
+}
+
 /// Posts `requests` distinct delivery requests to `url` from another process.
-pub(crate) async fn post(url: &str, requests: u64, connections: u32) -> anyhow::Result<Posted> {
+pub(crate) async fn post(
+    url: &str,
+    requests: u64,
+    connections: u32,
+    naming: Naming,
+) -> anyhow::Result<Posted> {
     let mut command = std::process::Command::new(std::env::current_exe()?);
     command
         .args([
@@ -49,6 +61,7 @@ pub(crate) async fn post(url: &str, requests: u64, connections: u32) -> anyhow::
             &requests.to_string(),
             &connections.to_string(),
         ])
+        .args((naming == Naming::Keyed).then_some("--keyed"))
         .stderr(std::process::Stdio::inherit());
     let out = tokio::task::spawn_blocking(move || command.output())
         .await
@@ -62,20 +75,29 @@ pub(crate) async fn post(url: &str, requests: u64, connections: u32) -> anyhow::
 
 /// The poster's side: posts, then prints [`Posted`] as JSON on stdout.
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let (naming, args) = match args {
+        [rest @ .., last] if last == "--keyed" => (Naming::Keyed, rest),
+        _ => (Naming::Unnamed, args),
+    };
     let [url, requests, connections] = args else {
-        bail!("--post takes URL REQUESTS CONNECTIONS");
+        bail!("--post takes URL REQUESTS CONNECTIONS [--keyed]");
     };
     let requests: u64 = requests.parse().context("REQUESTS")?;
     let connections: usize = connections.parse().context("CONNECTIONS")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let posted = runtime.block_on(post_all(url, requests, connections))?;
+    let posted = runtime.block_on(post_all(url, requests, connections, naming))?;
     println!("{}", serde_json::to_string(&posted)?);
     Ok(())
 }
 
-async fn post_all(url: &str, requests: u64, connections: usize) -> anyhow::Result<Posted> {
+async fn post_all(
+    url: &str,
+    requests: u64,
+    connections: usize,
+    naming: Naming,
+) -> anyhow::Result<Posted> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(connections)
         .build()?;
@@ -95,12 +117,14 @@ async fn post_all(url: &str, requests: u64, connections: usize) -> anyhow::Resul
                 let body = BODY
                     .replace("\"pkg-1\"", &format!("\"pkg-{n}\""))
                     .replace("\"owner-1\"", &format!("\"owner-{n}\""));
-                let sent = client
+                let mut post = client
                     .post(&url)
                     .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await;
+                    .body(body);
+                if naming == Naming::Keyed {
+                    post = post.header("idempotency-key", format!("bench-{n}"));
+                }
+                let sent = post.send().await;
                 match sent {
                     Ok(response) => {
                         let status = response.status().as_u16();
