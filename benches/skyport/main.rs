@@ -192,20 +192,29 @@ fn main() -> anyhow::Result<()> {
 /// each starts on a fresh heap and its peak RSS is its own; its result comes
 /// back as JSON on stdout.
 fn spawn_phase(full: bool, phase: &str) -> anyhow::Result<serde_json::Value> {
-    let mut command = std::process::Command::new(std::env::current_exe()?);
+    let mut args = Vec::new();
     if full {
-        command.arg("--bench");
+        args.push("--bench".to_owned());
     }
-    let out = command
-        .args(["--phase", phase])
+    args.extend(["--phase".to_owned(), phase.to_owned()]);
+    rerun(&args, &format!("the {phase} phase"))
+}
+
+/// Runs this binary again with `args` (its stderr goes to ours) and reads the
+/// JSON it prints on stdout; `what` names it in errors.
+pub(crate) fn rerun<T: serde::de::DeserializeOwned>(
+    args: &[String],
+    what: &str,
+) -> anyhow::Result<T> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(args)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .with_context(|| format!("cannot start the {phase} phase"))?;
+        .with_context(|| format!("cannot start {what}"))?;
     if !out.status.success() {
-        bail!("the {phase} phase failed ({})", out.status);
+        bail!("{what} failed ({})", out.status);
     }
-    serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("the {phase} phase printed no result"))
+    serde_json::from_slice(&out.stdout).with_context(|| format!("{what} printed no result"))
 }
 
 /// The child side of [`spawn_phase`]; it logs as the binaries do (stderr, `RUST_LOG`).

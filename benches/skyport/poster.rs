@@ -53,24 +53,18 @@ pub(crate) async fn post(
     connections: u32,
     naming: Naming,
 ) -> anyhow::Result<Posted> {
-    let mut command = std::process::Command::new(std::env::current_exe()?);
-    command
-        .args([
-            "--post",
-            url,
-            &requests.to_string(),
-            &connections.to_string(),
-        ])
-        .args((naming == Naming::Keyed).then_some("--keyed"))
-        .stderr(std::process::Stdio::inherit());
-    let out = tokio::task::spawn_blocking(move || command.output())
+    let mut args = vec![
+        "--post".to_owned(),
+        url.to_owned(),
+        requests.to_string(),
+        connections.to_string(),
+    ];
+    if naming == Naming::Keyed {
+        args.push("--keyed".to_owned());
+    }
+    tokio::task::spawn_blocking(move || crate::rerun(&args, "the poster"))
         .await
         .context("the poster's thread panicked")?
-        .context("cannot start the poster")?;
-    if !out.status.success() {
-        bail!("the poster failed ({})", out.status);
-    }
-    serde_json::from_slice(&out.stdout).context("the poster printed no result")
 }
 
 /// The poster's side: posts, then prints [`Posted`] as JSON on stdout.

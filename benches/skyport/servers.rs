@@ -58,10 +58,7 @@ impl Ceiling {
 /// it takes `SKYPORT__*` variables, so a run can try another setting
 /// (`SKYPORT__WORKER__MAX_IN_FLIGHT=64`).
 pub(crate) fn settings(dir: &Path, keys: &[(&str, String)]) -> anyhow::Result<Settings> {
-    let mut set = vec![
-        "gateway.listen=127.0.0.1:0".to_owned(),
-        "simulator.listen=127.0.0.1:0".to_owned(),
-    ];
+    let mut set = vec!["gateway.listen=127.0.0.1:0".to_owned()];
     set.extend(keys.iter().map(|(key, value)| format!("{key}={value}")));
     let cli = Cli {
         config: None,
