@@ -4,15 +4,16 @@ use skyport::App;
 use skyport_shared::adapters::BackendError;
 use skyport_shared::adapters::embedded::OpenError;
 use skyport_shared::config::{EXIT_CONFIG, Settings};
+use skyport_shared::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() {
-    skyport_shared::telemetry::init();
     let settings = Settings::from_args_or_exit(
         "skyport",
         "Skyport all-in-one: gateway, worker and simulated services on the embedded store.",
     );
+    let telemetry = Telemetry::init_or_exit(&settings, "skyport");
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(skyport_shared::shutdown::cancel_on_signal(shutdown.clone()));
     let data_dir = settings.embedded.data_dir.clone();
@@ -41,6 +42,7 @@ async fn main() {
     println!("  then GET the statusUrl it answers with until the state is Scheduled.");
     let result = app.wait().await;
     signals.abort();
+    telemetry.shutdown().await;
     if let Err(e) = result {
         eprintln!("skyport: {e:#}");
         std::process::exit(1);

@@ -109,6 +109,31 @@ fn a_bad_file_names_its_key() {
 }
 
 #[test]
+fn an_otel_variable_asking_for_what_skyport_does_not_do_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+    assert_names(
+        &run(
+            &["--data-dir", data],
+            &[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")],
+        ),
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    );
+    assert_names(
+        &run(&["--data-dir", data], &[("OTEL_TRACES_EXPORTER", "zipkin")]),
+        "OTEL_TRACES_EXPORTER",
+    );
+    assert_names(
+        &run(
+            &["--data-dir", data, "--set", "telemetry.log_format=xml"],
+            &[],
+        ),
+        "telemetry.log_format",
+    );
+}
+
+#[test]
 fn an_unknown_flag_is_a_usage_error() {
     let output = run(&["--frobnicate"], &[]);
     assert_names(&output, "--frobnicate");

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod observe;
 pub mod openapi;
 pub mod receipt;
 pub mod routes;
@@ -20,16 +21,18 @@ use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::header;
+use axum::http::{HeaderMap, HeaderName, header};
 use axum::middleware;
 use axum::routing::get;
 use axum::{Extension, Router};
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::GatewaySettings;
+use skyport_shared::metrics;
 use skyport_shared::ports::Diagnostics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, ServiceBuilder};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -97,6 +100,14 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
     routes
         .route(
+            "/metrics",
+            get(|headers: HeaderMap| async move {
+                let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+                let (content_type, text) = metrics::global().exposition(accept);
+                ([(header::CONTENT_TYPE, content_type)], text)
+            }),
+        )
+        .route(
             "/openapi.json",
             get(
                 move || async move { ([(header::CONTENT_TYPE, "application/json")], spec.clone()) },
@@ -106,7 +117,19 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(Extension(BodyLimit(max_body_bytes)))
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(observe::record))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(observe::span)
+                .on_response(observe::on_response),
+        )
+        .layer(PropagateRequestIdLayer::new(HeaderName::from_static(
+            observe::REQUEST_ID,
+        )))
+        .layer(SetRequestIdLayer::new(
+            HeaderName::from_static(observe::REQUEST_ID),
+            MakeRequestUuid,
+        ))
         .with_state(state)
 }
 

@@ -7,15 +7,16 @@ use skyport_api::Gateway;
 use skyport_api::auth::Auth;
 use skyport_shared::adapters::Backends;
 use skyport_shared::config::Settings;
+use skyport_shared::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    skyport_shared::telemetry::init();
     let settings = Settings::from_args_or_exit(
         "skyport-gateway",
         "Skyport gateway: accepts delivery requests and serves their status.",
     );
+    let telemetry = Telemetry::init_or_exit(&settings, "skyport-gateway");
     let auth = Auth::from_settings(&settings).await?;
     let backends = Backends::open(&settings)
         .await
@@ -27,5 +28,6 @@ async fn main() -> anyhow::Result<()> {
     let result = gateway.serve(shutdown).await;
     backends.close().await;
     signals.abort();
+    telemetry.shutdown().await;
     result.context("the gateway failed")
 }

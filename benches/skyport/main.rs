@@ -42,10 +42,11 @@ use poster::Naming;
 use report::{Burst, EndToEnd, FixedRate, Ingest, Named, RateLimited, Results, Store};
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport_shared::adapters::Backends;
-use skyport_shared::config::Settings;
+use skyport_shared::config::{LogFormat, Settings};
 use skyport_shared::event::{DeliveryRequested, Event};
 use skyport_shared::ports::PublishError;
 use skyport_shared::request::DeliveryRequest;
+use skyport_shared::telemetry::Telemetry;
 use time::OffsetDateTime;
 
 /// The body every request carries: the README's example.
@@ -219,11 +220,11 @@ pub(crate) fn rerun<T: serde::de::DeserializeOwned>(
 
 /// The child side of [`spawn_phase`]; it logs as the binaries do (stderr, `RUST_LOG`).
 fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
-    skyport_shared::telemetry::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let result = runtime.block_on(async {
+        let _telemetry = Telemetry::init(LogFormat::Human, "skyport-bench")?;
         let data = tempfile::Builder::new()
             .prefix("skyport-bench-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;

@@ -39,6 +39,25 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub services: ServicesSettings,
     pub simulator: SimulatorSettings,
+    pub telemetry: TelemetrySettings,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event (colours on a terminal).
+    Human,
+    /// One JSON object per line, for a log pipeline.
+    Json,
+}
+
+/// Logs; traces are switched on by the standard `OTEL_*` variables instead.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// Unset: the profile's (embedded → human, azure → json).
+    pub log_format: Option<LogFormat>,
 }
 
 /// The HTTP gateway.
@@ -515,6 +534,8 @@ impl Default for EmbeddedSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerSettings {
+    /// Where `skyport-worker` serves `/healthz`, `/readyz` and `/metrics`.
+    pub listen: SocketAddr,
     /// Consumer group whose checkpoints this worker keeps.
     pub consumer_group: String,
     /// Events processed at once per partition.
@@ -536,6 +557,7 @@ pub struct WorkerSettings {
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             consumer_group: "skyport-worker".into(),
             max_in_flight: 256,
             checkpoint_interval_ms: 5_000,
@@ -698,6 +720,14 @@ impl Settings {
         self.stream.backend.unwrap_or(match self.profile {
             Profile::Embedded => StreamBackend::Embedded,
             Profile::Azure => StreamBackend::EventHubs,
+        })
+    }
+
+    /// How log lines are written: `telemetry.log_format`, else the profile's.
+    pub fn log_format(&self) -> LogFormat {
+        self.telemetry.log_format.unwrap_or(match self.profile {
+            Profile::Embedded => LogFormat::Human,
+            Profile::Azure => LogFormat::Json,
         })
     }
 
@@ -1402,6 +1432,20 @@ DFpWCLWPNuhfU7GfqqBfYXMjE5voDlIR8UQaj+Li8LvhNHsjfhws31GbYOxOb/Fc
         assert!(azure.auth_enabled());
         let settings = Settings::load(&cli(&["gateway.auth.enabled=true", KEY_A])).expect("valid");
         assert!(settings.auth_enabled());
+    }
+
+    #[test]
+    fn logs_are_human_in_the_embedded_profile_and_json_in_azure() {
+        assert_eq!(Settings::default().log_format(), LogFormat::Human);
+        let azure = Settings {
+            profile: Profile::Azure,
+            ..Settings::default()
+        };
+        assert_eq!(azure.log_format(), LogFormat::Json);
+        let settings = Settings::load(&cli(&["telemetry.log_format=json"])).expect("valid");
+        assert_eq!(settings.log_format(), LogFormat::Json);
+        let errors = Settings::load(&cli(&["telemetry.log_format=xml"])).expect_err("invalid");
+        assert_eq!(errors[0].key, "telemetry.log_format");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod adapters;
 pub mod config;
 pub mod event;
+pub mod metrics;
 pub mod partitioning;
 pub mod ports;
 pub mod request;

@@ -113,6 +113,12 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
     /// [`ConsumeError::Revoked`] when the partition is no longer this reader's.
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError>;
 
+    /// Events durable in the partition that `next_batch` has not handed out
+    /// yet, when the stream tells (for the consumer-lag metric).
+    fn unread(&self) -> Option<u64> {
+        None
+    }
+
     /// Records that every event up to and including `offset` is complete.
     ///
     /// # Errors

@@ -12,6 +12,7 @@ pub mod eventhubs_broker;
 pub mod idempotency_contract;
 pub mod leases_contract;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -311,10 +312,21 @@ pub struct ChildApp {
 impl ChildApp {
     /// Starts `binary` with `args`, logging to `stderr`; waits for its "listening" line.
     pub async fn spawn(binary: &Path, args: &[String], stderr: PathBuf) -> Self {
+        Self::spawn_with_env(binary, args, &[], stderr).await
+    }
+
+    /// [`ChildApp::spawn`] with environment variables `env` added to this process's.
+    pub async fn spawn_with_env(
+        binary: &Path,
+        args: &[String],
+        env: &[(&str, String)],
+        stderr: PathBuf,
+    ) -> Self {
         use tokio::io::AsyncBufReadExt;
         let log = std::fs::File::create(&stderr).unwrap();
         let mut child = tokio::process::Command::new(binary)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::piped())
             .stderr(log)
             .kill_on_drop(true)
@@ -359,4 +371,69 @@ impl ChildApp {
         assert!(exit.success(), "skyport exited with {exit}");
         std::fs::read_to_string(&self.stderr).unwrap()
     }
+}
+
+/// Scrapes `{base}/metrics` twice, as a Prometheus text scraper and as an
+/// OpenMetrics one, checks that each answer parses in its format (panics
+/// naming the parser's complaint otherwise) and that both hold the same
+/// families, and returns the label sets of each family by family name
+/// (a counter's without its `_total`).
+pub async fn scrape_metrics(base: &str) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
+    let get = |accept: &'static str| async move {
+        let response = reqwest::Client::new()
+            .get(format!("{base}/metrics"))
+            .header("accept", accept)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (content_type, response.text().await.unwrap())
+    };
+    let (content_type, text) = get("text/plain").await;
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let prometheus = openmetrics_parser::prometheus::parse_prometheus(&text)
+        .unwrap_or_else(|e| panic!("not Prometheus text: {e:?}\n{text}"));
+    let (content_type, text) = get("application/openmetrics-text;version=1.0.0").await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    let exposition = openmetrics_parser::openmetrics::parse_openmetrics(&text)
+        .unwrap_or_else(|e| panic!("not OpenMetrics text: {e:?}\n{text}"));
+    let mut names: Vec<String> = prometheus
+        .families
+        .keys()
+        .map(|n| n.strip_suffix("_total").unwrap_or(n).to_owned())
+        .collect();
+    names.sort();
+    let mut open_names: Vec<String> = exposition.families.keys().cloned().collect();
+    open_names.sort();
+    assert_eq!(names, open_names, "both formats hold the same families");
+    exposition
+        .families
+        .into_iter()
+        .map(|(name, family)| {
+            let names = family.get_label_names().to_vec();
+            let series = family
+                .iter_samples()
+                .map(|sample| {
+                    let labels = sample.get_labelset().unwrap();
+                    names
+                        .iter()
+                        .filter_map(|n| {
+                            labels.get_label_value(n).map(|v| (n.clone(), v.to_owned()))
+                        })
+                        .collect()
+                })
+                .collect();
+            (name, series)
+        })
+        .collect()
 }

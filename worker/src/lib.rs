@@ -8,6 +8,7 @@
 pub mod backlog;
 pub mod consumer;
 pub mod intake;
+pub mod ops;
 pub mod rate_limit;
 pub mod simulator;
 pub mod workflow;

@@ -15,7 +15,9 @@ use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
 use skyport_shared::ports::Reserved;
 use skyport_shared::request::{DeliveryRequest, is_valid_id};
 use skyport_shared::status::{DeliveryState, StatusDocument};
+use skyport_shared::telemetry;
 use time::OffsetDateTime;
+use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Principal;
@@ -226,7 +228,12 @@ pub async fn cancel(
 }
 
 async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
-    state.publisher.publish(event.outbound()).await?;
+    let span = tracing::info_span!("publish", otel.kind = "producer");
+    state
+        .publisher
+        .publish(event.outbound())
+        .instrument(span)
+        .await?;
     Ok(())
 }
 
@@ -415,13 +422,19 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// The W3C trace context of the request, when it has a well-formed one.
+/// The `traceparent` the event carries: the current span's when spans are
+/// exported, else the caller's well-formed one, passed on.
 fn traceparent(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get("traceparent")?.to_str().ok()?;
+    telemetry::traceparent_or(caller_traceparent(headers))
+}
+
+fn caller_traceparent(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(telemetry::TRACEPARENT)?.to_str().ok()?;
     let parts: Vec<&str> = value.split('-').collect();
     let well_formed = parts.len() == 4
         && [2, 32, 16, 2]
             .iter()
             .zip(&parts)
             .all(|(len, part)| part.len() == *len && part.bytes().all(|b| b.is_ascii_hexdigit()));
-    well_formed.then(|| value.to_owned())
+    well_formed.then_some(value)
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use skyport_shared::metrics::{self, PartitionLabels};
 use skyport_shared::ports::{ConsumeError, PartitionReader};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -45,12 +46,23 @@ pub async fn run(
     let abandon = CancellationToken::new();
     let mut checkpoints = tokio::time::interval(settings.checkpoint_interval());
     checkpoints.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let metrics = metrics::global();
+    metrics.partition_assigned(id);
+    let labels = PartitionLabels { partition: id };
+    let in_flight = metrics.events_in_flight.get_or_create(&labels).clone();
     loop {
-        shared.backlog.report(
-            id,
-            partition.tracker.in_flight(),
-            partition.tracker.oldest_in_flight(),
-        );
+        let pending = partition.tracker.in_flight();
+        shared
+            .backlog
+            .report(id, pending, partition.tracker.oldest_in_flight());
+        in_flight.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        if let Some(unread) = partition.reader.unread() {
+            let lag = unread.saturating_add(pending as u64);
+            metrics
+                .consumer_lag
+                .get_or_create(&labels)
+                .set(i64::try_from(lag).unwrap_or(i64::MAX));
+        }
         let room = settings.max_in_flight.saturating_sub(partition.tasks.len());
         let pulling = room > 0 && !*paused.borrow_and_update();
         tokio::select! {
@@ -92,6 +104,7 @@ pub async fn run(
     partition
         .drain(settings.shutdown_grace_period(), &abandon)
         .await;
+    metrics.partition_released(id);
 }
 
 impl Partition {
@@ -119,6 +132,7 @@ impl Partition {
         match self.reader.checkpoint(offset).await {
             Ok(()) => {
                 self.tracker.committed(offset);
+                metrics::global().checkpointed(self.reader.partition());
                 tracing::debug!(
                     offset,
                     in_flight = self.tracker.in_flight(),

@@ -7,11 +7,14 @@ use std::sync::atomic::Ordering;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::{Map, Value, json};
+use skyport_shared::telemetry;
+use tracing::Instrument;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -45,9 +48,30 @@ pub(super) fn router(inner: Shared) -> Router {
             "/drone/api/bookings/{id}",
             put(put_booking).delete(delete_booking),
         )
+        .route_layer(middleware::from_fn(traced))
         .route("/_sim/stats", get(stats))
         .fallback(not_found)
         .with_state(inner)
+}
+
+/// Runs a service call in a server span that continues the caller's
+/// `traceparent`, so a trace shows what each call cost on the service's side.
+async fn traced(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::info_span!(
+        "simulated service",
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
+    );
+    let traceparent = request
+        .headers()
+        .get(telemetry::TRACEPARENT)
+        .and_then(|v| v.to_str().ok());
+    telemetry::continue_trace(&span, traceparent);
+    next.run(request).instrument(span).await
 }
 
 async fn put_authorization(

@@ -13,6 +13,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use skyport_shared::config::ServicesSettings;
+use skyport_shared::metrics::{self, BreakerState};
 use skyport_shared::status::Step;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -76,6 +77,7 @@ pub struct Breaker {
 
 impl Breaker {
     pub fn new(service: &'static str, settings: BreakerSettings, intake: Intake) -> Self {
+        metrics::global().breaker(service, BreakerState::Closed);
         Self {
             service,
             settings,
@@ -103,6 +105,7 @@ impl Breaker {
             State::Closed => Admission::Call,
             State::Open { until } if now >= until => {
                 inner.state = State::HalfOpen;
+                metrics::global().breaker(self.service, BreakerState::HalfOpen);
                 Admission::Probe
             }
             State::Open { until } => Admission::Wait(Some(until)),
@@ -141,6 +144,7 @@ impl Breaker {
         let mut inner = self.lock();
         if inner.state == State::HalfOpen {
             inner.state = State::Open { until: now };
+            metrics::global().breaker(self.service, BreakerState::Open);
             self.changed.send_replace(());
         }
     }
@@ -172,6 +176,7 @@ impl Breaker {
         inner.state = State::Open {
             until: now + self.settings.open_duration,
         };
+        metrics::global().breaker(self.service, BreakerState::Open);
         self.intake.pause(
             &format!("circuit:{}", self.service),
             format!("the {} service's circuit is open", self.service),
@@ -185,6 +190,7 @@ impl Breaker {
             "Closed the circuit: the service answers again."
         );
         inner.state = State::Closed;
+        metrics::global().breaker(self.service, BreakerState::Closed);
         inner.recent.clear();
         inner.consecutive = 0;
         self.intake.resume(&format!("circuit:{}", self.service));

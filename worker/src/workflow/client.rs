@@ -15,8 +15,11 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use skyport_shared::config::ServicesSettings;
+use skyport_shared::metrics::{self, StepErrorLabels, StepLabels};
 use skyport_shared::status::Step;
+use skyport_shared::telemetry;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::backoff::Backoff;
 use super::breaker::{Admission, Breakers};
@@ -145,7 +148,7 @@ impl ServiceClient {
                     }
                     return Answer::abandoned(calls);
                 }
-                attempt = self.attempt(call, &url, body.as_deref(), idempotency_key, traceparent) => attempt,
+                attempt = self.attempt(step, call, &url, body.as_deref(), idempotency_key, traceparent) => attempt,
             };
             let transient = matches!(attempt, Attempt::Transient { .. });
             breaker.record(admission, !transient, tokio::time::Instant::now());
@@ -168,6 +171,13 @@ impl ServiceClient {
                 } => (reason, retry_after),
             };
             if attempts >= self.max_attempts {
+                metrics::global()
+                    .step_errors
+                    .get_or_create(&StepErrorLabels {
+                        step: step.as_str(),
+                        kind: "retries_exhausted",
+                    })
+                    .inc();
                 tracing::warn!(step = step.as_str(), calls, %reason, "Gave up on a step after its last attempt.");
                 return Answer {
                     result: Err(StepError::Permanent {
@@ -197,14 +207,70 @@ impl ServiceClient {
         url
     }
 
+    /// One call, in a client span of its own whose `traceparent` it sends
+    /// (`traceparent`, the event's, when spans are not exported), timed and
+    /// counted by how it ended.
     async fn attempt(
         &self,
+        step: Step,
         call: &Call,
         url: &Url,
         body: Option<&[u8]>,
         idempotency_key: &str,
         traceparent: Option<&str>,
     ) -> Attempt {
+        let span = tracing::info_span!(
+            "call",
+            otel.name = %format_args!("{} {}", call.method, call.path.first().map_or("", String::as_str)),
+            otel.kind = "client",
+            http.request.method = %call.method,
+            url.full = %url,
+            http.response.status_code = tracing::field::Empty,
+        );
+        let started = std::time::Instant::now();
+        let (attempt, status) = self
+            .send(call, url, body, idempotency_key, traceparent)
+            .instrument(span.clone())
+            .await;
+        let metrics = metrics::global();
+        let result = match &attempt {
+            Attempt::Done(_) => "ok",
+            Attempt::Transient { .. } => "transient",
+            Attempt::Permanent { .. } => "permanent",
+        };
+        metrics
+            .step_duration
+            .get_or_create(&StepLabels {
+                step: step.as_str(),
+                result,
+            })
+            .observe(started.elapsed().as_secs_f64());
+        if result != "ok" {
+            metrics
+                .step_errors
+                .get_or_create(&StepErrorLabels {
+                    step: step.as_str(),
+                    kind: result,
+                })
+                .inc();
+        }
+        if let Some(status) = status {
+            span.record("http.response.status_code", status.as_u16());
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                metrics.throttled_by(step.as_str());
+            }
+        }
+        attempt
+    }
+
+    async fn send(
+        &self,
+        call: &Call,
+        url: &Url,
+        body: Option<&[u8]>,
+        idempotency_key: &str,
+        traceparent: Option<&str>,
+    ) -> (Attempt, Option<StatusCode>) {
         let mut request = self
             .http
             .request(call.method.clone(), url.clone())
@@ -214,16 +280,17 @@ impl ServiceClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_vec());
         }
-        if let Some(traceparent) = traceparent {
-            request = request.header("traceparent", traceparent);
+        if let Some(traceparent) = telemetry::traceparent_or(traceparent) {
+            request = request.header(telemetry::TRACEPARENT, traceparent);
         }
         let response = match request.send().await {
             Ok(response) => response,
             Err(e) => {
-                return Attempt::Transient {
+                let attempt = Attempt::Transient {
                     reason: error_chain(&e),
                     retry_after: None,
                 };
+                return (attempt, None);
             }
         };
         let status = response.status();
@@ -234,13 +301,14 @@ impl ServiceClient {
         let bytes = match response.bytes().await {
             Ok(bytes) => bytes,
             Err(e) => {
-                return Attempt::Transient {
+                let attempt = Attempt::Transient {
                     reason: error_chain(&e),
                     retry_after: None,
                 };
+                return (attempt, Some(status));
             }
         };
-        classify(status, &bytes, retry_after)
+        (classify(status, &bytes, retry_after), Some(status))
     }
 }
 

@@ -20,12 +20,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
+use skyport_shared::metrics::{self, OutcomeLabels};
 use skyport_shared::ports::{DeadLetter, DeadLetterStore, StreamEvent, Versioned};
 use skyport_shared::status::{
     DeliveryState, Failure, StatusDocument, Step, StepOutcome, StepResult,
 };
+use skyport_shared::telemetry;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use self::backoff::Backoff;
 use self::client::{ServiceClient, StepError};
@@ -119,6 +122,26 @@ enum Finish {
     CancelRequested,
 }
 
+/// The span of one event's workflow: a consumer span continuing the trace of
+/// the request that produced it.
+fn event_span(
+    kind: &'static str,
+    delivery_id: &str,
+    event: &StreamEvent,
+    traceparent: Option<&str>,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "event",
+        otel.name = %format_args!("process {kind}"),
+        otel.kind = "consumer",
+        delivery_id,
+        partition = event.partition,
+        offset = event.offset,
+    );
+    telemetry::continue_trace(&span, traceparent);
+    span
+}
+
 /// What a cancellation found.
 enum Found {
     Done(Outcome),
@@ -176,27 +199,45 @@ impl Workflow {
             },
             None => self.run(event, abandon).await,
         };
-        let counter = match outcome {
-            Outcome::Scheduled => &self.counters.scheduled,
-            Outcome::Failed => &self.counters.failed,
-            Outcome::Cancelled => &self.counters.cancelled,
-            Outcome::CancelRequested => &self.counters.cancel_requested,
-            Outcome::AlreadyTerminal => &self.counters.replayed,
-            Outcome::DeadLettered => &self.counters.dead_lettered,
-            Outcome::Abandoned => &self.counters.abandoned,
+        let (counter, label) = match outcome {
+            Outcome::Scheduled => (&self.counters.scheduled, "scheduled"),
+            Outcome::Failed => (&self.counters.failed, "failed"),
+            Outcome::Cancelled => (&self.counters.cancelled, "cancelled"),
+            Outcome::CancelRequested => (&self.counters.cancel_requested, "cancel_requested"),
+            Outcome::AlreadyTerminal => (&self.counters.replayed, "already_terminal"),
+            Outcome::DeadLettered => (&self.counters.dead_lettered, "dead_lettered"),
+            Outcome::Abandoned => (&self.counters.abandoned, "abandoned"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        metrics::global()
+            .workflow_events
+            .get_or_create(&OutcomeLabels { outcome: label })
+            .inc();
         outcome
     }
 
     async fn run(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
         let result = match Event::decode(&event.payload) {
             Ok(Event::DeliveryRequested(request)) => {
-                let outcome = self.deliver(&request, abandon).await;
+                let span = event_span(
+                    "DeliveryRequested",
+                    &request.delivery_id,
+                    event,
+                    request.traceparent.as_deref(),
+                );
+                let outcome = self.deliver(&request, abandon).instrument(span).await;
                 self.cancellations.forget(&request.delivery_id);
                 outcome
             }
-            Ok(Event::CancellationRequested(cancel)) => self.cancel(&cancel, abandon).await,
+            Ok(Event::CancellationRequested(cancel)) => {
+                let span = event_span(
+                    "CancellationRequested",
+                    &cancel.delivery_id,
+                    event,
+                    cancel.traceparent.as_deref(),
+                );
+                self.cancel(&cancel, abandon).instrument(span).await
+            }
             Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
         };
         result.unwrap_or(Outcome::Abandoned)
@@ -230,6 +271,7 @@ impl Workflow {
         let replay = current.document.attempt > 1;
         if replay {
             self.counters.replayed.fetch_add(1, Ordering::Relaxed);
+            metrics::global().replays.inc();
         }
         let traceparent = request.traceparent.as_deref();
         let mut progress = Progress::default();
@@ -254,9 +296,15 @@ impl Workflow {
             }
             let call = steps::call(step, request, &progress);
             let key = format!("{id}:{}", step.as_str());
+            let span = tracing::info_span!(
+                "step",
+                otel.name = %format_args!("step {}", step.as_str()),
+                step = step.as_str(),
+            );
             let answer = self
                 .client
                 .call(step, &call, &key, traceparent, abandon)
+                .instrument(span)
                 .await;
             let recorded = answer
                 .result
@@ -458,9 +506,15 @@ impl Workflow {
                 continue;
             };
             let key = format!("{delivery_id}:{}:undo", step.as_str());
+            let span = tracing::info_span!(
+                "undo",
+                otel.name = %format_args!("undo {}", step.as_str()),
+                step = step.as_str(),
+            );
             let answer = self
                 .client
                 .call(step, &call, &key, traceparent, abandon)
+                .instrument(span)
                 .await;
             let index = outcomes
                 .iter()

@@ -68,6 +68,7 @@ impl StatusWriter {
     ///
     /// # Errors
     /// [`Abandoned`] when `abandon` fires before the write is durable.
+    #[tracing::instrument(name = "status write", skip_all)]
     pub async fn update<T>(
         &self,
         id: &str,
@@ -90,6 +91,7 @@ impl StatusWriter {
     ///
     /// # Errors
     /// [`Abandoned`] when `abandon` fires before the write is durable.
+    #[tracing::instrument(name = "status write", skip_all)]
     pub async fn update_likely_new<T>(
         &self,
         id: &str,

@@ -1,9 +1,12 @@
 //! Request-unit accounting: the charge of every Cosmos DB response, by
-//! operation, and the 429s, summarised in one line at shutdown.
+//! operation, and the 429s, summarised in one line at shutdown and counted in
+//! `skyport_cosmos_request_units_total` and `skyport_throttled_total`.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+use crate::metrics::{self, OperationLabels};
 
 /// What a request did, for accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +70,20 @@ impl RequestUnits {
             0
         };
         meter.milli_units.fetch_add(milli, Ordering::Relaxed);
+        if milli > 0 {
+            metrics::global()
+                .request_units
+                .get_or_create(&OperationLabels {
+                    operation: operation.name(),
+                })
+                .inc_by(milli as f64 / 1000.0);
+        }
     }
 
     /// Records a 429: throttled, not done, to be retried.
     pub fn throttled(&self) {
         self.throttled.fetch_add(1, Ordering::Relaxed);
+        metrics::global().throttled_by("cosmos");
     }
 
     pub fn throttled_count(&self) -> u64 {

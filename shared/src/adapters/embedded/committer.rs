@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::{
     CHECKPOINTS, DEAD_LETTERS, HEADS, LEASES, LOG, RESERVATION_EXPIRY, RESERVATIONS, STATUS,
 };
+use crate::metrics::{self, StreamLabels};
 use crate::ports::DeadLetter;
 
 /// A commit that did not happen; every operation in it failed.
@@ -97,6 +98,9 @@ pub(super) enum Applied {
     Held(Vec<u8>),
 }
 
+/// The `stream` label of this stream's publish metrics.
+const STREAM: &str = "embedded";
+
 /// How much group commit is grouping: operations per durable commit.
 #[derive(Debug, Default)]
 pub struct CommitStats {
@@ -150,8 +154,18 @@ impl Committer {
 
     fn commit(&mut self, batch: &mut Vec<Op>) {
         let before = self.next_offsets.clone();
-        match self.apply(batch, &before) {
+        let appends = batch
+            .iter()
+            .filter(|op| matches!(op.kind, OpKind::Append { .. }))
+            .count();
+        let started = std::time::Instant::now();
+        let applied = self.apply(batch, &before);
+        let metrics = metrics::global();
+        match applied {
             Ok(results) => {
+                if appends > 0 {
+                    metrics.published(STREAM, appends, started.elapsed().as_secs_f64());
+                }
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats
                     .operations
@@ -167,6 +181,12 @@ impl Committer {
                 }
             }
             Err(e) => {
+                if appends > 0 {
+                    metrics
+                        .publish_failures
+                        .get_or_create(&StreamLabels { stream: STREAM })
+                        .inc();
+                }
                 tracing::error!(error = %e, operations = batch.len(), "An embedded store commit failed; its writes were refused.");
                 self.next_offsets = before;
                 let failed = CommitFailed(Arc::new(e));

@@ -110,6 +110,10 @@ impl PartitionReader for EmbeddedPartitionReader {
         }
     }
 
+    fn unread(&self) -> Option<u64> {
+        Some(self.head.borrow().saturating_sub(self.next))
+    }
+
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
         let kind = OpKind::Checkpoint {
             group: self.group.clone(),

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::config::EventHubsSettings;
 use crate::event::{CONTENT_TYPE, SCHEMA_VERSION};
+use crate::metrics::{self, StreamLabels};
 use crate::partitioning::shard_for;
 use crate::ports::{BoxError, OutboundEvent, Position, PublishError, Publisher};
 
@@ -319,12 +320,26 @@ async fn send_batch(
     }
     let rest = waiting.split_off(taken);
     let batch_events = std::mem::replace(waiting, rest);
-    match tokio::time::timeout(limits.send_timeout, client.send_batch(batch, None)).await {
+    let started = Instant::now();
+    let sent = tokio::time::timeout(limits.send_timeout, client.send_batch(batch, None)).await;
+    let metrics = metrics::global();
+    if let Ok(Ok(())) = sent {
+        metrics.published(STREAM, taken, started.elapsed().as_secs_f64());
+    } else {
+        metrics
+            .publish_failures
+            .get_or_create(&StreamLabels { stream: STREAM })
+            .inc();
+    }
+    match sent {
         Ok(Ok(())) => Ok((batch_events, taken)),
         Ok(Err(e)) => Err((batch_events, Box::new(e))),
         Err(elapsed) => Err((batch_events, Box::new(elapsed))),
     }
 }
+
+/// The `stream` label of this stream's publish metrics.
+const STREAM: &str = "eventhubs";
 
 fn event_data(event: &OutboundEvent) -> EventData {
     let mut builder = EventData::builder()
