@@ -71,7 +71,7 @@ pub fn on_response(response: &Response<Body>, _latency: Duration, span: &Span) {
 /// Counts the request by route, method and status, and times it.
 pub async fn record(request: Request, next: Next) -> Response<Body> {
     let route = route(&request).to_owned();
-    let method = method_label(request.method()).to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
     let metrics = metrics::global();
@@ -79,7 +79,7 @@ pub async fn record(request: Request, next: Next) -> Response<Body> {
         .http_requests
         .get_or_create(&HttpLabels {
             route: route.clone(),
-            method: method.clone(),
+            method,
             status: response.status().as_u16(),
         })
         .inc();

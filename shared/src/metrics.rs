@@ -38,14 +38,14 @@ pub fn global() -> &'static Metrics {
 pub struct HttpLabels {
     /// The route's pattern (`/api/deliveryrequests/{id}`), or `unmatched`.
     pub route: String,
-    pub method: String,
+    pub method: &'static str,
     pub status: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     pub route: String,
-    pub method: String,
+    pub method: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

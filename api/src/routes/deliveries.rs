@@ -421,13 +421,13 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// The W3C trace context of the request, when it has a well-formed one.
 /// The `traceparent` the event carries: the current span's when spans are
 /// exported, else the caller's well-formed one, passed on.
 fn traceparent(headers: &HeaderMap) -> Option<String> {
     telemetry::traceparent_or(caller_traceparent(headers))
 }
 
+/// The W3C trace context of the request, when it has a well-formed one.
 fn caller_traceparent(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(telemetry::TRACEPARENT)?.to_str().ok()?;
     let parts: Vec<&str> = value.split('-').collect();

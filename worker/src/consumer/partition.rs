@@ -50,18 +50,20 @@ pub async fn run(
     metrics.partition_assigned(id);
     let labels = PartitionLabels { partition: id };
     let in_flight = metrics.events_in_flight.get_or_create(&labels).clone();
+    // A stream that cannot tell what is unread shows no lag rather than a wrong one.
+    let lag = partition
+        .reader
+        .unread()
+        .map(|_| metrics.consumer_lag.get_or_create(&labels).clone());
     loop {
         let pending = partition.tracker.in_flight();
         shared
             .backlog
             .report(id, pending, partition.tracker.oldest_in_flight());
         in_flight.set(i64::try_from(pending).unwrap_or(i64::MAX));
-        if let Some(unread) = partition.reader.unread() {
-            let lag = unread.saturating_add(pending as u64);
-            metrics
-                .consumer_lag
-                .get_or_create(&labels)
-                .set(i64::try_from(lag).unwrap_or(i64::MAX));
+        if let (Some(lag), Some(unread)) = (&lag, partition.reader.unread()) {
+            let events = unread.saturating_add(pending as u64);
+            lag.set(i64::try_from(events).unwrap_or(i64::MAX));
         }
         let room = settings.max_in_flight.saturating_sub(partition.tasks.len());
         let pulling = room > 0 && !*paused.borrow_and_update();
