@@ -259,8 +259,8 @@ async fn json_logs_carry_the_request_id_the_answer_returns() {
     ]
     .map(String::from)
     .to_vec();
-    // tower_http's request and response events are debug-level lines inside the request's span.
-    let env = [("RUST_LOG", "info,tower_http=debug".to_owned())];
+    // The gateway logs each answer at debug level, inside the request's span.
+    let env = [("RUST_LOG", "info,skyport_api=debug".to_owned())];
     let app = ChildApp::spawn_with_env(
         std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
         &args,

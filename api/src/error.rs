@@ -12,6 +12,8 @@ use skyport_shared::ports::{PublishError, StatusStoreError};
 use skyport_shared::request::FieldError;
 use utoipa::ToSchema;
 
+use crate::observe;
+
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -141,10 +143,12 @@ impl IntoResponse for ApiError {
                 source: Some(source),
                 ..
             } => {
-                tracing::warn!(error = %source, "Refused a request: a backend is unavailable.");
+                let request_id = observe::current_request_id();
+                tracing::warn!(request_id, error = %source, "Refused a request: a backend is unavailable.");
             }
             Self::Internal(source) => {
-                tracing::error!(error = %source, "A request failed with an internal error.");
+                let request_id = observe::current_request_id();
+                tracing::error!(request_id, error = %source, "A request failed with an internal error.");
             }
             _ => {}
         }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderMap, HeaderName, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware;
 use axum::routing::get;
 use axum::{Extension, Router};
@@ -32,8 +32,6 @@ use skyport_shared::ports::Diagnostics;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, ServiceBuilder};
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -117,19 +115,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(Extension(BodyLimit(max_body_bytes)))
-        .layer(middleware::from_fn(observe::record))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(observe::span)
-                .on_response(observe::on_response),
-        )
-        .layer(PropagateRequestIdLayer::new(HeaderName::from_static(
-            observe::REQUEST_ID,
-        )))
-        .layer(SetRequestIdLayer::new(
-            HeaderName::from_static(observe::REQUEST_ID),
-            MakeRequestUuid,
-        ))
+        .layer(middleware::from_fn(observe::observe))
         .with_state(state)
 }
 

@@ -7,9 +7,17 @@
 //! the caller's W3C `traceparent` as its parent, the event carries the
 //! gateway's own `traceparent` through the stream, the worker's span continues
 //! it, and every backend call sends the current span's `traceparent` on.
+//!
+//! `RUST_LOG` filters log lines only; every `skyport*` span at INFO is
+//! exported. The spans of the hot paths are made with [`trace_span!`]: at INFO
+//! while spans are exported and at DEBUG otherwise, because an enabled span
+//! costs each request the formatting and bookkeeping of its fields (12–17 %
+//! of the gateway's ingest throughput, BENCHMARKS.md), worth paying only when
+//! a collector or a debug log reads it.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use opentelemetry::propagation::TextMapPropagator;
@@ -19,6 +27,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
@@ -27,6 +36,27 @@ use crate::config::{EXIT_CONFIG, LogFormat, Settings};
 
 /// The W3C header (and event property) that carries a trace's context.
 pub const TRACEPARENT: &str = "traceparent";
+
+/// Whether this process exports spans (set once, by [`Telemetry::init`]).
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process exports spans: [`trace_span!`]'s level depends on it.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+/// A span of a hot path (a request, a step, a call): `tracing::info_span!`
+/// while spans are exported, `tracing::debug_span!` otherwise (same arguments).
+#[macro_export]
+macro_rules! trace_span {
+    ($($arguments:tt)*) => {
+        if $crate::telemetry::exporting() {
+            ::tracing::info_span!($($arguments)*)
+        } else {
+            ::tracing::debug_span!($($arguments)*)
+        }
+    };
+}
 
 /// An `OTEL_*` variable Skyport cannot honour, named with the reason.
 #[derive(Debug, thiserror::Error)]
@@ -71,26 +101,29 @@ impl Telemetry {
             LogFormat::Human => fmt::layer()
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::stderr().is_terminal())
+                .with_filter(filter)
                 .boxed(),
             LogFormat::Json => fmt::layer()
                 .json()
                 .with_current_span(true)
                 .with_span_list(false)
                 .with_writer(std::io::stderr)
+                .with_filter(filter)
                 .boxed(),
         };
-        let traces = provider
-            .as_ref()
-            .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
+        let traces = provider.as_ref().map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer(service))
+                .with_filter(Targets::new().with_target("skyport", tracing::Level::INFO))
+        });
         let installed = tracing_subscriber::registry()
-            .with(filter)
             .with(logs)
             .with(traces)
             .try_init()
             .is_ok();
-        Ok(Self {
-            provider: provider.filter(|_| installed),
-        })
+        let provider = provider.filter(|_| installed);
+        EXPORTING.store(provider.is_some(), Ordering::Relaxed);
+        Ok(Self { provider })
     }
 
     /// [`Telemetry::init`] for a binary's `main`: a bad `OTEL_*` variable is
@@ -100,11 +133,6 @@ impl Telemetry {
             eprintln!("{binary}: configuration error: {e}");
             std::process::exit(EXIT_CONFIG);
         })
-    }
-
-    /// Whether spans are being exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
     }
 
     /// Exports the spans still buffered (waiting at most the exporter's timeout) and stops exporting.

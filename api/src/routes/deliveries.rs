@@ -15,7 +15,7 @@ use skyport_shared::event::{CancellationRequested, DeliveryRequested, Event};
 use skyport_shared::ports::Reserved;
 use skyport_shared::request::{DeliveryRequest, is_valid_id};
 use skyport_shared::status::{DeliveryState, StatusDocument};
-use skyport_shared::telemetry;
+use skyport_shared::{telemetry, trace_span};
 use time::OffsetDateTime;
 use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
@@ -228,7 +228,7 @@ pub async fn cancel(
 }
 
 async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
-    let span = tracing::info_span!("publish", otel.kind = "producer");
+    let span = trace_span!("publish", otel.kind = "producer");
     state
         .publisher
         .publish(event.outbound())

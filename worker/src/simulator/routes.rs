@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::{Map, Value, json};
-use skyport_shared::telemetry;
+use skyport_shared::{telemetry, trace_span};
 use tracing::Instrument;
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -61,7 +61,7 @@ async fn traced(request: Request, next: Next) -> Response {
         .extensions()
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str);
-    let span = tracing::info_span!(
+    let span = trace_span!(
         "simulated service",
         otel.name = %format_args!("{} {route}", request.method()),
         otel.kind = "server",

@@ -17,7 +17,7 @@ use serde_json::Value;
 use skyport_shared::config::ServicesSettings;
 use skyport_shared::metrics::{self, StepErrorLabels, StepLabels};
 use skyport_shared::status::Step;
-use skyport_shared::telemetry;
+use skyport_shared::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -178,7 +178,7 @@ impl ServiceClient {
                         kind: "retries_exhausted",
                     })
                     .inc();
-                tracing::warn!(step = step.as_str(), calls, %reason, "Gave up on a step after its last attempt.");
+                tracing::warn!(step = step.as_str(), key = idempotency_key, calls, %reason, "Gave up on a step after its last attempt.");
                 return Answer {
                     result: Err(StepError::Permanent {
                         code: "RetriesExhausted".into(),
@@ -219,7 +219,7 @@ impl ServiceClient {
         idempotency_key: &str,
         traceparent: Option<&str>,
     ) -> Attempt {
-        let span = tracing::info_span!(
+        let span = trace_span!(
             "call",
             otel.name = %format_args!("{} {}", call.method, call.path.first().map_or("", String::as_str)),
             otel.kind = "client",

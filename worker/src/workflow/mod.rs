@@ -25,7 +25,7 @@ use skyport_shared::ports::{DeadLetter, DeadLetterStore, StreamEvent, Versioned}
 use skyport_shared::status::{
     DeliveryState, Failure, StatusDocument, Step, StepOutcome, StepResult,
 };
-use skyport_shared::telemetry;
+use skyport_shared::{telemetry, trace_span};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -130,7 +130,7 @@ fn event_span(
     event: &StreamEvent,
     traceparent: Option<&str>,
 ) -> tracing::Span {
-    let span = tracing::info_span!(
+    let span = trace_span!(
         "event",
         otel.name = %format_args!("process {kind}"),
         otel.kind = "consumer",
@@ -296,7 +296,7 @@ impl Workflow {
             }
             let call = steps::call(step, request, &progress);
             let key = format!("{id}:{}", step.as_str());
-            let span = tracing::info_span!(
+            let span = trace_span!(
                 "step",
                 otel.name = %format_args!("step {}", step.as_str()),
                 step = step.as_str(),
@@ -506,7 +506,7 @@ impl Workflow {
                 continue;
             };
             let key = format!("{delivery_id}:{}:undo", step.as_str());
-            let span = tracing::info_span!(
+            let span = trace_span!(
                 "undo",
                 otel.name = %format_args!("undo {}", step.as_str()),
                 step = step.as_str(),

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError, Versioned};
 use skyport_shared::status::StatusDocument;
+use skyport_shared::trace_span;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::backoff::Backoff;
 
@@ -68,7 +70,6 @@ impl StatusWriter {
     ///
     /// # Errors
     /// [`Abandoned`] when `abandon` fires before the write is durable.
-    #[tracing::instrument(name = "status write", skip_all)]
     pub async fn update<T>(
         &self,
         id: &str,
@@ -76,12 +77,16 @@ impl StatusWriter {
         abandon: &CancellationToken,
         decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
     ) -> Result<(T, Option<Versioned>), Abandoned> {
-        let current = match known {
-            Some(known) => Some(known),
-            None => self.current(id, abandon).await?,
-        };
-        self.decide_and_write(id, current, true, abandon, decide)
-            .await
+        async {
+            let current = match known {
+                Some(known) => Some(known),
+                None => self.current(id, abandon).await?,
+            };
+            self.decide_and_write(id, current, true, abandon, decide)
+                .await
+        }
+        .instrument(trace_span!("status write"))
+        .await
     }
 
     /// [`Self::update`] for a document that is most often absent (a delivery
@@ -91,7 +96,6 @@ impl StatusWriter {
     ///
     /// # Errors
     /// [`Abandoned`] when `abandon` fires before the write is durable.
-    #[tracing::instrument(name = "status write", skip_all)]
     pub async fn update_likely_new<T>(
         &self,
         id: &str,
@@ -99,6 +103,7 @@ impl StatusWriter {
         decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
     ) -> Result<(T, Option<Versioned>), Abandoned> {
         self.decide_and_write(id, None, false, abandon, decide)
+            .instrument(trace_span!("status write"))
             .await
     }
 
