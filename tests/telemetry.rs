@@ -60,6 +60,34 @@ impl TraceService for Receiver {
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
 
+/// The binary on `data`, its simulated services answering within 1 ms, with
+/// `setting` (`--set`) and the variables `env`.
+async fn spawn_skyport(
+    data: &tempfile::TempDir,
+    setting: &str,
+    env: &[(&str, String)],
+) -> ChildApp {
+    let args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--set",
+        "simulator.latency_ms=1",
+        "--set",
+        setting,
+    ]
+    .map(String::from)
+    .to_vec();
+    ChildApp::spawn_with_env(
+        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
+        &args,
+        env,
+        data.path().join("skyport.log"),
+    )
+    .await
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -80,30 +108,12 @@ async fn one_trace_covers_a_delivery_and_metrics_hold_every_series() {
     );
 
     let data = tempfile::tempdir().unwrap();
-    let args: Vec<String> = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--set",
-        "simulator.latency_ms=1",
-        "--set",
-        "simulator.jitter_ms=0",
-    ]
-    .map(String::from)
-    .to_vec();
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
         ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
         ("RUST_LOG", "info".to_owned()),
     ];
-    let app = ChildApp::spawn_with_env(
-        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
-        &args,
-        &env,
-        data.path().join("skyport.log"),
-    )
-    .await;
+    let app = spawn_skyport(&data, "simulator.jitter_ms=0", &env).await;
     let client = app
         .client
         .with_header("traceparent", &format!("00-{TRACE_ID}-{CALLER_SPAN_ID}-01"));
@@ -249,25 +259,9 @@ fn check_trace(spans: &[(String, Span)], log: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_the_request_id_the_answer_returns() {
     let data = tempfile::tempdir().unwrap();
-    let args: Vec<String> = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--set",
-        "telemetry.log_format=json",
-    ]
-    .map(String::from)
-    .to_vec();
     // The gateway logs each answer at debug level, inside the request's span.
     let env = [("RUST_LOG", "info,skyport_api=debug".to_owned())];
-    let app = ChildApp::spawn_with_env(
-        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
-        &args,
-        &env,
-        data.path().join("skyport.log"),
-    )
-    .await;
+    let app = spawn_skyport(&data, "telemetry.log_format=json", &env).await;
     let response = app
         .client
         .with_header("x-request-id", "req-json-42")

@@ -437,3 +437,85 @@ pub async fn scrape_metrics(base: &str) -> BTreeMap<String, Vec<BTreeMap<String,
         })
         .collect()
 }
+
+/// The workspace's root directory.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A tool `.ci/tools` installs: `relative` to `target/tools`; panics naming `.ci/tools` when it is missing.
+pub fn installed_tool(relative: &str) -> PathBuf {
+    let path = workspace().join("target/tools").join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run .ci/tools (it installs the test tools under target/tools)",
+        path.display()
+    );
+    path
+}
+
+/// What a tool printed and how it ended.
+#[derive(Debug)]
+pub struct ToolOutput {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a tool's `command` within `limit`, its stdout and stderr going to files in
+/// `dir` (named after `what`); on time-out its whole process group is killed (a
+/// wrapper may have started a JVM) and the test fails with what it printed.
+pub async fn run_tool(
+    what: &str,
+    mut command: tokio::process::Command,
+    limit: Duration,
+    dir: &Path,
+) -> ToolOutput {
+    let stem = what.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+    let (out_path, err_path) = (
+        dir.join(format!("{stem}.out")),
+        dir.join(format!("{stem}.err")),
+    );
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .process_group(0)
+        .kill_on_drop(true);
+    let shown = format!("{:?}", command.as_std());
+    println!("== {what}: {shown}");
+    let started = std::time::Instant::now();
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {shown}: {e}"));
+    let read = || {
+        (
+            std::fs::read_to_string(&out_path).unwrap_or_default(),
+            std::fs::read_to_string(&err_path).unwrap_or_default(),
+        )
+    };
+    match tokio::time::timeout(limit, child.wait()).await {
+        Ok(status) => {
+            let status = status.unwrap();
+            let (stdout, stderr) = read();
+            println!("== {what}: {status} after {:.1?}", started.elapsed());
+            ToolOutput {
+                status,
+                stdout,
+                stderr,
+            }
+        }
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                let group = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.wait().await;
+            let (stdout, stderr) = read();
+            panic!("{what} did not finish within {limit:?}\n{stdout}\n{stderr}");
+        }
+    }
+}

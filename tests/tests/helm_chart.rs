@@ -21,13 +21,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use skyport_shared::config::{Cli, ConfigError, Settings};
+use skyport_tests::{ToolOutput, installed_tool, run_tool, workspace};
 use tokio::process::Command;
 
 /// The release name the chart is rendered under; with the chart name in it, objects are named `skyport…`.
@@ -44,13 +43,6 @@ const AZURE_CLIENT_ID: &str = "6b3f2a0e-8c1d-4e59-9a7b-2d4c8e1f0a93";
 /// Each tool's time limit.
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 fn chart() -> PathBuf {
     workspace().join("helm/skyport")
 }
@@ -59,71 +51,9 @@ fn azure_values() -> PathBuf {
     chart().join("ci/azure-values.yaml")
 }
 
-/// An installed tool: `relative` to `target/tools`; panics naming `.ci/tools` when it is missing.
-fn tool(relative: &str) -> PathBuf {
-    let path = workspace().join("target/tools").join(relative);
-    assert!(
-        path.exists(),
-        "{} is missing: run .ci/tools (it installs helm and kubernetes-validate under target/tools)",
-        path.display()
-    );
-    path
-}
-
-/// What a tool printed and how it ended.
-struct Output {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `command` within [`LIMIT`], its stdout and stderr going to files in `dir`;
-/// on time-out its process group is killed and the test fails.
-async fn run(what: &str, mut command: Command, dir: &Path) -> Output {
-    let stem = what.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
-    let (out_path, err_path) = (
-        dir.join(format!("{stem}.out")),
-        dir.join(format!("{stem}.err")),
-    );
-    command
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).unwrap())
-        .stderr(File::create(&err_path).unwrap())
-        .process_group(0)
-        .kill_on_drop(true);
-    let shown = format!("{:?}", command.as_std());
-    println!("== {what}: {shown}");
-    let started = Instant::now();
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: cannot start {shown}: {e}"));
-    let read = || {
-        (
-            std::fs::read_to_string(&out_path).unwrap_or_default(),
-            std::fs::read_to_string(&err_path).unwrap_or_default(),
-        )
-    };
-    match tokio::time::timeout(LIMIT, child.wait()).await {
-        Ok(status) => {
-            let status = status.unwrap();
-            let (stdout, stderr) = read();
-            println!("== {what}: {status} after {:.1?}", started.elapsed());
-            Output {
-                status,
-                stdout,
-                stderr,
-            }
-        }
-        Err(_) => {
-            if let Some(pid) = child.id() {
-                let group = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
-                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = child.wait().await;
-            let (stdout, stderr) = read();
-            panic!("{what} did not finish within {LIMIT:?}\n{stdout}\n{stderr}");
-        }
-    }
+/// Runs `command` within [`LIMIT`], its output in files in `dir`.
+async fn run(what: &str, command: Command, dir: &Path) -> ToolOutput {
+    run_tool(what, command, LIMIT, dir).await
 }
 
 /// Runs `command` and fails the test, with its output, unless it exits 0.
@@ -144,7 +74,7 @@ async fn succeed(what: &str, command: Command, dir: &Path) -> String {
 
 /// helm, with its cache, configuration and data in `dir` (nothing read from or written to `$HOME`).
 fn helm(dir: &Path) -> Command {
-    let mut command = Command::new(tool("node/node_modules/.bin/helm"));
+    let mut command = Command::new(installed_tool("node/node_modules/.bin/helm"));
     for (variable, sub) in [
         ("HELM_CACHE_HOME", "helm-cache"),
         ("HELM_CONFIG_HOME", "helm-config"),
@@ -156,7 +86,7 @@ fn helm(dir: &Path) -> Command {
 }
 
 fn python() -> Command {
-    Command::new(tool("venv/bin/python"))
+    Command::new(installed_tool("venv/bin/python"))
 }
 
 /// `helm lint --strict` of the chart with `values` (files) on top of its own.
@@ -249,7 +179,7 @@ async fn render(values: &[&Path], set: &[&str], dir: &Path) -> Rendering {
     let file = dir.join("rendered.yaml");
     std::fs::write(&file, &yaml).unwrap();
     for version in KUBERNETES_VERSIONS {
-        let mut validate = Command::new(tool("venv/bin/kubernetes-validate"));
+        let mut validate = Command::new(installed_tool("venv/bin/kubernetes-validate"));
         validate
             .args(["--strict", "--kubernetes-version", version])
             .arg(&file);

@@ -10,14 +10,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use secrecy::SecretString;
 use skyport_shared::config::{ApiKeySettings, Scope};
-use skyport_tests::{TestApp, test_settings};
+use skyport_tests::{TestApp, installed_tool, run_tool, test_settings, workspace};
 use tokio::process::Command;
 
 /// The API key the gateway accepts (with both scopes), passed to the tools in `SKYPORT_API_KEY`.
@@ -37,13 +35,6 @@ async fn spawn_with_auth(data: &tempfile::TempDir) -> TestApp {
     TestApp::spawn_with(settings).await
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 fn spec() -> PathBuf {
     workspace().join("openapi/openapi.json")
 }
@@ -51,17 +42,6 @@ fn spec() -> PathBuf {
 /// The driver scripts and tool settings.
 fn clients() -> PathBuf {
     workspace().join("tests/clients")
-}
-
-/// An installed tool: `relative` to `target/tools`; panics naming `.ci/tools` when it is missing.
-fn tool(relative: &str) -> PathBuf {
-    let path = workspace().join("target/tools").join(relative);
-    assert!(
-        path.exists(),
-        "{} is missing: run .ci/tools (it installs the OpenAPI tools under target/tools)",
-        path.display()
-    );
-    path
 }
 
 /// A command for an installed tool, with the venv's and node's tools first on PATH
@@ -86,65 +66,30 @@ fn command(program: &Path) -> Command {
     command
 }
 
-/// Runs `command` within `limit`, its output going to `log`; panics with that output
-/// unless it exits 0. On time-out its whole process group is killed (openapi-generator's
-/// wrapper starts a JVM).
-async fn run(what: &str, mut command: Command, limit: Duration, log: &Path) -> String {
-    let out = File::create(log).unwrap();
-    command
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .process_group(0)
-        .kill_on_drop(true);
-    let shown = format!("{:?}", command.as_std());
-    println!("== {what}: {shown}");
-    let started = Instant::now();
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: cannot start {shown}: {e}"));
-    let exit = tokio::time::timeout(limit, child.wait()).await;
-    let output = || std::fs::read_to_string(log).unwrap_or_default();
-    match exit {
-        Ok(exit) => {
-            let exit = exit.unwrap();
-            let output = output();
-            println!("{output}");
-            println!("== {what}: {exit} after {:.1?}", started.elapsed());
-            assert!(
-                exit.success(),
-                "{what} failed ({exit}); its output is above"
-            );
-            output
-        }
-        Err(_) => {
-            if let Some(pid) = child.id() {
-                let group = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
-                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-            }
-            let _ = child.wait().await;
-            println!("{}", output());
-            panic!("{what} did not finish within {limit:?}; its output is above");
-        }
-    }
+/// Runs `command` within `limit`, its output going to files in `dir`; panics with
+/// that output unless it exits 0, which it returns (stdout, then stderr).
+async fn run(what: &str, command: Command, limit: Duration, dir: &Path) -> String {
+    let output = run_tool(what, command, limit, dir).await;
+    let printed = format!("{}{}", output.stdout, output.stderr);
+    println!("{printed}");
+    assert!(
+        output.status.success(),
+        "{what} failed ({}); its output is above",
+        output.status
+    );
+    printed
 }
 
 #[tokio::test]
 async fn the_spec_passes_redocly_lint() {
     let dir = tempfile::tempdir().unwrap();
-    let mut lint = command(&tool("node/node_modules/.bin/redocly"));
+    let mut lint = command(&installed_tool("node/node_modules/.bin/redocly"));
     lint.current_dir(workspace())
         .arg("lint")
         .arg(spec())
         .arg("--config")
         .arg(clients().join("redocly.yaml"));
-    run(
-        "redocly lint",
-        lint,
-        Duration::from_secs(120),
-        &dir.path().join("lint.log"),
-    )
-    .await;
+    run("redocly lint", lint, Duration::from_secs(120), dir.path()).await;
 }
 
 #[tokio::test]
@@ -153,7 +98,7 @@ async fn a_generated_python_client_drives_the_gateway() {
     let data = tempfile::tempdir().unwrap();
     let app = spawn_with_auth(&data).await;
 
-    let mut generate = command(&tool("venv/bin/openapi-python-client"));
+    let mut generate = command(&installed_tool("venv/bin/openapi-python-client"));
     generate
         .current_dir(dir.path())
         .arg("generate")
@@ -165,11 +110,11 @@ async fn a_generated_python_client_drives_the_gateway() {
         "openapi-python-client generate",
         generate,
         Duration::from_secs(300),
-        &dir.path().join("generate.log"),
+        dir.path(),
     )
     .await;
 
-    let mut drive = command(&tool("venv/bin/python"));
+    let mut drive = command(&installed_tool("venv/bin/python"));
     drive
         .current_dir(dir.path())
         .env("PYTHONPATH", dir.path())
@@ -179,7 +124,7 @@ async fn a_generated_python_client_drives_the_gateway() {
         "the Python driver",
         drive,
         Duration::from_secs(180),
-        &dir.path().join("drive.log"),
+        dir.path(),
     )
     .await;
 }
@@ -191,7 +136,7 @@ async fn a_generated_typescript_client_drives_the_gateway() {
     let app = spawn_with_auth(&data).await;
 
     // The spec is validated by the generator (no --skip-validate-spec): an invalid one fails here.
-    let mut generate = command(&tool("venv/bin/openapi-generator-cli"));
+    let mut generate = command(&installed_tool("venv/bin/openapi-generator-cli"));
     generate
         .current_dir(dir.path())
         .arg("generate")
@@ -203,7 +148,7 @@ async fn a_generated_typescript_client_drives_the_gateway() {
         "openapi-generator typescript-fetch",
         generate,
         Duration::from_secs(300),
-        &dir.path().join("generate.log"),
+        dir.path(),
     )
     .await;
 
@@ -215,19 +160,17 @@ async fn a_generated_typescript_client_drives_the_gateway() {
         )
         .unwrap();
     }
-    std::os::unix::fs::symlink(tool("node/node_modules"), dir.path().join("node_modules")).unwrap();
-    let mut compile = command(&tool("node/node_modules/.bin/tsc"));
+    std::os::unix::fs::symlink(
+        installed_tool("node/node_modules"),
+        dir.path().join("node_modules"),
+    )
+    .unwrap();
+    let mut compile = command(&installed_tool("node/node_modules/.bin/tsc"));
     compile
         .current_dir(dir.path())
         .arg("--project")
         .arg(dir.path());
-    run(
-        "tsc",
-        compile,
-        Duration::from_secs(300),
-        &dir.path().join("compile.log"),
-    )
-    .await;
+    run("tsc", compile, Duration::from_secs(300), dir.path()).await;
 
     let mut drive = command(Path::new("node"));
     drive
@@ -238,7 +181,7 @@ async fn a_generated_typescript_client_drives_the_gateway() {
         "the TypeScript driver",
         drive,
         Duration::from_secs(180),
-        &dir.path().join("drive.log"),
+        dir.path(),
     )
     .await;
 }
@@ -263,18 +206,12 @@ async fn schemathesis_finds_no_failures() {
     let config_file = dir.path().join("schemathesis.toml");
     std::fs::write(&config_file, config).unwrap();
 
-    let mut fuzz = command(&tool("venv/bin/schemathesis"));
+    let mut fuzz = command(&installed_tool("venv/bin/schemathesis"));
     fuzz.current_dir(dir.path())
         .arg("--config-file")
         .arg(&config_file)
         .arg("run")
         .arg(spec())
         .args(["--url", &app.client.base, "--no-color"]);
-    run(
-        "schemathesis",
-        fuzz,
-        Duration::from_secs(900),
-        &dir.path().join("schemathesis.log"),
-    )
-    .await;
+    run("schemathesis", fuzz, Duration::from_secs(900), dir.path()).await;
 }
