@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # skyport-simulator: the five simulated backend services on 7070 (point a
-# worker's services.base_url at http://HOST:7070). Flags: --listen,
-# --latency-ms, --jitter-ms, --error-rate, --suspended-owner.
+# worker's services.base_url at http://HOST:7070). Flags: --listen, and the
+# [simulator] keys (--set simulator.latency_ms=20, or SKYPORT__SIMULATOR__…).
 # Build from the repository root (the context is the workspace):
 #   DOCKER_BUILDKIT=1 docker build -f docker/simulator.Dockerfile -t skyport-simulator:0.1.0 .
 
@@ -13,7 +13,7 @@ COPY . .
 RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=skyport-cargo-git,target=/usr/local/cargo/git \
     --mount=type=cache,id=skyport-target,target=/src/target \
-    cargo build --release --locked -p skyport-worker --bin skyport-simulator \
+    cargo build --release --locked -p skyport-simulator --bin skyport-simulator \
     && install -D -m 0755 target/release/skyport-simulator /out/skyport-simulator
 
 # glibc, libssl3 and libgcc of Debian 12 (the builder's), no shell; uid 65532.

@@ -13,7 +13,7 @@ COPY . .
 RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=skyport-cargo-git,target=/usr/local/cargo/git \
     --mount=type=cache,id=skyport-target,target=/src/target \
-    cargo build --release --locked -p skyport-worker --bin skyport-worker \
+    cargo build --release --locked -p skyport --bin skyport-worker \
     && install -D -m 0755 target/release/skyport-worker /out/skyport-worker
 
 # glibc, libssl3 and libgcc of Debian 12 (the builder's), no shell; uid 65532.

@@ -4,18 +4,13 @@
 //! match from error to status is exhaustive, and a 5xx's cause is logged once
 //! and never shown to the client.
 
-use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use skyport_shared::ports::{PublishError, StatusStoreError};
-use skyport_shared::request::FieldError;
-use utoipa::ToSchema;
+use skyport_core::ports::{PublishError, StatusStoreError};
+use skyport_core::request::FieldError;
+pub use skyport_runtime::problem::{PROBLEM_JSON, Problem};
 
-use crate::observe;
-
-/// The media type of every error body.
-pub const PROBLEM_JSON: &str = "application/problem+json";
+use crate::request_context;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -58,33 +53,6 @@ pub enum ApiError {
     Overloaded { retry_after_s: u32 },
     #[error("an internal error occurred")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
-
-/// The problem document (RFC 9457) with Skyport's extension members.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({
-    "type": "about:blank",
-    "title": "Validation failed",
-    "status": 422,
-    "detail": "the request has invalid fields",
-    "code": "ValidationFailed",
-    "errors": [{"field": "packageInfo.weight", "message": "must be more than 0 and at most 100 kg"}]
-}))]
-pub struct Problem {
-    /// Always `about:blank`: `code` names the problem.
-    #[serde(rename = "type")]
-    #[schema(format = "uri-reference")]
-    pub problem_type: &'static str,
-    pub title: &'static str,
-    /// The HTTP status code.
-    #[schema(minimum = 400, maximum = 599)]
-    pub status: u16,
-    pub detail: String,
-    /// A stable, machine-readable name for the problem (`ValidationFailed`, `Conflict`, …).
-    pub code: &'static str,
-    /// The offending fields of a 422.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<FieldError>,
 }
 
 impl ApiError {
@@ -143,11 +111,11 @@ impl IntoResponse for ApiError {
                 source: Some(source),
                 ..
             } => {
-                let request_id = observe::current_request_id();
+                let request_id = request_context::current_request_id();
                 tracing::warn!(request_id, error = %source, "Refused a request: a backend is unavailable.");
             }
             Self::Internal(source) => {
-                let request_id = observe::current_request_id();
+                let request_id = request_context::current_request_id();
                 tracing::error!(request_id, error = %source, "A request failed with an internal error.");
             }
             _ => {}
@@ -167,21 +135,12 @@ impl IntoResponse for ApiError {
             _ => Vec::new(),
         };
         let problem = Problem {
-            problem_type: "about:blank",
-            title,
-            status: status.as_u16(),
-            detail: self.to_string(),
-            code,
             errors,
+            ..Problem::new(status, title, code, self.to_string())
         };
-        let mut response = (status, Json(problem)).into_response();
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if let Some(seconds) = retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
+        let mut response = problem.respond(retry_after);
         if let Some(challenge) = challenge {
-            headers.insert(
+            response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static(challenge),
             );

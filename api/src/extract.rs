@@ -9,7 +9,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
-use skyport_shared::request::{DeliveryRequest, FieldError};
+use skyport_core::request::{DeliveryRequest, FieldError};
 
 use crate::error::ApiError;
 

@@ -10,8 +10,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
-use skyport_shared::ports::Reservation;
-use skyport_shared::request::DeliveryRequest;
+use skyport_core::ports::Reservation;
+use skyport_core::request::DeliveryRequest;
 use time::{Duration, OffsetDateTime};
 
 /// How a request names its delivery.
@@ -105,7 +105,7 @@ fn fingerprint(request: &DeliveryRequest, key: Option<&str>, client: &str) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skyport_shared::request::{ConfirmationType, PackageInfo, PackageSize};
+    use skyport_core::request::{ConfirmationType, PackageInfo, PackageSize};
     use time::macros::datetime;
 
     fn request(delivery_id: Option<&str>, weight: f64) -> DeliveryRequest {
@@ -135,7 +135,7 @@ mod tests {
         assert_eq!(Name::of(&body, Some("k1"), "alice"), Some(a.clone()));
         let b = Name::of(&body, Some("k1"), "bob").expect("named");
         assert_ne!(a.delivery_id(), b.delivery_id());
-        assert!(skyport_shared::request::is_valid_id(a.delivery_id()));
+        assert!(skyport_core::request::is_valid_id(a.delivery_id()));
     }
 
     #[test]

@@ -1,17 +1,17 @@
 //! Skyport's gateway: accepts delivery requests, makes each one durable in the
 //! stream before answering 202, and serves their status.
 //!
-//! Library + thin binary: [`Gateway::bind`] builds the axum app from the ports
-//! and binds its listener, [`Gateway::serve`] runs it until the shutdown token
+//! A library: [`Gateway::bind`] builds the axum app from the ports and binds
+//! its listener, [`Gateway::serve`] runs it until the shutdown token
 //! fires and drains it within a grace period.
 
 pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
-pub mod observe;
 pub mod openapi;
 pub mod receipt;
+pub mod request_context;
 pub mod routes;
 pub mod state;
 
@@ -21,14 +21,13 @@ use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use axum::middleware;
 use axum::routing::get;
 use axum::{Extension, Router};
-use skyport_shared::adapters::Backends;
-use skyport_shared::config::GatewaySettings;
-use skyport_shared::metrics;
-use skyport_shared::ports::Diagnostics;
+use skyport_core::ports::{Diagnostics, Ports};
+use skyport_runtime::admin;
+use skyport_runtime::config::GatewaySettings;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, ServiceBuilder};
@@ -40,7 +39,7 @@ use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
 use crate::openapi::ApiDoc;
-use crate::routes::{deliveries, health};
+use crate::routes::deliveries;
 pub use crate::state::AppState;
 
 /// The API's routes, each with its part of the OpenAPI document.
@@ -51,11 +50,9 @@ fn deliveries() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries::status))
 }
 
-/// The probes, which are never shed and need no credentials.
+/// The probes and `/metrics`, which are never shed and need no credentials.
 fn operations() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(health::healthz))
-        .routes(routes!(health::readyz))
+    admin::routes()
 }
 
 /// The gateway's OpenAPI document, as served at `/openapi.json`.
@@ -98,14 +95,6 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
     routes
         .route(
-            "/metrics",
-            get(|headers: HeaderMap| async move {
-                let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-                let (content_type, text) = metrics::global().exposition(accept);
-                ([(header::CONTENT_TYPE, content_type)], text)
-            }),
-        )
-        .route(
             "/openapi.json",
             get(
                 move || async move { ([(header::CONTENT_TYPE, "application/json")], spec.clone()) },
@@ -115,7 +104,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(Extension(BodyLimit(max_body_bytes)))
-        .layer(middleware::from_fn(observe::observe))
+        .layer(middleware::from_fn(request_context::observe))
         .with_state(state)
 }
 
@@ -137,14 +126,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Builds the routes over `backends`, checking credentials with `auth`
+    /// Builds the routes over `ports`, checking credentials with `auth`
     /// (from [`Auth::from_settings`]), and binds `settings.listen`; `/readyz`
     /// also reports what `diagnostics` say.
     ///
     /// # Errors
     /// [`BindError`] when the address cannot be bound.
     pub async fn bind(
-        backends: &Backends,
+        ports: &Ports,
         settings: &GatewaySettings,
         auth: Option<Auth>,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
@@ -158,12 +147,8 @@ impl Gateway {
             .map_err(bind_error)?;
         Ok(Self {
             listener,
-            router: router(
-                AppState::new(backends, settings, diagnostics),
-                auth,
-                settings,
-            ),
-            grace: settings.shutdown_grace_period(),
+            router: router(AppState::new(ports, settings, diagnostics), auth, settings),
+            grace: settings.shutdown_grace_period_ms.duration(),
         })
     }
 

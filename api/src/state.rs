@@ -1,12 +1,15 @@
-//! What every handler shares: the ports, the receipt signer and a few settings.
+//! What every handler shares: the ports, the receipt signer, a few settings,
+//! and the admin routes' readiness check.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
+use axum::extract::FromRef;
 use axum::http::HeaderMap;
 use axum::http::uri::Authority;
-use skyport_shared::adapters::Backends;
-use skyport_shared::config::GatewaySettings;
-use skyport_shared::ports::{Diagnostics, IdempotencyStore, Publisher, StatusStore};
+use skyport_core::ports::{Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore};
+use skyport_runtime::admin::{Admin, ReadinessCheck};
+use skyport_runtime::config::GatewaySettings;
 
 use crate::error::ApiError;
 use crate::receipt::Receipts;
@@ -22,29 +25,69 @@ pub struct AppState {
     pub retry_after_s: u32,
     /// Configured base of status URLs, without a trailing slash.
     pub public_url: Option<String>,
-    /// Parts of the process whose trouble `/readyz` reports.
-    pub diagnostics: Vec<Arc<dyn Diagnostics>>,
+    /// `/healthz`, `/readyz` and `/metrics`.
+    pub admin: Admin,
+}
+
+impl FromRef<AppState> for Admin {
+    fn from_ref(state: &AppState) -> Self {
+        state.admin.clone()
+    }
+}
+
+/// The gateway is ready when the stream and the status store are; what
+/// `diagnostics` report is listed as degraded.
+#[derive(Debug)]
+struct GatewayReadiness {
+    publisher: Arc<dyn Publisher>,
+    status: Arc<dyn StatusStore>,
+    diagnostics: Vec<Arc<dyn Diagnostics>>,
+}
+
+#[async_trait]
+impl ReadinessCheck for GatewayReadiness {
+    async fn check(&self) -> Result<Vec<String>, String> {
+        let stream = self.publisher.ready().await;
+        let store = self.status.ready().await;
+        let down: Vec<&str> = [(stream, "stream"), (store, "status store")]
+            .into_iter()
+            .filter_map(|(up, name)| (!up).then_some(name))
+            .collect();
+        if down.is_empty() {
+            Ok(self.diagnostics.iter().flat_map(|d| d.degraded()).collect())
+        } else {
+            Err(format!("not ready: {} unavailable", down.join(" and ")))
+        }
+    }
 }
 
 impl AppState {
+    /// The state over `ports`; `/readyz` also lists what `diagnostics` report.
     pub fn new(
-        backends: &Backends,
+        ports: &Ports,
         settings: &GatewaySettings,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Self {
+        let readiness = GatewayReadiness {
+            publisher: Arc::clone(&ports.publisher),
+            status: Arc::clone(&ports.status),
+            diagnostics,
+        };
         Self {
-            publisher: Arc::clone(&backends.publisher),
-            status: Arc::clone(&backends.status),
-            idempotency: Arc::clone(&backends.idempotency),
-            idempotency_retention: time::Duration::try_from(settings.idempotency_retention())
-                .unwrap_or(time::Duration::DAY),
-            receipts: Receipts::new(&backends.receipt_key),
+            publisher: Arc::clone(&ports.publisher),
+            status: Arc::clone(&ports.status),
+            idempotency: Arc::clone(&ports.idempotency),
+            idempotency_retention: time::Duration::try_from(
+                settings.idempotency_retention_s.duration(),
+            )
+            .unwrap_or(time::Duration::DAY),
+            receipts: Receipts::new(&ports.receipt_key),
             retry_after_s: settings.retry_after_s,
             public_url: settings
                 .public_url
                 .as_ref()
                 .map(|url| url.as_str().trim_end_matches('/').to_owned()),
-            diagnostics,
+            admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
         }
     }
 

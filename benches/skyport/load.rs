@@ -9,8 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-/// The oha version `.ci/tools` installs and these figures were taken with.
-pub(crate) const OHA_VERSION: &str = "1.16.0";
+pub(crate) use skyport_tests::tools::OHA_VERSION;
 
 /// One run of the load generator against `POST url`.
 #[derive(Debug, Clone)]
@@ -58,25 +57,17 @@ pub(crate) fn other_than(
         .collect()
 }
 
-/// The oha binary: `$OHA`, else the one `.ci/tools` installs, else `oha` on `PATH`.
+/// The oha binary: `$OHA`, else the one installed under `target/tools` (on
+/// first use: it is built from crates.io).
 pub(crate) fn oha() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("OHA") {
         return Ok(path.into());
     }
-    let installed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tools/oha/bin/oha");
-    let candidate = if installed.exists() {
-        installed
-    } else {
-        PathBuf::from("oha")
-    };
-    let version = Command::new(&candidate).arg("--version").output();
-    match version {
-        Ok(out) if out.status.success() => Ok(candidate),
-        _ => bail!(
-            "the benchmark needs the load generator oha {OHA_VERSION}: run .ci/tools \
-             (it installs it under target/tools/oha), or set OHA to its path"
-        ),
-    }
+    let installed =
+        std::panic::catch_unwind(|| skyport_tests::tools::installed_tool("oha/bin/oha"));
+    installed.map_err(|_| {
+        anyhow::anyhow!("cannot install the load generator oha {OHA_VERSION} (see above)")
+    })
 }
 
 /// The version `oha --version` reports.

@@ -41,12 +41,12 @@ use load::{Load, Measured};
 use poster::Naming;
 use report::{Burst, EndToEnd, FixedRate, Ingest, Named, RateLimited, Results, Store};
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
-use skyport_shared::adapters::Backends;
-use skyport_shared::config::{LogFormat, Settings};
-use skyport_shared::event::{DeliveryRequested, Event};
-use skyport_shared::ports::PublishError;
-use skyport_shared::request::DeliveryRequest;
-use skyport_shared::telemetry::Telemetry;
+use skyport::Backends;
+use skyport_core::event::{DeliveryRequested, Event};
+use skyport_core::ports::PublishError;
+use skyport_core::request::DeliveryRequest;
+use skyport_runtime::config::{LogFormat, Settings};
+use skyport_runtime::telemetry::Telemetry;
 use time::OffsetDateTime;
 
 /// The body every request carries: the README's example.
@@ -341,7 +341,7 @@ impl Bench {
             let started = Instant::now();
             let mut tasks = tokio::task::JoinSet::new();
             for task in 0..concurrency {
-                let publisher = Arc::clone(&backends.publisher);
+                let publisher = Arc::clone(&backends.ports.publisher);
                 let request = request.clone();
                 tasks.spawn(async move {
                     for n in 0..per_task {

@@ -8,11 +8,11 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::routing::post;
 use skyport::App;
+use skyport::Backends;
 use skyport_api::Gateway;
-use skyport_shared::adapters::Backends;
-use skyport_shared::config::{Cli, Settings};
-use skyport_shared::request::DeliveryRequest;
-use skyport_worker::workflow::Counters;
+use skyport_core::request::DeliveryRequest;
+use skyport_runtime::config::{Cli, Settings};
+use skyport_worker::workflow::Tally;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -66,10 +66,7 @@ pub(crate) fn settings(dir: &Path, keys: &[(&str, String)]) -> anyhow::Result<Se
         listen: None,
         data_dir: Some(dir.display().to_string()),
     };
-    Settings::load(&cli).map_err(|errors| {
-        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        anyhow::anyhow!("bad settings: {}", errors.join("; "))
-    })
+    Settings::load(&cli).map_err(|errors| anyhow::anyhow!("bad settings: {errors}"))
 }
 
 /// The gateway alone on the embedded store: what ingest costs, with no worker
@@ -87,7 +84,7 @@ impl GatewayOnly {
         let backends = Backends::open(settings)
             .await
             .context("cannot open the embedded store")?;
-        let gateway = Gateway::bind(&backends, &settings.gateway, None, Vec::new()).await?;
+        let gateway = Gateway::bind(&backends.ports, &settings.gateway, None, Vec::new()).await?;
         let url = format!("http://{}/api/deliveryrequests", gateway.local_addr()?);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gateway.serve(shutdown.clone()));
@@ -138,7 +135,7 @@ impl AllInOne {
 
     /// Deliveries that reached a terminal state.
     pub(crate) fn terminal(&self) -> u64 {
-        terminal(&self.app.counters)
+        terminal(&self.app.tally)
     }
 
     pub(crate) fn published(&self) -> u64 {
@@ -147,7 +144,7 @@ impl AllInOne {
 
     /// Deliveries that ended Failed (every request posted is valid: none should).
     pub(crate) fn failed(&self) -> u64 {
-        self.app.counters.failed.load(Ordering::Relaxed)
+        self.app.tally.failed.load(Ordering::Relaxed)
     }
 
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
@@ -155,10 +152,10 @@ impl AllInOne {
     }
 }
 
-fn terminal(counters: &Counters) -> u64 {
-    counters.scheduled.load(Ordering::Relaxed)
-        + counters.failed.load(Ordering::Relaxed)
-        + counters.cancelled.load(Ordering::Relaxed)
+fn terminal(tally: &Tally) -> u64 {
+    tally.scheduled.load(Ordering::Relaxed)
+        + tally.failed.load(Ordering::Relaxed)
+        + tally.cancelled.load(Ordering::Relaxed)
 }
 
 fn published(backends: &Backends) -> u64 {
@@ -211,7 +208,7 @@ impl Simulated {
 /// The child side of [`Simulated`]: serves on 127.0.0.1, port 0, prints the
 /// base URL, and stops when stdin closes.
 pub(crate) fn simulate(args: &[String]) -> anyhow::Result<()> {
-    use skyport_worker::simulator::{Behaviour, Simulator, SimulatorOptions};
+    use skyport_simulator::{Behaviour, Simulator, SimulatorOptions};
     let [latency_ms] = args else {
         anyhow::bail!("--simulate takes LATENCY_MS");
     };

@@ -3,10 +3,8 @@
 
 use std::sync::Arc;
 
-use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError};
-use skyport_shared::status::{
-    DeliveryState, Failure, StatusDocument, Step, StepOutcome, StepResult,
-};
+use skyport_core::ports::{Precondition, StatusStore, StatusStoreError};
+use skyport_core::status::{DeliveryState, Failure, StatusDocument, Step, StepOutcome, StepResult};
 use time::OffsetDateTime;
 use time::macros::datetime;
 

@@ -14,17 +14,17 @@ use azure_messaging_eventhubs::{
 use futures_util::StreamExt;
 use serde_json::Value;
 use skyport::App;
-use skyport_shared::adapters::Backends;
-use skyport_shared::adapters::cosmos::CosmosStore;
-use skyport_shared::adapters::eventhubs::{
-    ConnectionString, EventHubsPublisher, IDEMPOTENCY_KEY_PROPERTY, SCHEMA_VERSION_PROPERTY,
+use skyport::Backends;
+use skyport_azure::cosmos::CosmosStore;
+use skyport_azure::eventhubs::{
+    EventHubsPublisher, IDEMPOTENCY_KEY_PROPERTY, LeaseCheckpointStore, SCHEMA_VERSION_PROPERTY,
     TRACEPARENT_PROPERTY,
 };
-use skyport_shared::config::{EventHubsSettings, Settings};
-use skyport_shared::event::{CONTENT_TYPE, DeliveryRequested, Event, SCHEMA_VERSION};
-use skyport_shared::ports::Publisher;
-use skyport_shared::request::DeliveryRequest;
-use skyport_shared::status::DeliveryState;
+use skyport_core::event::{CONTENT_TYPE, DeliveryRequested, Event, SCHEMA_VERSION};
+use skyport_core::ports::Publisher;
+use skyport_core::request::DeliveryRequest;
+use skyport_core::status::DeliveryState;
+use skyport_runtime::config::{ConnectionString, EventHubsSettings, Settings};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -47,7 +47,7 @@ pub fn namespace(settings: &EventHubsSettings) -> String {
 
 async fn consumer(settings: &EventHubsSettings, hub: &str) -> ConsumerClient {
     let credential: Arc<dyn azure_core::credentials::TokenCredential> =
-        Arc::new(skyport_shared::adapters::eventhubs::SasCredential::new(
+        Arc::new(skyport_azure::eventhubs::SasCredential::new(
             &ConnectionString::parse(secrecy::ExposeSecret::expose_secret(
                 settings
                     .connection_string
@@ -308,7 +308,7 @@ pub async fn owners(
     hub: &str,
 ) -> BTreeMap<String, usize> {
     let expiry = time::Duration::milliseconds(
-        i64::try_from(settings.eventhubs.partition_expiration_ms).unwrap(),
+        i64::try_from(settings.eventhubs.partition_expiration_ms.count()).unwrap(),
     );
     let now = time::OffsetDateTime::now_utc();
     let mut owners = BTreeMap::new();
@@ -376,7 +376,8 @@ pub async fn two_workers_share_a_hub_and_one_takes_over(
     let hub = settings.eventhubs.hubs[0].clone();
     let run = run_tag();
     let store_a = open_store().await;
-    let leases: Arc<dyn CheckpointStore + Send + Sync> = Arc::new(store_a.checkpoint_store());
+    let leases: Arc<dyn CheckpointStore + Send + Sync> =
+        Arc::new(LeaseCheckpointStore::new(store_a.clone()));
     let a = start(&settings, store_a).await;
     let mut settings_b = settings.clone();
     settings_b.services.base_url = Some(a.services_url.clone());
@@ -384,7 +385,7 @@ pub async fn two_workers_share_a_hub_and_one_takes_over(
     let partitions =
         u32::try_from(last_sequence_numbers(&settings.eventhubs).await[0].len()).unwrap();
     let half = usize::try_from(partitions / 2).unwrap();
-    let settle = Duration::from_millis(settings.eventhubs.update_interval_ms) * (partitions * 4);
+    let settle = settings.eventhubs.update_interval_ms.duration() * (partitions * 4);
     wait_for_owners(leases.as_ref(), &settings, &hub, settle, |owners| {
         owners.len() == 2 && owners.values().all(|&n| n == half)
     })
@@ -392,10 +393,10 @@ pub async fn two_workers_share_a_hub_and_one_takes_over(
 
     let client = Client::new(format!("http://{}", a.gateway_addr));
     let urls = post_tagged(&client, &run, 1_000).await;
-    let b_counters = Arc::clone(&b.counters);
+    let b_tally = Arc::clone(&b.tally);
     b.stop().await.unwrap();
     let all = usize::try_from(partitions).unwrap();
-    let expiry = Duration::from_millis(settings.eventhubs.partition_expiration_ms);
+    let expiry = settings.eventhubs.partition_expiration_ms.duration();
     let takeover = wait_for_owners(leases.as_ref(), &settings, &hub, expiry, |owners| {
         owners.len() == 1 && owners.values().all(|&n| n == all)
     })
@@ -408,13 +409,8 @@ pub async fn two_workers_share_a_hub_and_one_takes_over(
             .iter()
             .all(|d| d.state == DeliveryState::Scheduled)
     );
-    let duplicates = a
-        .counters
-        .replayed
-        .load(std::sync::atomic::Ordering::Relaxed)
-        + b_counters
-            .replayed
-            .load(std::sync::atomic::Ordering::Relaxed);
+    let duplicates = a.tally.replayed.load(std::sync::atomic::Ordering::Relaxed)
+        + b_tally.replayed.load(std::sync::atomic::Ordering::Relaxed);
     let bound = u64::from(partitions) * settings.worker.max_in_flight as u64;
     assert!(
         duplicates <= bound,

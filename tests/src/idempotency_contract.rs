@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use skyport_shared::ports::{IdempotencyStore, Reservation, Reserved};
+use skyport_core::ports::{IdempotencyStore, Reservation, Reserved};
 use time::{Duration, OffsetDateTime};
 use tokio::task::JoinSet;
 

@@ -1,6 +1,8 @@
-//! The Event Hubs processor's ownership and checkpoint store contract: what
-//! every `CheckpointStore` adapter must do, as one suite run against each
-//! (the embedded store and Cosmos DB).
+//! The lease store contract: what every `LeaseStore` adapter must do, as one
+//! suite run against each (the embedded store and Cosmos DB) — first the
+//! leases themselves (conditions, versions, listing by group and prefix),
+//! then the Event Hubs processor's ownership and checkpoint store written
+//! over them.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -8,15 +10,90 @@ use std::time::Duration;
 
 use azure_messaging_eventhubs::CheckpointStore;
 use azure_messaging_eventhubs::models::{Checkpoint, Ownership};
+use serde_json::json;
+use skyport_azure::eventhubs::LeaseCheckpointStore;
+use skyport_core::ports::{ETag, LeaseCondition, LeaseError, LeaseFields, LeaseStore};
 use time::OffsetDateTime;
 
 /// A store as the processors hold it.
 pub type Leases = Arc<dyn CheckpointStore + Send + Sync>;
 
-/// Runs the whole contract on `leases`, which must be empty.
-pub async fn checkpoint_store_contract(leases: Leases) {
+/// Runs the whole contract on `store`, which must be empty.
+pub async fn lease_store_contract(store: Arc<dyn LeaseStore>) {
+    leases_are_written_on_their_condition(store.as_ref()).await;
+    let leases: Leases = Arc::new(LeaseCheckpointStore::new(store));
     racing_claims_expire_and_move(&leases).await;
     checkpoints_list_back_exactly(&leases).await;
+}
+
+fn fields(value: serde_json::Value) -> LeaseFields {
+    match value {
+        serde_json::Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+async fn leases_are_written_on_their_condition(store: &dyn LeaseStore) {
+    let (group, other_group) = ("contract/a", "contract/b");
+    let owner = |who: &str| fields(json!({ "owner": who, "n": 1 }));
+    let first = store
+        .put(group, "lease-1", &owner("a"), LeaseCondition::Absent)
+        .await
+        .unwrap();
+    let age = OffsetDateTime::now_utc() - first.modified;
+    assert!(age.abs() < time::Duration::seconds(5), "modified {age} ago");
+    assert!(matches!(
+        store
+            .put(group, "lease-1", &owner("b"), LeaseCondition::Absent)
+            .await,
+        Err(LeaseError::Conflict)
+    ));
+    let second = store
+        .put(
+            group,
+            "lease-1",
+            &owner("b"),
+            LeaseCondition::Matches(first.etag.clone()),
+        )
+        .await
+        .unwrap();
+    assert_ne!(second.etag, first.etag);
+    for stale in [first.etag.clone(), ETag("not-a-version".into())] {
+        assert!(matches!(
+            store
+                .put(
+                    group,
+                    "lease-1",
+                    &owner("c"),
+                    LeaseCondition::Matches(stale)
+                )
+                .await,
+            Err(LeaseError::Conflict)
+        ));
+    }
+    store
+        .put(group, "other-1", &owner("x"), LeaseCondition::Any)
+        .await
+        .unwrap();
+    store
+        .put(group, "lease-0", &owner("z"), LeaseCondition::Any)
+        .await
+        .unwrap();
+    store
+        .put(other_group, "lease-9", &owner("y"), LeaseCondition::Absent)
+        .await
+        .unwrap();
+    let listed = store.list(group, "lease-").await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["lease-0", "lease-1"]);
+    assert_eq!(
+        listed[1].fields,
+        owner("b"),
+        "the fields come back as written"
+    );
+    assert_eq!(listed[1].version.etag, second.etag);
+    assert_eq!(store.list(other_group, "").await.unwrap().len(), 1);
+    assert!(store.list("contract/none", "").await.unwrap().is_empty());
 }
 
 const NAMESPACE: &str = "skyport.servicebus.windows.net";

@@ -9,8 +9,12 @@
 pub mod contract;
 pub mod eventhubs;
 pub mod eventhubs_broker;
+pub mod helm;
 pub mod idempotency_contract;
 pub mod leases_contract;
+pub mod tools;
+
+pub use self::tools::installed_tool;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,18 +22,42 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use skyport::App;
+use skyport::{App, Backends, Store};
 use skyport_api::routes::deliveries::Accepted;
-use skyport_shared::adapters::Backends;
-use skyport_shared::config::Settings;
-use skyport_shared::status::StatusDocument;
-use skyport_worker::simulator::{Simulator, SimulatorStats};
+use skyport_azure::cosmos::CosmosStore;
+use skyport_core::status::StatusDocument;
+use skyport_embedded::EmbeddedStore;
+use skyport_runtime::config::{Millis, Settings};
+use skyport_simulator::{Simulator, SimulatorStats};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// How many requests a test keeps in flight at once.
 pub const CONCURRENCY: usize = 64;
+
+/// How often [`eventually`] looks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Waits until `probe` answers `Some`, asking again every 20 ms; panics
+/// naming `what` (and the last answer's absence) once `within` has passed.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
 
 /// Settings for a test: everything on 127.0.0.1 port 0, fast simulated
 /// services, short checkpoint interval, data under `dir`.
@@ -38,12 +66,12 @@ pub fn test_settings(dir: &Path) -> Settings {
     settings.gateway.listen = "127.0.0.1:0".parse().unwrap();
     settings.embedded.data_dir = dir.to_path_buf();
     settings.embedded.cache_size_mb = 16;
-    settings.simulator.latency_ms = 1;
-    settings.simulator.jitter_ms = 2;
-    settings.worker.checkpoint_interval_ms = 100;
-    settings.worker.shutdown_grace_period_ms = 10_000;
-    settings.services.retry_initial_backoff_ms = 5;
-    settings.services.retry_max_backoff_ms = 200;
+    settings.simulator.latency_ms = Millis::new(1);
+    settings.simulator.jitter_ms = Millis::new(2);
+    settings.worker.checkpoint_interval_ms = Millis::new(100);
+    settings.worker.shutdown_grace_period_ms = Millis::new(10_000);
+    settings.services.retry_initial_backoff_ms = Millis::new(5);
+    settings.services.retry_max_backoff_ms = Millis::new(200);
     settings
 }
 
@@ -71,10 +99,9 @@ impl TestApp {
     /// Starts with status and dead letters in Cosmos DB on the SDK's in-memory
     /// emulator (the stream stays on the embedded store).
     pub async fn spawn_on_cosmos(settings: Settings) -> Self {
-        let (cosmos, _wire) =
-            skyport_shared::adapters::cosmos::emulator::open(&settings.cosmos, false)
-                .await
-                .unwrap();
+        let (cosmos, _wire) = skyport_azure::cosmos::emulator::open(&settings.cosmos, false)
+            .await
+            .unwrap();
         let backends = Backends::open_with(&settings, Some(cosmos)).await.unwrap();
         let app = App::start_with(settings.clone(), backends, CancellationToken::new())
             .await
@@ -93,6 +120,28 @@ impl TestApp {
 
     pub fn simulator(&self) -> &Simulator {
         self.app.simulator.as_ref().unwrap()
+    }
+
+    /// The embedded store the stream lives in.
+    pub fn embedded(&self) -> Arc<EmbeddedStore> {
+        self.app
+            .backends
+            .embedded
+            .clone()
+            .expect("the stream is embedded")
+    }
+
+    /// The Cosmos DB store status lives in.
+    pub fn cosmos(&self) -> Arc<CosmosStore> {
+        match &self.app.backends.store {
+            Store::Cosmos(cosmos) => Arc::clone(cosmos),
+            Store::Embedded(_) => panic!("the status store is embedded, not Cosmos DB"),
+        }
+    }
+
+    /// Events the embedded stream has made durable so far.
+    pub fn published(&self) -> u64 {
+        self.embedded().heads().iter().sum()
     }
 
     /// Stops gracefully and starts again on the same data directory.
@@ -219,7 +268,7 @@ impl Client {
     pub async fn wait_for_state(
         &self,
         status_url: &str,
-        state: skyport_shared::status::DeliveryState,
+        state: skyport_core::status::DeliveryState,
         timeout: Duration,
     ) -> StatusDocument {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -444,17 +493,6 @@ pub fn workspace() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-/// A tool `.ci/tools` installs: `relative` to `target/tools`; panics naming `.ci/tools` when it is missing.
-pub fn installed_tool(relative: &str) -> PathBuf {
-    let path = workspace().join("target/tools").join(relative);
-    assert!(
-        path.exists(),
-        "{} is missing: run .ci/tools (it installs the test tools under target/tools)",
-        path.display()
-    );
-    path
 }
 
 /// What a tool printed and how it ended.

@@ -1,90 +1,97 @@
 //! Skyport's worker: consumes the stream, runs the five-step workflow for every
 //! event with at-least-once checkpointing, and writes each outcome to the
-//! status store. Also home of the simulated backend services.
+//! status store.
 //!
-//! Library + thin binary: [`Worker::new`] wires the ports to the workflow,
+//! A library on the ports: [`Worker::new`] wires them to the workflow,
 //! [`Worker::run`] consumes until the shutdown token fires and then drains.
 
-pub mod backlog;
 pub mod consumer;
 pub mod intake;
-pub mod ops;
-pub mod rate_limit;
-pub mod simulator;
+pub mod resilience;
 pub mod workflow;
 
 use std::sync::Arc;
 
-use skyport_shared::adapters::Backends;
-use skyport_shared::config::{ServicesSettings, WorkerSettings};
+use async_trait::async_trait;
+use skyport_core::ports::{Consumer, Diagnostics, Ports, StatusStore};
+use skyport_runtime::admin::ReadinessCheck;
+use skyport_runtime::config::{ServicesSettings, WorkerSettings};
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use crate::backlog::{BacklogExceeded, BacklogGuard};
-use crate::consumer::Shared;
+use crate::consumer::PartitionContext;
 use crate::intake::Intake;
-use crate::rate_limit::RateLimiter;
+use crate::intake::backlog::BacklogExceeded;
+use crate::intake::pauses::Pauses;
+use crate::resilience::backoff::Backoff;
+use crate::resilience::breaker::{BreakerSettings, Breakers};
+use crate::resilience::client::ServiceClient;
 use crate::workflow::Workflow;
-use crate::workflow::backoff::Backoff;
-use crate::workflow::breaker::{BreakerSettings, Breakers};
-use crate::workflow::client::ServiceClient;
 use crate::workflow::status::StatusWriter;
 
 /// The worker, ready to run.
 #[derive(Debug)]
 pub struct Worker {
-    backends: Backends,
-    shared: Arc<Shared>,
-    limiter: Option<RateLimiter>,
+    consumer: Arc<dyn Consumer>,
+    status: Arc<dyn StatusStore>,
+    context: Arc<PartitionContext>,
 }
 
 impl Worker {
-    /// A worker over `backends` whose workflow calls the services at `services_url`.
+    /// A worker over `ports` whose workflow calls the services at `services_url`.
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
     pub fn new(
-        backends: Backends,
+        ports: &Ports,
         services_url: Url,
         services: &ServicesSettings,
         settings: WorkerSettings,
     ) -> Result<Self, reqwest::Error> {
         let backoff = Backoff::new(
-            services.retry_initial_backoff(),
-            services.retry_max_backoff(),
+            services.retry_initial_backoff_ms.duration(),
+            services.retry_max_backoff_ms.duration(),
         );
-        let intake = Intake::default();
-        let breakers = Arc::new(Breakers::new(BreakerSettings::from(services), &intake));
-        let limiter =
-            (settings.rate_limit_per_s > 0).then(|| RateLimiter::new(settings.rate_limit_per_s));
+        let intake = Intake::new(&settings);
+        let breakers = Arc::new(Breakers::new(
+            BreakerSettings::from(services),
+            intake.pauses(),
+        ));
         let workflow = Workflow::new(
             ServiceClient::new(services_url, services, breakers)?,
-            StatusWriter::new(Arc::clone(&backends.status), backoff),
-            Arc::clone(&backends.dead_letters),
+            StatusWriter::new(Arc::clone(&ports.status), backoff),
+            Arc::clone(&ports.dead_letters),
             backoff,
-            limiter.clone(),
         );
-        let shared = Shared {
-            workflow: Arc::new(workflow),
-            backlog: Arc::new(BacklogGuard::new(&settings)),
-            settings,
-            intake,
-        };
         Ok(Self {
-            backends,
-            shared: Arc::new(shared),
-            limiter,
+            consumer: Arc::clone(&ports.consumer),
+            status: Arc::clone(&ports.status),
+            context: Arc::new(PartitionContext {
+                workflow,
+                settings,
+                intake,
+            }),
         })
     }
 
-    /// Whether the worker is pulling new events, and why not.
-    pub fn intake(&self) -> Intake {
-        self.shared.intake.clone()
+    /// Who holds the worker's intake paused, and why (for `/readyz`).
+    pub fn pauses(&self) -> Pauses {
+        self.context.intake.pauses().clone()
     }
 
     /// What the workflow has done so far; stays readable after [`Worker::run`] returns.
-    pub fn counters(&self) -> Arc<workflow::Counters> {
-        self.shared.workflow.counters()
+    pub fn tally(&self) -> Arc<workflow::Tally> {
+        self.context.workflow.tally()
+    }
+
+    /// What `/readyz` asks of this worker: the status store answers and
+    /// `stopping` has not fired; paused intake is listed, not fatal.
+    pub fn readiness(&self, stopping: CancellationToken) -> impl ReadinessCheck + use<> {
+        WorkerReadiness {
+            status: Arc::clone(&self.status),
+            pauses: self.pauses(),
+            stopping,
+        }
     }
 
     /// Consumes until `shutdown` fires, then drains every partition and checkpoints.
@@ -94,35 +101,43 @@ impl Worker {
     /// drained and checkpointed what it could before returning it.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), BacklogExceeded> {
         tracing::info!(
-            max_in_flight = self.shared.settings.max_in_flight,
-            rate_limit_per_s = self.limiter.as_ref().map(RateLimiter::rate),
+            max_in_flight = self.context.settings.max_in_flight,
+            rate_limit_per_s = self.context.intake.rate(),
             "The worker is consuming."
         );
         let stop = shutdown.child_token();
         let consume = consumer::run(
-            Arc::clone(&self.backends.consumer),
-            Arc::clone(&self.shared),
+            Arc::clone(&self.consumer),
+            Arc::clone(&self.context),
             stop.clone(),
         );
-        let guard = async {
-            let result = self
-                .shared
-                .backlog
-                .watch(&self.shared.intake, BACKLOG_CHECK_PERIOD, &stop)
-                .await;
+        let intake = async {
+            let result = self.context.intake.run(&stop).await;
             stop.cancel();
             result
         };
-        let refill = async {
-            if let Some(limiter) = self.limiter.clone() {
-                limiter.refill(stop.clone()).await;
-            }
-        };
-        let ((), result, ()) = tokio::join!(consume, guard, refill);
-        tracing::info!(counters = %self.shared.workflow.counters(), "The worker stopped.");
+        let ((), result) = tokio::join!(consume, intake);
+        tracing::info!(counters = %self.context.workflow.tally(), "The worker stopped.");
         result
     }
 }
 
-/// How often the backlog guard looks at the partitions.
-const BACKLOG_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+#[derive(Debug)]
+struct WorkerReadiness {
+    status: Arc<dyn StatusStore>,
+    pauses: Pauses,
+    stopping: CancellationToken,
+}
+
+#[async_trait]
+impl ReadinessCheck for WorkerReadiness {
+    async fn check(&self) -> Result<Vec<String>, String> {
+        if self.stopping.is_cancelled() {
+            return Err("the worker is stopping".into());
+        }
+        if !self.status.ready().await {
+            return Err("not ready: status store unavailable".into());
+        }
+        Ok(self.pauses.degraded())
+    }
+}

@@ -9,10 +9,11 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
-use skyport_shared::config::JwtSettings;
+use skyport_runtime::config::{ConfigError, JwtSettings};
 
 use super::AuthError;
 use super::jwks::{Jwks, VerifyingKey};
+use super::public_key::PublicKeyPem;
 
 /// Checks bearer tokens against one issuer's keys.
 #[derive(Debug)]
@@ -122,12 +123,14 @@ impl TokenVerifier {
                 algorithm: Algorithm::HS256,
             })
         } else if let Some(pem) = &settings.public_key_pem {
+            let pem = PublicKeyPem::parse(pem)
+                .map_err(|e| ConfigError::new("gateway.auth.jwt.public_key_pem", e.to_string()))?;
             Keys::Fixed(VerifyingKey {
                 key: pem.key().clone(),
                 algorithm: pem.algorithm(),
             })
         } else if let Some(url) = &settings.jwks_url {
-            let jwks = Jwks::fetch(url.clone(), settings.jwks_refresh())
+            let jwks = Jwks::fetch(url.clone(), settings.jwks_refresh_s.duration())
                 .await
                 .map_err(|source| AuthError::Jwks {
                     url: url.clone(),
@@ -141,7 +144,7 @@ impl TokenVerifier {
             keys,
             issuer: settings.issuer.clone(),
             audience: settings.audience.clone(),
-            leeway_s: settings.leeway_s,
+            leeway_s: settings.leeway_s.count(),
         })
     }
 
@@ -181,7 +184,7 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
     use secrecy::SecretString;
     use serde_json::{Value, json};
-    use skyport_shared::config::PublicKeyPem;
+    use skyport_runtime::config::Seconds;
 
     use super::*;
 
@@ -195,7 +198,7 @@ mod tests {
         JwtSettings {
             issuer: "https://issuer.example/".into(),
             audience: "api://skyport".into(),
-            leeway_s: 0,
+            leeway_s: Seconds::new(0),
             ..JwtSettings::default()
         }
     }
@@ -211,7 +214,7 @@ mod tests {
 
     async fn pem_verifier(pem: &str) -> TokenVerifier {
         TokenVerifier::from_settings(&JwtSettings {
-            public_key_pem: Some(PublicKeyPem::parse(pem).unwrap()),
+            public_key_pem: Some(pem.to_owned()),
             ..settings()
         })
         .await
@@ -317,7 +320,7 @@ mod tests {
     async fn the_leeway_forgives_a_recent_expiry() {
         let verifier = TokenVerifier::from_settings(&JwtSettings {
             hs256_secret: Some(SecretString::from(SECRET)),
-            leeway_s: 60,
+            leeway_s: Seconds::new(60),
             ..settings()
         })
         .await

@@ -9,6 +9,7 @@
 
 mod jwks;
 mod jwt;
+mod public_key;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use axum::response::Response;
 use reqwest::Url;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
-use skyport_shared::config::{Scope, Settings};
+use skyport_runtime::config::{ConfigError, Scope, Settings};
 
 use crate::error::ApiError;
 pub use jwks::JwksError;
@@ -49,6 +50,9 @@ pub enum AuthError {
     },
     #[error("gateway.auth.jwt: set one of hs256_secret, public_key_pem and jwks_url")]
     NoKeySource,
+    /// A setting the gateway cannot use (a public key that is not one).
+    #[error("{0}")]
+    Config(#[from] ConfigError),
 }
 
 /// The credentials the gateway accepts; cheap to clone.
@@ -245,7 +249,7 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
     use secrecy::SecretString;
     use serde_json::json;
-    use skyport_shared::config::{ApiKeySettings, JwtSettings};
+    use skyport_runtime::config::{ApiKeySettings, JwtSettings};
 
     use super::*;
 

@@ -1,4 +1,3 @@
 //! The gateway's routes.
 
 pub mod deliveries;
-pub mod health;

@@ -9,29 +9,32 @@ pub mod tracker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyport_shared::config::WorkerSettings;
-use skyport_shared::ports::Consumer;
+use skyport_core::ports::Consumer;
+use skyport_runtime::config::WorkerSettings;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backlog::BacklogGuard;
 use crate::intake::Intake;
 use crate::workflow::Workflow;
 
-/// What every partition task of one worker shares.
+/// What every partition task of one worker shares: the workflow, the
+/// worker's settings and its intake control.
 #[derive(Debug)]
-pub struct Shared {
-    pub workflow: Arc<Workflow>,
+pub struct PartitionContext {
+    pub workflow: Workflow,
     pub settings: WorkerSettings,
     pub intake: Intake,
-    pub backlog: Arc<BacklogGuard>,
 }
 
 /// Consumes every partition the consumer assigns until `shutdown`, then waits
 /// for each partition to drain and write its final checkpoint, and gives the
 /// partitions up.
-pub async fn run(consumer: Arc<dyn Consumer>, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub async fn run(
+    consumer: Arc<dyn Consumer>,
+    context: Arc<PartitionContext>,
+    shutdown: CancellationToken,
+) {
     let mut partitions = JoinSet::new();
     loop {
         tokio::select! {
@@ -40,7 +43,7 @@ pub async fn run(consumer: Arc<dyn Consumer>, shared: Arc<Shared>, shutdown: Can
                 Ok(reader) => {
                     let span = tracing::info_span!("partition", partition = reader.partition());
                     partitions.spawn(
-                        partition::run(reader, Arc::clone(&shared), shutdown.clone())
+                        partition::run(reader, Arc::clone(&context), shutdown.clone())
                             .instrument(span),
                     );
                 }

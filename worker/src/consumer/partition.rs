@@ -11,13 +11,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyport_shared::metrics::{self, PartitionLabels};
-use skyport_shared::ports::{ConsumeError, PartitionReader};
+use skyport_core::ports::{ConsumeError, PartitionReader};
+use skyport_runtime::metrics::{self, PartitionLabels};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
+use super::PartitionContext;
 use super::tracker::Tracker;
 use crate::workflow::Outcome;
 
@@ -30,11 +30,11 @@ struct Partition {
 
 pub async fn run(
     reader: Box<dyn PartitionReader>,
-    shared: Arc<Shared>,
+    context: Arc<PartitionContext>,
     shutdown: CancellationToken,
 ) {
-    let settings = &shared.settings;
-    let mut paused = shared.intake.subscribe();
+    let settings = &context.settings;
+    let mut paused = context.intake.pauses().subscribe();
     let id = reader.partition();
     let mut partition = Partition {
         reader,
@@ -44,7 +44,7 @@ pub async fn run(
     };
     // In-flight events keep running through the grace period; this gives them up after it.
     let abandon = CancellationToken::new();
-    let mut checkpoints = tokio::time::interval(settings.checkpoint_interval());
+    let mut checkpoints = tokio::time::interval(settings.checkpoint_interval_ms.duration());
     checkpoints.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let metrics = metrics::global();
     metrics.partition_assigned(id);
@@ -57,8 +57,8 @@ pub async fn run(
         .map(|_| metrics.consumer_lag.get_or_create(&labels).clone());
     loop {
         let pending = partition.tracker.in_flight();
-        shared
-            .backlog
+        context
+            .intake
             .report(id, pending, partition.tracker.oldest_in_flight());
         in_flight.set(i64::try_from(pending).unwrap_or(i64::MAX));
         if let (Some(lag), Some(unread)) = (&lag, partition.reader.unread()) {
@@ -79,12 +79,19 @@ pub async fn run(
                     let now = Instant::now();
                     for event in events {
                         partition.tracker.begin(event.offset, now);
-                        let workflow = Arc::clone(&shared.workflow);
+                        let context = Arc::clone(&context);
                         let abandon = abandon.clone();
                         let stop = shutdown.clone();
                         let offset = event.offset;
                         let handle = partition.tasks.spawn(async move {
-                            (offset, workflow.process(&event, &stop, &abandon).await)
+                            // An event still waiting for a rate-limit slot when the worker
+                            // stops gives up at once: it has done nothing, and is read again.
+                            let outcome = if context.intake.admit(&stop, &abandon).await {
+                                context.workflow.process(&event, &abandon).await
+                            } else {
+                                context.workflow.record(Outcome::Abandoned)
+                            };
+                            (offset, outcome)
                         });
                         partition.offsets.insert(handle.id(), offset);
                     }
@@ -104,7 +111,7 @@ pub async fn run(
         }
     }
     partition
-        .drain(settings.shutdown_grace_period(), &abandon)
+        .drain(settings.shutdown_grace_period_ms.duration(), &abandon)
         .await;
     metrics.partition_released(id);
 }

@@ -9,17 +9,17 @@
 
 use std::sync::Arc;
 
-use skyport_shared::ports::{Precondition, StatusStore, StatusStoreError, Versioned};
-use skyport_shared::status::StatusDocument;
-use skyport_shared::trace_span;
+use skyport_core::ports::{Precondition, StatusStore, StatusStoreError, Versioned};
+use skyport_core::status::StatusDocument;
+use skyport_runtime::trace_span;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::backoff::Backoff;
+use super::retry::{Abandoned, Retries};
+use crate::resilience::backoff::Backoff;
 
-/// The event was given up before its write was durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Abandoned;
+/// What a failed status write or read is logged as.
+const STORE: &str = "The status store";
 
 /// What to do with the document as it stands.
 #[derive(Debug)]
@@ -54,13 +54,9 @@ impl StatusWriter {
         id: &str,
         abandon: &CancellationToken,
     ) -> Result<Option<Versioned>, Abandoned> {
-        let mut outages = 0;
-        loop {
-            match self.store.get(id).await {
-                Ok(current) => return Ok(current),
-                Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
-            }
-        }
+        Retries::new(self.backoff, abandon)
+            .until_done(STORE, || self.store.get(id))
+            .await
     }
 
     /// Decides on the document of `id` (starting from `known` when the caller
@@ -116,7 +112,7 @@ impl StatusWriter {
         abandon: &CancellationToken,
         mut decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
     ) -> Result<(T, Option<Versioned>), Abandoned> {
-        let mut outages = 0;
+        let mut retries = Retries::new(self.backoff, abandon);
         loop {
             let (document, answer) = match decide(current.as_ref().map(|c| &c.document)) {
                 Decision::Keep(answer) if read => return Ok((answer, current)),
@@ -142,25 +138,10 @@ impl StatusWriter {
             match self.store.put(&document, condition).await {
                 Ok(etag) => return Ok((answer, Some(Versioned { document, etag }))),
                 Err(StatusStoreError::PreconditionFailed) => {}
-                Err(e) => self.wait_out(&e, &mut outages, abandon).await?,
+                Err(e) => retries.wait_out(STORE, &e).await?,
             }
             current = self.current(id, abandon).await?;
             read = true;
-        }
-    }
-
-    async fn wait_out(
-        &self,
-        error: &StatusStoreError,
-        outages: &mut u32,
-        abandon: &CancellationToken,
-    ) -> Result<(), Abandoned> {
-        *outages += 1;
-        let wait = self.backoff.delay(*outages - 1);
-        tracing::warn!(error = %error, retries = *outages, "The status store failed; retrying.");
-        tokio::select! {
-            () = abandon.cancelled() => Err(Abandoned),
-            () = tokio::time::sleep(wait) => Ok(()),
         }
     }
 }
@@ -173,10 +154,10 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use skyport_shared::adapters::embedded::EmbeddedStore;
-    use skyport_shared::config::EmbeddedSettings;
-    use skyport_shared::ports::ETag;
-    use skyport_shared::status::DeliveryState;
+    use skyport_core::ports::ETag;
+    use skyport_core::status::DeliveryState;
+    use skyport_embedded::EmbeddedStore;
+    use skyport_runtime::config::EmbeddedSettings;
     use time::OffsetDateTime;
 
     use super::*;

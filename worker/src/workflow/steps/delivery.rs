@@ -1,14 +1,18 @@
-//! Delivery: create the delivery, by the delivery id.
+//! Delivery: create the delivery, by the delivery id; undone by deleting it.
 
 use reqwest::Method;
 use serde_json::json;
-use skyport_shared::event::DeliveryRequested;
+use skyport_core::event::DeliveryRequested;
+use skyport_core::status;
 
-use super::rfc3339;
-use crate::workflow::client::Call;
+use super::step::{Progress, Step, UndoTarget, delete, rfc3339};
+use crate::resilience::client::Call;
+
+#[derive(Debug)]
+pub(super) struct Delivery;
 
 /// Where the resource lives, under the services' base URL.
-pub(super) fn resource(id: &str) -> Vec<String> {
+fn resource(id: &str) -> Vec<String> {
     vec![
         "delivery".into(),
         "api".into(),
@@ -17,20 +21,30 @@ pub(super) fn resource(id: &str) -> Vec<String> {
     ]
 }
 
-pub(super) fn call(event: &DeliveryRequested) -> Call {
-    let request = &event.request;
-    Call {
-        method: Method::PUT,
-        path: resource(&event.delivery_id),
-        body: json!({
-            "ownerId": request.owner_id,
-            "pickupLocation": request.pickup_location,
-            "pickupTime": rfc3339(request.pickup_time),
-            "deadline": rfc3339(request.deadline),
-            "dropoffLocation": request.dropoff_location,
-            "expedited": request.expedited,
-            "confirmationRequired": request.confirmation_required,
-            "packageId": request.package_info.package_id,
-        }),
+impl Step for Delivery {
+    fn id(&self) -> status::Step {
+        status::Step::Delivery
+    }
+
+    fn request(&self, event: &DeliveryRequested, _progress: &Progress) -> Call {
+        let request = &event.request;
+        Call {
+            method: Method::PUT,
+            path: resource(&event.delivery_id),
+            body: json!({
+                "ownerId": request.owner_id,
+                "pickupLocation": request.pickup_location,
+                "pickupTime": rfc3339(request.pickup_time),
+                "deadline": rfc3339(request.deadline),
+                "dropoffLocation": request.dropoff_location,
+                "expedited": request.expedited,
+                "confirmationRequired": request.confirmation_required,
+                "packageId": request.package_info.package_id,
+            }),
+        }
+    }
+
+    fn undo(&self, target: &UndoTarget<'_>) -> Option<Call> {
+        Some(delete(resource(target.delivery_id)))
     }
 }

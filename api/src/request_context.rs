@@ -1,0 +1,113 @@
+//! What the gateway records of every request, in one middleware: its id
+//! (`x-request-id`, the caller's or a UUID made here, returned on the
+//! answer), a span that continues the caller's trace and carries that id (so
+//! every log line of the request names it), the request metrics of
+//! `/metrics`, and a log line for each 5xx.
+//!
+//! One route layer rather than a stack of them: axum wraps every route in
+//! each layer, and each costs a boxed clone per request (measured in
+//! BENCHMARKS.md).
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderName, HeaderValue, Method, Response};
+use axum::middleware::Next;
+use skyport_runtime::metrics::{self, HttpLabels, RouteLabels};
+use skyport_runtime::{telemetry, trace_span};
+use tracing::Instrument;
+
+/// The header that carries a request's id.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+tokio::task_local! {
+    /// The id of the request this task is answering, for log lines outside its span.
+    static CURRENT: HeaderValue;
+}
+
+/// The id of the request being answered, when called while answering one.
+pub fn current_request_id() -> Option<String> {
+    CURRENT
+        .try_with(|id| id.to_str().unwrap_or_default().to_owned())
+        .ok()
+}
+
+/// A label for `method` from a fixed set, so that odd methods cannot grow the series.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    }
+}
+
+/// The caller's request id when it is a short printable token, else a new UUID.
+fn request_id(request: &Request) -> HeaderValue {
+    request
+        .headers()
+        .get(&REQUEST_ID)
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.to_str().is_ok())
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+                .unwrap_or_else(|e| unreachable!("a UUID is a valid header value: {e}"))
+        })
+}
+
+/// Runs the request inside its span, then counts and times it.
+pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let method = method_label(request.method());
+    let id = request_id(&request);
+    request.headers_mut().insert(REQUEST_ID, id.clone());
+    let span = trace_span!(
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        request_id = id.to_str().unwrap_or_default(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let traceparent = request
+        .headers()
+        .get(telemetry::TRACEPARENT)
+        .and_then(|v| v.to_str().ok());
+    telemetry::continue_trace(&span, traceparent);
+    let mut response = CURRENT
+        .scope(id.clone(), next.run(request).instrument(span.clone()))
+        .await;
+    let status = response.status();
+    let seconds = started.elapsed().as_secs_f64();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        let request_id = id.to_str().unwrap_or_default();
+        span.in_scope(|| tracing::warn!(%status, %route, request_id, seconds, "Answered with a server error."));
+    } else {
+        span.in_scope(|| tracing::debug!(%status, seconds, "Answered."));
+    }
+    response.headers_mut().insert(REQUEST_ID, id);
+    let metrics = metrics::global();
+    metrics
+        .http_requests
+        .get_or_create(&HttpLabels {
+            route: route.clone(),
+            method,
+            status: status.as_u16(),
+        })
+        .inc();
+    metrics
+        .http_duration
+        .get_or_create(&RouteLabels { route, method })
+        .observe(seconds);
+    response
+}

@@ -1,0 +1,117 @@
+//! The Cosmos DB store on the SDK's in-memory emulator, for tests (feature
+//! `cosmos-emulator`). The emulator is an internal SDK API, pinned with the
+//! SDK; it runs the whole client pipeline and replaces only the HTTP layer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use azure_core::credentials::Secret;
+use azure_core::http::{Request, Url};
+use azure_data_cosmos::options::{Region, RoutingStrategy};
+use azure_data_cosmos::{
+    AccountEndpoint, AccountReference, CosmosClientBuilder, CosmosRuntimeBuilder,
+};
+use azure_data_cosmos_driver::in_memory_emulator::{
+    InMemoryEmulatorHttpClient, RequestObserver, VirtualAccountConfig, VirtualRegion,
+};
+
+use skyport_runtime::config::CosmosSettings;
+
+use super::error::CosmosOpenError;
+use super::store::CosmosStore;
+use super::throttle::no_throttle_retry;
+
+const GATEWAY: &str = "https://eastus.emulator.local";
+const KEY: &str = "c2t5cG9ydC1lbXVsYXRvci1rZXk=";
+
+/// Counts the document requests that reach the emulator: what went on the wire.
+#[derive(Debug, Default)]
+pub struct WireRequests(AtomicU64);
+
+impl WireRequests {
+    pub fn documents(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl RequestObserver for WireRequests {
+    fn on_request(&self, request: &Request) {
+        if request.url().path().contains("/docs") {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One in-memory Cosmos DB account; every store opened on it shares its data,
+/// as separate processes share a real account.
+#[derive(Debug, Clone)]
+pub struct Emulator {
+    http: Arc<InMemoryEmulatorHttpClient>,
+    wire: Arc<WireRequests>,
+}
+
+impl Emulator {
+    /// A fresh account; `throttling` makes it answer 429 past the containers'
+    /// provisioned throughput (`settings.throughput`).
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the emulator cannot be set up.
+    pub fn new(throttling: bool) -> Result<Self, CosmosOpenError> {
+        let gateway = Url::parse(GATEWAY).map_err(|e| connect(Box::new(e)))?;
+        let config = VirtualAccountConfig::new(vec![VirtualRegion::new("East US", gateway)])
+            .map_err(|e| connect(Box::new(e)))?
+            .with_throttling_enabled(throttling);
+        let wire = Arc::new(WireRequests::default());
+        let http =
+            Arc::new(InMemoryEmulatorHttpClient::new(config).with_request_observer(wire.clone()));
+        Ok(Self { http, wire })
+    }
+
+    /// The document requests that reached the account so far.
+    pub fn wire(&self) -> Arc<WireRequests> {
+        Arc::clone(&self.wire)
+    }
+
+    /// A store with a client of its own on this account.
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the client or the containers cannot be set up.
+    pub async fn store(
+        &self,
+        settings: &CosmosSettings,
+    ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
+        let runtime = CosmosRuntimeBuilder::from(self.http.runtime_builder())
+            .build()
+            .await
+            .map_err(|e| connect(Box::new(e)))?;
+        let endpoint: AccountEndpoint = GATEWAY
+            .parse()
+            .map_err(|e: azure_data_cosmos::CosmosError| connect(Box::new(e)))?;
+        let client = CosmosClientBuilder::new()
+            .with_runtime(runtime)
+            .with_default_operation_options(no_throttle_retry())
+            .build(
+                AccountReference::with_authentication_key(endpoint, Secret::new(KEY)),
+                RoutingStrategy::ProximityTo(Region::EAST_US),
+            )
+            .await
+            .map_err(|e| connect(Box::new(e)))?;
+        CosmosStore::on_client(client, settings).await
+    }
+}
+
+/// A store on a fresh emulator, and the count of what reaches it.
+///
+/// # Errors
+/// [`CosmosOpenError`] when the emulator or the containers cannot be set up.
+pub async fn open(
+    settings: &CosmosSettings,
+    throttling: bool,
+) -> Result<(Arc<CosmosStore>, Arc<WireRequests>), CosmosOpenError> {
+    let emulator = Emulator::new(throttling)?;
+    Ok((emulator.store(settings).await?, emulator.wire()))
+}
+
+fn connect(e: Box<dyn std::error::Error + Send + Sync>) -> CosmosOpenError {
+    CosmosOpenError::Connect(e)
+}

@@ -1,0 +1,139 @@
+//! [`LeaseStore`] on Cosmos DB, in the leases container (partition key
+//! `/partitionKey`): a lease is the document `{id: name, partitionKey: group,
+//! …fields}`, its `_etag` the version writes are conditional on and its `_ts`
+//! the last-modified time expiry is judged by. Listing a group is one
+//! single-partition query.
+//!
+//! [`LeaseCondition::Absent`] is `create_item` (409: someone was first);
+//! [`LeaseCondition::Matches`] is `replace_item` on the ETag (412, or 404 for
+//! a lease that vanished: it changed); [`LeaseCondition::Any`] is an upsert.
+
+use async_trait::async_trait;
+use azure_core::http::{Etag, StatusCode};
+use azure_data_cosmos::options::{ItemWriteOptions, Precondition};
+use azure_data_cosmos::{FeedScope, Query};
+use futures_util::TryStreamExt;
+use serde_json::Value;
+use skyport_core::ports::{
+    ETag, Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion,
+};
+use time::OffsetDateTime;
+
+use super::request_units::Operation;
+use super::store::CosmosStore;
+use super::throttle::{charge, error_charge, retry_throttled};
+
+const ID: &str = "id";
+const GROUP: &str = "partitionKey";
+
+/// The lease a stored document holds: its own fields, without the id, the
+/// partition key and the system properties (`_etag`, `_ts`, `_rid`, …).
+fn lease(mut document: LeaseFields) -> Option<Lease> {
+    let name = document.remove(ID)?.as_str()?.to_owned();
+    let etag = document.get("_etag")?.as_str()?.to_owned();
+    let modified = document
+        .get("_ts")
+        .and_then(Value::as_i64)
+        .and_then(|ts| OffsetDateTime::from_unix_timestamp(ts).ok())
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    document.remove(GROUP);
+    document.retain(|key, _| !key.starts_with('_'));
+    Some(Lease {
+        name,
+        version: LeaseVersion {
+            etag: ETag(etag),
+            modified,
+        },
+        fields: document,
+    })
+}
+
+#[async_trait]
+impl LeaseStore for CosmosStore {
+    async fn list(&self, group: &str, prefix: &str) -> Result<Vec<Lease>, LeaseError> {
+        let documents = retry_throttled(&self.units, self.throttle_retry, || async {
+            let mut pages = self
+                .leases
+                .query_items::<LeaseFields>(
+                    Query::from("SELECT * FROM c"),
+                    FeedScope::partition(group.to_owned()),
+                    None,
+                )
+                .await?
+                .into_pages();
+            let mut documents = Vec::new();
+            while let Some(page) = pages.try_next().await? {
+                self.units.record(Operation::Query, charge(page.headers()));
+                documents.extend(page.into_items());
+            }
+            Ok(documents)
+        })
+        .await
+        .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;
+        let mut leases: Vec<Lease> = documents
+            .into_iter()
+            .filter_map(lease)
+            .filter(|lease| lease.name.starts_with(prefix))
+            .collect();
+        leases.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(leases)
+    }
+
+    async fn put(
+        &self,
+        group: &str,
+        name: &str,
+        fields: &LeaseFields,
+        condition: LeaseCondition,
+    ) -> Result<LeaseVersion, LeaseError> {
+        let mut document = fields.clone();
+        document.insert(ID.into(), name.into());
+        document.insert(GROUP.into(), group.into());
+        let result = retry_throttled(&self.units, self.throttle_retry, || async {
+            match &condition {
+                LeaseCondition::Any => {
+                    self.leases
+                        .upsert_item(group.to_owned(), name, &document, None)
+                        .await
+                }
+                LeaseCondition::Absent => {
+                    self.leases
+                        .create_item(group.to_owned(), name, &document, None)
+                        .await
+                }
+                LeaseCondition::Matches(ETag(etag)) => {
+                    let options = ItemWriteOptions::default()
+                        .with_precondition(Precondition::if_match(Etag::from(etag.clone())));
+                    self.leases
+                        .replace_item(group.to_owned(), name, &document, Some(options))
+                        .await
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(response) => {
+                self.units
+                    .record(Operation::Write, charge(response.headers()));
+                let etag = response
+                    .headers()
+                    .etag()
+                    .map(ToString::to_string)
+                    .ok_or_else(|| LeaseError::Unavailable("the write carried no ETag".into()))?;
+                Ok(LeaseVersion {
+                    etag: ETag(etag),
+                    modified: OffsetDateTime::now_utc(),
+                })
+            }
+            Err(e) => {
+                self.units.record(Operation::Write, error_charge(&e));
+                match e.status().status_code() {
+                    StatusCode::Conflict
+                    | StatusCode::PreconditionFailed
+                    | StatusCode::NotFound => Err(LeaseError::Conflict),
+                    _ => Err(LeaseError::Unavailable(Box::new(e))),
+                }
+            }
+        }
+    }
+}

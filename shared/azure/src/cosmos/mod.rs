@@ -1,0 +1,37 @@
+//! Azure Cosmos DB: the status store the gateway reads and the worker writes,
+//! the lease store of the Event Hubs processor, and the
+//! dead-letter container.
+//!
+//! Containers (created when missing if `cosmos.create_if_missing`):
+//! - `status` (partition key `/id`): one [`StatusDocument`] per delivery, its
+//!   `_etag` the version conditional writes are made on.
+//! - `leases` (partition key `/partitionKey` = the lease group, such as
+//!   `{namespace}/{event hub}/{consumer group}`): one document per lease,
+//!   `id` its name (`ownership-{partition}`, `checkpoint-{partition}`); see [`leases`].
+//! - `deadletters` (partition key `/id` = `{partition}-{offset}`): poison events with
+//!   the reason, the time and the raw payload (base64).
+//! - `reservations` (partition key `/id` = delivery id, TTL on): what a retried
+//!   POST is matched against; see [`reservations`].
+//!
+//! The SDK's own 429 retries are off: this adapter waits out a 429 after the
+//! server's `x-ms-retry-after-ms` (or `cosmos.throttle_retry_ms`) and tries
+//! again for as long as its caller waits, counting it, never treating it as
+//! done. Every response's request charge is recorded ([`RequestUnits`]).
+//!
+//! [`StatusDocument`]: skyport_core::status::StatusDocument
+//! [`RequestUnits`]: request_units::RequestUnits
+
+mod bulk;
+#[cfg(feature = "cosmos-emulator")]
+pub mod emulator;
+mod error;
+mod leases;
+mod provision;
+pub mod request_units;
+mod reservations;
+mod status_writes;
+mod store;
+mod throttle;
+
+pub use self::error::CosmosOpenError;
+pub use self::store::CosmosStore;

@@ -1,0 +1,158 @@
+//! Idempotency reservations in their own container (partition key `/id` =
+//! the delivery id), each item with a `ttl` so that Cosmos DB deletes it when
+//! its retention is over.
+//!
+//! Taking a name is `create_item` (409: it is held); an expired item that the
+//! service has not deleted yet is replaced on its ETag, so two gateways racing
+//! for it cannot both win.
+
+use azure_core::http::{Etag, StatusCode};
+use azure_data_cosmos::CosmosError;
+use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use async_trait::async_trait;
+use skyport_core::ports::{IdempotencyStore, Reservation, Reserved, StatusStoreError};
+
+use super::request_units::Operation;
+use super::store::CosmosStore;
+use super::throttle::{charge, error_charge, retry_throttled};
+
+/// How many times a reservation is retried when the item changes under it.
+const RACES: usize = 3;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Item {
+    id: String,
+    #[serde(flatten)]
+    reservation: Reservation,
+    /// Seconds Cosmos DB keeps the item after its last write.
+    ttl: i64,
+}
+
+impl Item {
+    fn new(reservation: &Reservation) -> Self {
+        let left = (reservation.expires_at - OffsetDateTime::now_utc()).whole_seconds();
+        Self {
+            id: reservation.delivery_id.clone(),
+            reservation: reservation.clone(),
+            ttl: left.max(1) + 1,
+        }
+    }
+}
+
+fn unavailable(e: CosmosError) -> StatusStoreError {
+    StatusStoreError::Unavailable(Box::new(e))
+}
+
+impl CosmosStore {
+    /// Reads the stored reservation of `id` and its ETag.
+    async fn read_reservation(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Reservation, Etag)>, StatusStoreError> {
+        let read: Option<(Item, Etag)> = self
+            .read_versioned(&self.reservations, id, u32::MAX)
+            .await?;
+        Ok(read.map(|(item, etag)| (item.reservation, etag)))
+    }
+
+    async fn reserve_item(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
+        let id = &reservation.delivery_id;
+        let item = Item::new(reservation);
+        for _ in 0..RACES {
+            let created = retry_throttled(&self.units, self.throttle_retry, || {
+                self.reservations.create_item(id.clone(), id, &item, None)
+            })
+            .await;
+            match created {
+                Ok(response) => {
+                    self.units
+                        .record(Operation::Write, charge(response.headers()));
+                    return Ok(Reserved::New);
+                }
+                Err(e) if e.status().status_code() == StatusCode::Conflict => {
+                    self.units.record(Operation::Write, error_charge(&e));
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+            let Some((held, etag)) = self.read_reservation(id).await? else {
+                continue;
+            };
+            if held.expires_at > OffsetDateTime::now_utc() {
+                return Ok(Reserved::Existing(held));
+            }
+            let options =
+                ItemWriteOptions::default().with_precondition(CosmosPrecondition::if_match(etag));
+            let replaced = retry_throttled(&self.units, self.throttle_retry, || {
+                self.reservations
+                    .replace_item(id.clone(), id, &item, Some(options.clone()))
+            })
+            .await;
+            match replaced {
+                Ok(response) => {
+                    self.units
+                        .record(Operation::Write, charge(response.headers()));
+                    return Ok(Reserved::New);
+                }
+                Err(e)
+                    if matches!(
+                        e.status().status_code(),
+                        StatusCode::PreconditionFailed | StatusCode::NotFound
+                    ) =>
+                {
+                    self.units.record(Operation::Write, error_charge(&e));
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+        Err(StatusStoreError::Unavailable(
+            format!("the reservation of {id} kept changing while it was taken").into(),
+        ))
+    }
+
+    async fn release_item(&self, reservation: &Reservation) -> Result<(), StatusStoreError> {
+        let id = &reservation.delivery_id;
+        let Some((held, etag)) = self.read_reservation(id).await? else {
+            return Ok(());
+        };
+        if held != *reservation {
+            return Ok(());
+        }
+        let options =
+            ItemWriteOptions::default().with_precondition(CosmosPrecondition::if_match(etag));
+        let deleted = retry_throttled(&self.units, self.throttle_retry, || {
+            self.reservations
+                .delete_item(id.clone(), id, Some(options.clone()))
+        })
+        .await;
+        match deleted {
+            Ok(response) => {
+                self.units
+                    .record(Operation::Write, charge(response.headers()));
+                Ok(())
+            }
+            Err(e)
+                if matches!(
+                    e.status().status_code(),
+                    StatusCode::PreconditionFailed | StatusCode::NotFound
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for CosmosStore {
+    async fn reserve(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
+        self.reserve_item(reservation).await
+    }
+
+    async fn release(&self, reservation: &Reservation) -> Result<(), StatusStoreError> {
+        self.release_item(reservation).await
+    }
+}

@@ -1,0 +1,117 @@
+//! Conditional status writes, executed batch by batch for the bulk dispatcher
+//! ([`StatusBatches`]).
+//!
+//! If-None-Match is `create_item` (409: the document exists); If-Match is
+//! `replace_item` with the ETag (412, or 404 for a vanished document: it
+//! changed). Both come back as [`StatusStoreError::PreconditionFailed`], so
+//! the caller re-reads and decides again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::http::{Etag, StatusCode};
+use azure_data_cosmos::ContainerClient;
+use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
+
+use super::bulk::Executor;
+use super::request_units::{Operation, RequestUnits};
+use super::throttle::{charge, error_charge, retry_throttled};
+use skyport_core::ports::{ETag, Precondition, StatusStoreError};
+use skyport_core::status::StatusDocument;
+
+/// One queued status write.
+#[derive(Debug)]
+pub(super) struct StatusWrite {
+    pub(super) document: StatusDocument,
+    pub(super) condition: Precondition,
+}
+
+pub(super) struct StatusBatches {
+    container: ContainerClient,
+    units: Arc<RequestUnits>,
+    throttle_retry: Duration,
+}
+
+impl std::fmt::Debug for StatusBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusBatches").finish_non_exhaustive()
+    }
+}
+
+impl StatusBatches {
+    pub(super) fn new(
+        container: ContainerClient,
+        units: Arc<RequestUnits>,
+        throttle_retry: Duration,
+    ) -> Self {
+        Self {
+            container,
+            units,
+            throttle_retry,
+        }
+    }
+
+    async fn write(&self, write: &StatusWrite) -> Result<ETag, StatusStoreError> {
+        let id = &write.document.id;
+        let result = retry_throttled(&self.units, self.throttle_retry, || async {
+            match &write.condition {
+                Precondition::IfNoneMatch => {
+                    self.container
+                        .create_item(id.clone(), id, &write.document, None)
+                        .await
+                }
+                Precondition::IfMatch(ETag(tag)) => {
+                    let options = ItemWriteOptions::default()
+                        .with_precondition(CosmosPrecondition::if_match(Etag::from(tag.clone())));
+                    self.container
+                        .replace_item(id.clone(), id, &write.document, Some(options))
+                        .await
+                }
+            }
+        })
+        .await;
+        match result {
+            Ok(response) => {
+                self.units
+                    .record(Operation::Write, charge(response.headers()));
+                let etag = response
+                    .headers()
+                    .etag()
+                    .map(ToString::to_string)
+                    .ok_or_else(|| StatusStoreError::Corrupt {
+                        id: id.clone(),
+                        source: "the write carried no ETag".into(),
+                    })?;
+                Ok(ETag(etag))
+            }
+            Err(e) => {
+                self.units.record(Operation::Write, error_charge(&e));
+                match e.status().status_code() {
+                    StatusCode::Conflict
+                    | StatusCode::PreconditionFailed
+                    | StatusCode::NotFound => Err(StatusStoreError::PreconditionFailed),
+                    _ => Err(StatusStoreError::Unavailable(Box::new(e))),
+                }
+            }
+        }
+    }
+}
+
+impl Executor<StatusWrite, Result<ETag, StatusStoreError>> for StatusBatches {
+    fn execute(
+        &self,
+        _key: String,
+        writes: Vec<StatusWrite>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Result<ETag, StatusStoreError>>> + Send + '_>> {
+        Box::pin(async move {
+            // The writes of one key run in order: each may be conditional on the one before.
+            let mut results = Vec::with_capacity(writes.len());
+            for write in &writes {
+                results.push(self.write(write).await);
+            }
+            results
+        })
+    }
+}

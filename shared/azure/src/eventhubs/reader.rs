@@ -1,0 +1,218 @@
+//! One Event Hubs partition as the worker reads it: a loop on the consumer
+//! thread moves its events from the SDK's stream (not `Send`) into a bounded
+//! channel, and [`EventHubsReader`] hands them to the worker and writes its
+//! checkpoints.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use azure_messaging_eventhubs::error::ErrorKind;
+use azure_messaging_eventhubs::models::{Checkpoint, ReceivedEventData};
+use azure_messaging_eventhubs::processor::PartitionClient;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
+use tokio::sync::mpsc;
+
+use super::checkpoints::Checkpoints;
+
+/// How long closing a partition's receiver may take (a dead connection never answers).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where one hub's partitions are and who this instance is in its ownership records.
+#[derive(Debug, Clone)]
+pub(crate) struct HubContext {
+    pub(crate) namespace: String,
+    pub(crate) hub: String,
+    pub(crate) consumer_group: String,
+    pub(crate) owner: String,
+    /// The worker's number of this hub's first partition.
+    pub(crate) first: u32,
+    /// The partition ids, in the order the worker numbers them.
+    pub(crate) partition_ids: Vec<String>,
+}
+
+/// What a partition loop feeds its reader.
+#[derive(Debug)]
+pub(crate) enum Fed {
+    Event(StreamEvent, Option<String>),
+    /// The partition's stream ended: taken over, or its link broke.
+    Ended,
+}
+
+/// Moves one partition's events from the SDK's stream (not `Send`) to its
+/// reader, until the stream ends or the reader is dropped. The client goes
+/// back to the processor (closed) only once the worker is done with the
+/// partition, so the processor does not reopen it while events still drain.
+pub(crate) async fn pump(client: Arc<PartitionClient>, partition: u32, fed: mpsc::Sender<Fed>) {
+    {
+        let mut events = client.stream_events();
+        loop {
+            tokio::select! {
+                () = fed.closed() => break,
+                next = events.next() => {
+                    let item = match next {
+                        Some(Ok(event)) => match stream_event(partition, &event) {
+                            Some((event, offset)) => Fed::Event(event, offset),
+                            None => {
+                                tracing::error!("An event came without a sequence number; skipping it.");
+                                continue;
+                            }
+                        },
+                        Some(Err(e)) => {
+                            if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
+                                tracing::info!("The partition was taken over.");
+                            } else {
+                                tracing::warn!(error = %e, "The partition's stream failed; giving the partition back.");
+                            }
+                            Fed::Ended
+                        }
+                        None => Fed::Ended,
+                    };
+                    let ended = matches!(item, Fed::Ended);
+                    if fed.send(item).await.is_err() || ended {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    fed.closed().await;
+    if let Ok(client) = Arc::try_unwrap(client) {
+        match tokio::time::timeout(CLOSE_TIMEOUT, client.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "Closing the partition client failed."),
+            Err(_) => tracing::debug!("Closing the partition client timed out."),
+        }
+    }
+}
+
+fn stream_event(
+    partition: u32,
+    event: &ReceivedEventData,
+) -> Option<(StreamEvent, Option<String>)> {
+    let sequence_number = u64::try_from(event.sequence_number()?).ok()?;
+    let payload = event
+        .event_data()
+        .body()
+        .map_or_else(Bytes::new, Bytes::copy_from_slice);
+    Some((
+        StreamEvent {
+            partition,
+            offset: sequence_number,
+            payload,
+        },
+        event.offset().clone(),
+    ))
+}
+
+/// One Event Hubs partition as the worker reads it: offsets are sequence
+/// numbers, and a checkpoint records the sequence number and the service's
+/// offset of the last completed event.
+pub(crate) struct EventHubsReader {
+    pub(crate) partition: u32,
+    context: HubContext,
+    partition_id: String,
+    events: mpsc::Receiver<Fed>,
+    /// The service's offset of each event handed out and not yet checkpointed.
+    offsets: BTreeMap<u64, Option<String>>,
+    store: Checkpoints,
+    ended: bool,
+}
+
+impl std::fmt::Debug for EventHubsReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHubsReader")
+            .field("hub", &self.context.hub)
+            .field("partition_id", &self.partition_id)
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventHubsReader {
+    pub(crate) fn new(
+        context: &HubContext,
+        partition_id: &str,
+        store: Checkpoints,
+        prefetch: u32,
+    ) -> (Self, mpsc::Sender<Fed>) {
+        let index = context
+            .partition_ids
+            .iter()
+            .position(|id| id == partition_id)
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(0);
+        let (tx, rx) = mpsc::channel(usize::try_from(prefetch).unwrap_or(300).max(1));
+        (
+            Self {
+                partition: context.first + index,
+                context: context.clone(),
+                partition_id: partition_id.to_owned(),
+                events: rx,
+                offsets: BTreeMap::new(),
+                store,
+                ended: false,
+            },
+            tx,
+        )
+    }
+
+    fn take(&mut self, fed: Fed, batch: &mut Vec<StreamEvent>) {
+        match fed {
+            Fed::Event(event, offset) => {
+                self.offsets.insert(event.offset, offset);
+                batch.push(event);
+            }
+            Fed::Ended => self.ended = true,
+        }
+    }
+}
+
+#[async_trait]
+impl PartitionReader for EventHubsReader {
+    fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if self.ended {
+            return Err(ConsumeError::Revoked);
+        }
+        let mut batch = Vec::new();
+        match self.events.recv().await {
+            Some(fed) => self.take(fed, &mut batch),
+            None => self.ended = true,
+        }
+        while batch.len() < max && !self.ended {
+            match self.events.try_recv() {
+                Ok(fed) => self.take(fed, &mut batch),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            Err(ConsumeError::Revoked)
+        } else {
+            Ok(batch)
+        }
+    }
+
+    async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
+        let checkpoint = Checkpoint {
+            fully_qualified_namespace: self.context.namespace.clone(),
+            event_hub_name: self.context.hub.clone(),
+            consumer_group: self.context.consumer_group.clone(),
+            partition_id: self.partition_id.clone(),
+            offset: self.offsets.get(&offset).cloned().flatten(),
+            sequence_number: i64::try_from(offset).ok(),
+        };
+        self.store
+            .update_checkpoint(checkpoint)
+            .await
+            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
+        self.offsets = self.offsets.split_off(&(offset + 1));
+        Ok(())
+    }
+}

@@ -1,0 +1,54 @@
+//! The ports: what the gateway and the worker need from a stream and a store,
+//! as traits that the adapter crates (embedded, Azure) implement with their
+//! own types kept to themselves.
+//!
+//! A publisher's `Ok` means durable; a status write's `Ok` means the document
+//! is durable at the version it returns. [`Ports`] is the bundle a binary
+//! opens and hands to the gateway and the worker.
+
+mod dead_letters;
+mod diagnostics;
+mod idempotency;
+mod leases;
+mod status;
+mod stream;
+
+use std::sync::Arc;
+
+pub use self::dead_letters::{DeadLetter, DeadLetterError, DeadLetterStore};
+pub use self::diagnostics::Diagnostics;
+pub use self::idempotency::{IdempotencyStore, Reservation, Reserved};
+pub use self::leases::{Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion};
+pub use self::status::{ETag, Precondition, StatusStore, StatusStoreError, Versioned};
+pub use self::stream::{
+    ConsumeError, Consumer, EventProperties, OutboundEvent, PartitionReader, Position,
+    PublishError, Publisher, StreamEvent,
+};
+pub use crate::error::BoxError;
+
+/// The ports a Skyport process runs on, opened by the binary that composes
+/// the adapters the settings choose.
+#[derive(Clone)]
+pub struct Ports {
+    pub publisher: Arc<dyn Publisher>,
+    pub consumer: Arc<dyn Consumer>,
+    pub status: Arc<dyn StatusStore>,
+    pub dead_letters: Arc<dyn DeadLetterStore>,
+    /// Where retried requests find the delivery they made (beside the status).
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    /// The key that signs status receipts: the configured one, else the one
+    /// the embedded store keeps. A secret: never printed.
+    pub receipt_key: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ports")
+            .field("publisher", &self.publisher)
+            .field("consumer", &self.consumer)
+            .field("status", &self.status)
+            .field("dead_letters", &self.dead_letters)
+            .field("idempotency", &self.idempotency)
+            .finish_non_exhaustive()
+    }
+}

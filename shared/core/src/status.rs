@@ -1,0 +1,207 @@
+//! The status document a client polls, and the rules for how its state may move.
+//!
+//! Invariant: a terminal state never goes back; the one move out of one is a
+//! cancelled Scheduled delivery becoming Cancelled (after its steps were
+//! undone). [`DeliveryState::can_become`] is the one place that says so.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+
+/// Where a delivery request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum DeliveryState {
+    /// Durable in the stream; the worker has not started it.
+    Accepted,
+    Processing,
+    Scheduled,
+    Failed,
+    Cancelled,
+}
+
+impl DeliveryState {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Scheduled | Self::Failed | Self::Cancelled)
+    }
+
+    /// Whether a document in state `self` may be rewritten in state `next`.
+    ///
+    /// Processing may follow Processing (a replayed event starts a new attempt);
+    /// nothing goes back to Accepted; of the terminal states only Scheduled
+    /// moves on, to Cancelled.
+    pub fn can_become(self, next: Self) -> bool {
+        match self {
+            Self::Accepted | Self::Processing => next != Self::Accepted,
+            Self::Scheduled => next == Self::Cancelled,
+            Self::Failed | Self::Cancelled => false,
+        }
+    }
+}
+
+/// The five backend services, named as steps of the workflow.
+///
+/// The order they run in is written once, in the worker's workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub enum Step {
+    Account,
+    Package,
+    Delivery,
+    ThirdParty,
+    Drone,
+}
+
+impl Step {
+    /// Every step, for what is kept per step (the simulated services, one
+    /// each). The order the workflow runs them in is the worker's.
+    pub const ALL: [Self; 5] = [
+        Self::Account,
+        Self::Package,
+        Self::Delivery,
+        Self::ThirdParty,
+        Self::Drone,
+    ];
+
+    /// The name used in idempotency keys, logs, metrics and the services' paths.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Account => "account",
+            Self::Package => "package",
+            Self::Delivery => "delivery",
+            Self::ThirdParty => "thirdparty",
+            Self::Drone => "drone",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum StepResult {
+    Succeeded,
+    Failed,
+    /// Succeeded, then undone because a later step failed or the delivery was cancelled.
+    Compensated,
+}
+
+/// What one step did, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepOutcome {
+    pub step: Step,
+    pub result: StepResult,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// How many calls the step took, retries included.
+    pub calls: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// Why a delivery failed: the step, a machine-readable code and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    pub step: Step,
+    pub code: String,
+    pub message: String,
+}
+
+/// One delivery's status; the partition key is its id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDocument {
+    pub id: String,
+    pub state: DeliveryState,
+    #[serde(default)]
+    pub steps: Vec<StepOutcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drone_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub third_party_required: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// The package the delivery carries, so that compensation can find it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_id: Option<String>,
+    /// When a client asked to cancel; the worker cancels at its next step.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub cancel_requested_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// How many times the worker has started this delivery (replays count).
+    pub attempt: u32,
+}
+
+impl StatusDocument {
+    /// The document of a request that is durable but not yet started.
+    pub fn accepted(id: impl Into<String>, accepted_at: OffsetDateTime) -> Self {
+        Self {
+            id: id.into(),
+            state: DeliveryState::Accepted,
+            steps: Vec::new(),
+            drone_id: None,
+            third_party_required: None,
+            failure: None,
+            package_id: None,
+            cancel_requested_at: None,
+            created_at: accepted_at,
+            updated_at: accepted_at,
+            attempt: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeliveryState::{self, *};
+
+    const ALL: [DeliveryState; 5] = [Accepted, Processing, Scheduled, Failed, Cancelled];
+
+    #[test]
+    fn failed_and_cancelled_never_change() {
+        for from in [Failed, Cancelled] {
+            for to in ALL {
+                assert!(!from.can_become(to), "{from:?} -> {to:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn scheduled_only_moves_on_to_cancelled() {
+        for to in ALL {
+            assert_eq!(
+                Scheduled.can_become(to),
+                to == Cancelled,
+                "Scheduled -> {to:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_returns_to_accepted() {
+        for from in ALL {
+            assert!(!from.can_become(Accepted), "{from:?} -> Accepted");
+        }
+    }
+
+    #[test]
+    fn open_states_move_forward() {
+        for from in [Accepted, Processing] {
+            for to in [Processing, Scheduled, Failed, Cancelled] {
+                assert!(from.can_become(to), "{from:?} -> {to:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn states_serialize_by_name() {
+        assert_eq!(
+            serde_json::to_string(&Scheduled).expect("json"),
+            "\"Scheduled\""
+        );
+    }
+}

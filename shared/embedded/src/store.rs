@@ -1,0 +1,459 @@
+//! The embedded store itself: opening the database, the group-commit queue,
+//! and the ports it implements directly (publisher, status, dead letters,
+//! reservations).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTable};
+use skyport_core::partitioning::partition_for;
+use skyport_core::ports::{
+    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, IdempotencyStore, OutboundEvent,
+    Position, Precondition, PublishError, Publisher, Reservation, Reserved, StatusStore,
+    StatusStoreError, Versioned,
+};
+use skyport_core::status::StatusDocument;
+use skyport_runtime::config::EmbeddedSettings;
+use time::OffsetDateTime;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::committer::{self, Applied, CommitFailed, CommitStats, Op, OpKind};
+use crate::tables::{
+    CHECKPOINTS, DEAD_LETTERS, HEADS, LEASES, LOG, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS,
+};
+
+const DATABASE_FILE: &str = "skyport.redb";
+pub(crate) const RECEIPT_KEY_LEN: usize = 32;
+
+/// Why the embedded store did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create the data directory {path}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the database {path} is open in another process (the embedded store belongs to one process)"
+    )]
+    AlreadyOpen { path: PathBuf },
+    #[error(
+        "the data in {path} was created with {stored} partitions but {configured} are configured; \
+         keep stream.partitions = {stored} or use another embedded.data_dir"
+    )]
+    PartitionMismatch {
+        path: PathBuf,
+        stored: u32,
+        configured: u32,
+    },
+    #[error("cannot open the database {path}")]
+    Storage {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// The embedded store; cheap to share behind an [`Arc`].
+#[derive(Debug)]
+pub struct EmbeddedStore {
+    pub(crate) db: Arc<Database>,
+    ops: Option<mpsc::Sender<Op>>,
+    heads: Vec<watch::Receiver<u64>>,
+    receipt_key: [u8; RECEIPT_KEY_LEN],
+    stats: Arc<CommitStats>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `settings.data_dir` with `partitions` stream partitions.
+    ///
+    /// # Errors
+    /// [`OpenError`] names the directory or setting that is in the way.
+    pub fn open(settings: &EmbeddedSettings, partitions: u32) -> Result<Arc<Self>, OpenError> {
+        let dir = &settings.data_dir;
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let path = dir.join(DATABASE_FILE);
+        let storage = |source: redb::Error| OpenError::Storage {
+            path: path.clone(),
+            source: Box::new(source),
+        };
+        let db = Database::builder()
+            .set_cache_size(settings.cache_size_mb * 1024 * 1024)
+            .create(&path)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    OpenError::AlreadyOpen { path: path.clone() }
+                }
+                other => storage(other.into()),
+            })?;
+        let (next_offsets, receipt_key) = initialize(&db, partitions).map_err(|e| match e {
+            InitError::Storage(e) => storage(e),
+            InitError::PartitionMismatch(stored) => OpenError::PartitionMismatch {
+                path: path.clone(),
+                stored,
+                configured: partitions,
+            },
+        })?;
+        let db = Arc::new(db);
+        let (head_senders, heads): (Vec<_>, Vec<_>) = next_offsets
+            .iter()
+            .map(|&next| watch::channel(next))
+            .unzip();
+        let (ops, rx) = mpsc::channel(settings.queue_capacity);
+        let stats = Arc::new(CommitStats::default());
+        let committer = committer::spawn(
+            Arc::clone(&db),
+            rx,
+            next_offsets,
+            head_senders,
+            settings.max_batch,
+            Arc::clone(&stats),
+        )
+        .map_err(|source| OpenError::Storage {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
+        tracing::info!(path = %path.display(), partitions, "Opened the embedded store.");
+        Ok(Arc::new(Self {
+            db,
+            ops: Some(ops),
+            heads,
+            receipt_key,
+            stats,
+            committer: Mutex::new(Some(committer)),
+        }))
+    }
+
+    /// The key that signs status receipts when none is configured; created once and kept.
+    pub fn receipt_key(&self) -> &[u8] {
+        &self.receipt_key
+    }
+
+    /// Durable commits and the operations they carried, since the store opened.
+    pub fn commit_stats(&self) -> &CommitStats {
+        &self.stats
+    }
+
+    pub fn partitions(&self) -> u32 {
+        u32::try_from(self.heads.len()).unwrap_or_else(|_| unreachable!("partitions is a u32"))
+    }
+
+    /// The checkpoint (last completed offset) of each partition `group` has checkpointed.
+    ///
+    /// # Errors
+    /// [`StatusStoreError::Unavailable`] when the store cannot be read.
+    pub async fn checkpoints(&self, group: &str) -> Result<Vec<(u32, u64)>, StatusStoreError> {
+        let db = Arc::clone(&self.db);
+        let group = group.to_owned();
+        blocking(move || {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(CHECKPOINTS)?;
+            let mut checkpoints = Vec::new();
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (owner, partition) = key.value();
+                if owner == group {
+                    checkpoints.push((partition, value.value()));
+                }
+            }
+            Ok(checkpoints)
+        })
+        .await
+        .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))
+    }
+
+    /// The next offset each partition will assign: how many events it has ever held.
+    pub fn heads(&self) -> Vec<u64> {
+        self.heads.iter().map(|head| *head.borrow()).collect()
+    }
+
+    /// The dead letters kept so far, oldest position first.
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the store cannot be read.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        let db = Arc::clone(&self.db);
+        blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let table = match txn.open_table(DEAD_LETTERS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(e.into()),
+            };
+            let mut letters = Vec::new();
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                let (partition, offset) = key.value();
+                let (reason, at, payload) = value.value();
+                letters.push(DeadLetter {
+                    partition,
+                    offset,
+                    reason: reason.to_owned(),
+                    payload: Bytes::copy_from_slice(payload),
+                    at: OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                        .unwrap_or(OffsetDateTime::UNIX_EPOCH),
+                });
+            }
+            Ok(letters)
+        })
+        .await
+        .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))
+    }
+
+    /// Queues a write and waits until it is durable.
+    pub(crate) async fn submit(&self, kind: OpKind) -> Result<Applied, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let sender = self.ops.as_ref().ok_or(SubmitError::Closed)?;
+        sender
+            .send(Op { kind, reply })
+            .await
+            .map_err(|_| SubmitError::Closed)?;
+        Ok(rx.await.map_err(|_| SubmitError::Closed)??)
+    }
+
+    pub(crate) fn head(&self, partition: u32) -> watch::Receiver<u64> {
+        self.heads[partition as usize].clone()
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        // Closing the queue lets the committer finish what is queued and stop.
+        drop(self.ops.take());
+        if let Some(thread) = self.committer.lock().ok().and_then(|mut t| t.take())
+            && thread.join().is_err()
+        {
+            tracing::error!("The embedded store's committer thread panicked.");
+        }
+    }
+}
+
+/// Why a write did not become durable.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SubmitError {
+    #[error("the embedded store is closed")]
+    Closed,
+    #[error(transparent)]
+    Failed(#[from] CommitFailed),
+}
+
+#[async_trait]
+impl Publisher for EmbeddedStore {
+    async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
+        let partition = partition_for(&event.key, self.partitions());
+        let kind = OpKind::Append {
+            partition,
+            payload: event.payload,
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Appended(offset)) => Ok(Position {
+                partition,
+                offset: Some(offset),
+            }),
+            Ok(other) => unreachable!("an append is answered with its offset, not {other:?}"),
+            Err(SubmitError::Closed) => Err(PublishError::Closed),
+            Err(SubmitError::Failed(e)) => Err(PublishError::Unavailable(Box::new(e))),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        self.ops.as_ref().is_some_and(|s| !s.is_closed())
+    }
+}
+
+#[async_trait]
+impl StatusStore for EmbeddedStore {
+    async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
+        let db = Arc::clone(&self.db);
+        let key = id.to_owned();
+        let found = blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let table = match txn.open_table(STATUS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            Ok(table.get(key.as_str())?.map(|guard| {
+                let (version, body) = guard.value();
+                (version, body.to_vec())
+            }))
+        })
+        .await
+        .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?;
+        let Some((version, body)) = found else {
+            return Ok(None);
+        };
+        let document = serde_json::from_slice(&body).map_err(|e| StatusStoreError::Corrupt {
+            id: id.to_owned(),
+            source: Box::new(e),
+        })?;
+        Ok(Some(Versioned {
+            document,
+            etag: ETag(version.to_string()),
+        }))
+    }
+
+    async fn put(
+        &self,
+        document: &StatusDocument,
+        condition: Precondition,
+    ) -> Result<ETag, StatusStoreError> {
+        let expected = match condition {
+            Precondition::IfNoneMatch => None,
+            Precondition::IfMatch(ETag(tag)) => match tag.parse::<u64>() {
+                Ok(version) => Some(version),
+                // A tag this store never issued cannot match.
+                Err(_) => return Err(StatusStoreError::PreconditionFailed),
+            },
+        };
+        let body = serde_json::to_vec(document)
+            .unwrap_or_else(|e| unreachable!("a status document always serializes: {e}"));
+        let kind = OpKind::PutStatus {
+            id: document.id.clone(),
+            expected,
+            body,
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),
+            Ok(Applied::PreconditionFailed) => Err(StatusStoreError::PreconditionFailed),
+            Ok(other) => unreachable!("a status write is answered with its version, not {other:?}"),
+            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        Publisher::ready(self).await
+    }
+}
+
+#[async_trait]
+impl DeadLetterStore for EmbeddedStore {
+    async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError> {
+        match self.submit(OpKind::DeadLetter(letter)).await {
+            Ok(Applied::Done) => Ok(()),
+            Ok(other) => unreachable!("a dead letter is answered with Done, not {other:?}"),
+            Err(e) => Err(DeadLetterError::Unavailable(Box::new(e))),
+        }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for EmbeddedStore {
+    async fn reserve(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
+        let kind = OpKind::Reserve {
+            id: reservation.delivery_id.clone(),
+            expires_ms: unix_millis(reservation.expires_at),
+            body: serde_json::to_vec(reservation)
+                .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Reserved) => Ok(Reserved::New),
+            Ok(Applied::Held(body)) => serde_json::from_slice(&body)
+                .map(Reserved::Existing)
+                .map_err(|e| StatusStoreError::Corrupt {
+                    id: reservation.delivery_id.clone(),
+                    source: Box::new(e),
+                }),
+            Ok(other) => unreachable!("a reservation is answered Reserved or Held, not {other:?}"),
+            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
+        }
+    }
+
+    async fn release(&self, reservation: &Reservation) -> Result<(), StatusStoreError> {
+        let kind = OpKind::Release {
+            id: reservation.delivery_id.clone(),
+            body: serde_json::to_vec(reservation)
+                .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
+        };
+        match self.submit(kind).await {
+            Ok(Applied::Done) => Ok(()),
+            Ok(other) => unreachable!("a release is answered with Done, not {other:?}"),
+            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
+        }
+    }
+}
+
+fn unix_millis(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+enum InitError {
+    Storage(redb::Error),
+    PartitionMismatch(u32),
+}
+
+impl<E: Into<redb::Error>> From<E> for InitError {
+    fn from(e: E) -> Self {
+        Self::Storage(e.into())
+    }
+}
+
+/// Creates the tables, checks the partition count and loads each partition's next offset.
+fn initialize(
+    db: &Database,
+    partitions: u32,
+) -> Result<(Vec<u64>, [u8; RECEIPT_KEY_LEN]), InitError> {
+    let txn = db.begin_write()?;
+    let (next_offsets, receipt_key) = {
+        let mut meta = txn.open_table(META)?;
+        let stored = meta
+            .get("partitions")?
+            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+            .map(u32::from_be_bytes);
+        match stored {
+            Some(stored) if stored != partitions => {
+                return Err(InitError::PartitionMismatch(stored));
+            }
+            Some(_) => {}
+            None => {
+                meta.insert("partitions", partitions.to_be_bytes().as_slice())?;
+            }
+        }
+        let stored_key = meta
+            .get("receipt-key")?
+            .and_then(|v| <[u8; RECEIPT_KEY_LEN]>::try_from(v.value()).ok());
+        let receipt_key = match stored_key {
+            Some(key) => key,
+            None => {
+                let mut key = [0u8; RECEIPT_KEY_LEN];
+                getrandom::fill(&mut key).map_err(|e| {
+                    InitError::Storage(redb::Error::Io(std::io::Error::other(e.to_string())))
+                })?;
+                meta.insert("receipt-key", key.as_slice())?;
+                key
+            }
+        };
+        txn.open_table(LOG)?;
+        txn.open_table(CHECKPOINTS)?;
+        txn.open_table(STATUS)?;
+        txn.open_table(DEAD_LETTERS)?;
+        txn.open_table(LEASES)?;
+        txn.open_table(RESERVATIONS)?;
+        txn.open_table(RESERVATION_EXPIRY)?;
+        let heads = txn.open_table(HEADS)?;
+        let mut next_offsets = Vec::with_capacity(partitions as usize);
+        for partition in 0..partitions {
+            next_offsets.push(heads.get(partition)?.map_or(0, |v| v.value()));
+        }
+        (next_offsets, receipt_key)
+    };
+    txn.commit()?;
+    Ok((next_offsets, receipt_key))
+}
+
+/// Runs a read on the blocking pool so that disk reads never stall the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T, redb::Error> + Send + 'static,
+) -> Result<T, redb::Error> {
+    tokio::task::spawn_blocking(read)
+        .await
+        .unwrap_or_else(|e| Err(redb::Error::Io(std::io::Error::other(e.to_string()))))
+}

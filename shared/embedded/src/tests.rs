@@ -1,0 +1,300 @@
+//! The embedded store against its contract: durable appends in key order,
+//! conditional status writes, checkpoints that resume readers and trim the log.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+
+use redb::{ReadableDatabase, ReadableTableMetadata};
+
+use skyport_core::ports::{
+    Consumer, DeadLetter, DeadLetterStore, EventProperties, OutboundEvent, PartitionReader,
+    Precondition, Publisher, StatusStore, StatusStoreError,
+};
+use skyport_core::status::{DeliveryState, StatusDocument};
+use skyport_runtime::config::EmbeddedSettings;
+
+use crate::consumer::EmbeddedConsumer;
+use crate::store::{EmbeddedStore, OpenError, RECEIPT_KEY_LEN};
+use crate::tables::LOG;
+
+fn settings(dir: &std::path::Path) -> EmbeddedSettings {
+    EmbeddedSettings {
+        data_dir: dir.to_path_buf(),
+        cache_size_mb: 8,
+        max_batch: 64,
+        queue_capacity: 1024,
+    }
+}
+
+fn event(key: &str) -> OutboundEvent {
+    OutboundEvent {
+        key: key.to_owned(),
+        payload: Bytes::from(format!("payload-{key}")),
+        properties: EventProperties::default(),
+    }
+}
+
+async fn next_batch(reader: &mut Box<dyn PartitionReader>, max: usize) -> Vec<StreamEvent> {
+    tokio::time::timeout(Duration::from_secs(5), reader.next_batch(max))
+        .await
+        .expect("events arrive")
+        .unwrap()
+}
+
+use skyport_core::ports::StreamEvent;
+
+#[tokio::test]
+async fn appends_get_consecutive_offsets_per_partition_under_concurrency() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 4).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..500 {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move { store.publish(event(&format!("k{i}"))).await.unwrap() });
+    }
+    let mut offsets = vec![Vec::new(); 4];
+    while let Some(position) = tasks.join_next().await {
+        let position = position.unwrap();
+        offsets[position.partition as usize].push(position.offset.expect("the log tells offsets"));
+    }
+    for mut partition in offsets {
+        partition.sort_unstable();
+        let expected: Vec<u64> = (0..partition.len() as u64).collect();
+        assert_eq!(partition, expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_share_commits() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 4).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1_000 {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move { store.publish(event(&format!("k{i}"))).await.unwrap() });
+    }
+    tasks.join_all().await;
+    let stats = store.commit_stats();
+    let commits = stats.commits.load(Ordering::Relaxed);
+    let operations = stats.operations.load(Ordering::Relaxed);
+    // The meta transaction at open is not counted; every append is.
+    assert_eq!(operations, 1_000);
+    assert!(
+        commits < 1_000 / 4,
+        "{commits} commits for 1000 concurrent appends"
+    );
+}
+
+#[tokio::test]
+async fn a_key_always_lands_on_the_same_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 8).unwrap();
+    let first = store.publish(event("same")).await.unwrap();
+    let second = store.publish(event("same")).await.unwrap();
+    assert_eq!(first.partition, second.partition);
+    assert_eq!(second.offset, first.offset.map(|o| o + 1));
+}
+
+#[tokio::test]
+async fn events_and_offsets_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let position = {
+        let store = EmbeddedStore::open(&settings(dir.path()), 2).unwrap();
+        store.publish(event("a")).await.unwrap();
+        store.publish(event("a")).await.unwrap()
+    };
+    let store = EmbeddedStore::open(&settings(dir.path()), 2).unwrap();
+    let mut reader = reader_for(&store, position.partition).await;
+    let events = next_batch(&mut reader, 10).await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[1].payload, Bytes::from("payload-a"));
+    let next = store.publish(event("a")).await.unwrap();
+    assert_eq!(next.offset, position.offset.map(|o| o + 1));
+}
+
+#[tokio::test]
+async fn a_different_partition_count_is_refused_on_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(EmbeddedStore::open(&settings(dir.path()), 2).unwrap());
+    let error = EmbeddedStore::open(&settings(dir.path()), 3).unwrap_err();
+    assert!(matches!(
+        error,
+        OpenError::PartitionMismatch {
+            stored: 2,
+            configured: 3,
+            ..
+        }
+    ));
+    assert!(error.to_string().contains("stream.partitions"));
+}
+
+#[tokio::test]
+async fn a_second_open_of_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = EmbeddedStore::open(&settings(dir.path()), 2).unwrap();
+    let error = EmbeddedStore::open(&settings(dir.path()), 2).unwrap_err();
+    assert!(matches!(error, OpenError::AlreadyOpen { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn the_receipt_key_is_kept_across_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = EmbeddedStore::open(&settings(dir.path()), 1)
+        .unwrap()
+        .receipt_key()
+        .to_vec();
+    let second = EmbeddedStore::open(&settings(dir.path()), 1)
+        .unwrap()
+        .receipt_key()
+        .to_vec();
+    assert_eq!(first, second);
+    assert_eq!(first.len(), RECEIPT_KEY_LEN);
+}
+
+async fn reader_for(store: &Arc<EmbeddedStore>, partition: u32) -> Box<dyn PartitionReader> {
+    let consumer = EmbeddedConsumer::new(Arc::clone(store), "group");
+    loop {
+        let reader = consumer.next_partition().await.unwrap();
+        if reader.partition() == partition {
+            return reader;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reader_waits_for_new_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+    let mut reader = reader_for(&store, 0).await;
+    let waiting = tokio::spawn(async move { next_batch(&mut reader, 10).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.publish(event("late")).await.unwrap();
+    let events = waiting.await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].offset, 0);
+}
+
+#[tokio::test]
+async fn a_checkpoint_resumes_the_next_reader_and_trims_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+    for i in 0..5 {
+        store.publish(event(&format!("k{i}"))).await.unwrap();
+    }
+    let mut reader = reader_for(&store, 0).await;
+    assert_eq!(next_batch(&mut reader, 3).await.len(), 3);
+    reader.checkpoint(2).await.unwrap();
+    // An older checkpoint arriving late never moves it back.
+    reader.checkpoint(1).await.unwrap();
+    let mut resumed = reader_for(&store, 0).await;
+    let events = next_batch(&mut resumed, 10).await;
+    assert_eq!(events.iter().map(|e| e.offset).collect::<Vec<_>>(), [3, 4]);
+    let txn = store.db.begin_read().unwrap();
+    assert_eq!(txn.open_table(LOG).unwrap().len().unwrap(), 2);
+}
+
+fn document(id: &str, state: DeliveryState) -> StatusDocument {
+    StatusDocument {
+        state,
+        ..StatusDocument::accepted(id, OffsetDateTime::UNIX_EPOCH)
+    }
+}
+
+#[tokio::test]
+async fn status_writes_are_conditional_on_the_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+    assert!(StatusStore::get(&*store, "d-1").await.unwrap().is_none());
+    let v1 = StatusStore::put(
+        &*store,
+        &document("d-1", DeliveryState::Processing),
+        Precondition::IfNoneMatch,
+    )
+    .await
+    .unwrap();
+    let again = StatusStore::put(
+        &*store,
+        &document("d-1", DeliveryState::Processing),
+        Precondition::IfNoneMatch,
+    )
+    .await;
+    assert!(matches!(again, Err(StatusStoreError::PreconditionFailed)));
+    let v2 = StatusStore::put(
+        &*store,
+        &document("d-1", DeliveryState::Scheduled),
+        Precondition::IfMatch(v1.clone()),
+    )
+    .await
+    .unwrap();
+    let stale = StatusStore::put(
+        &*store,
+        &document("d-1", DeliveryState::Failed),
+        Precondition::IfMatch(v1),
+    )
+    .await;
+    assert!(matches!(stale, Err(StatusStoreError::PreconditionFailed)));
+    let stored = StatusStore::get(&*store, "d-1").await.unwrap().unwrap();
+    assert_eq!(stored.document.state, DeliveryState::Scheduled);
+    assert_eq!(stored.etag, v2);
+}
+
+#[tokio::test]
+async fn concurrent_conditional_writers_never_lose_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+    StatusStore::put(
+        &*store,
+        &document("d-1", DeliveryState::Processing),
+        Precondition::IfNoneMatch,
+    )
+    .await
+    .unwrap();
+    let mut writers = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let store = Arc::clone(&store);
+        writers.spawn(async move {
+            loop {
+                let current = StatusStore::get(&*store, "d-1").await.unwrap().unwrap();
+                let mut next = current.document.clone();
+                next.attempt += 1;
+                match StatusStore::put(&*store, &next, Precondition::IfMatch(current.etag)).await {
+                    Ok(_) => return,
+                    Err(StatusStoreError::PreconditionFailed) => continue,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
+    }
+    while writers.join_next().await.is_some() {}
+    let stored = StatusStore::get(&*store, "d-1").await.unwrap().unwrap();
+    assert_eq!(stored.document.attempt, 20);
+}
+
+#[tokio::test]
+async fn dead_letters_keep_the_reason_and_the_raw_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+    DeadLetterStore::put(
+        &*store,
+        DeadLetter {
+            partition: 0,
+            offset: 7,
+            reason: "not JSON".into(),
+            payload: Bytes::from_static(b"\xff\x00"),
+            at: OffsetDateTime::UNIX_EPOCH,
+        },
+    )
+    .await
+    .unwrap();
+    let letters = store.dead_letters().await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].offset, 7);
+    assert_eq!(letters[0].reason, "not JSON");
+    assert_eq!(letters[0].payload, Bytes::from_static(b"\xff\x00"));
+}

@@ -1,0 +1,166 @@
+//! The admin routes every Skyport server mounts: `/healthz` (the process is
+//! up), `/readyz` (what the process needs answers; what is degraded is listed
+//! without making it unready) and `/metrics` (this process's registry, as
+//! Prometheus text or OpenMetrics). The gateway serves them beside its API,
+//! `skyport-worker` on `worker.listen`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::extract::{FromRef, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::metrics;
+use crate::problem::Problem;
+
+/// What `/readyz` asks of a process.
+#[async_trait]
+pub trait ReadinessCheck: std::fmt::Debug + Send + Sync + 'static {
+    /// What is degraded without making the process unready (one sentence
+    /// each), or why it is unready.
+    ///
+    /// # Errors
+    /// The reason the process cannot serve now.
+    async fn check(&self) -> Result<Vec<String>, String>;
+}
+
+/// The state of the admin routes; a router whose state holds one mounts them.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    readiness: Arc<dyn ReadinessCheck>,
+    retry_after_s: u32,
+}
+
+impl Admin {
+    /// Admin routes over `readiness`; an unready answer asks to retry after `retry_after_s`.
+    pub fn new(readiness: Arc<dyn ReadinessCheck>, retry_after_s: u32) -> Self {
+        Self {
+            readiness,
+            retry_after_s,
+        }
+    }
+}
+
+/// The process is up.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    #[schema(example = "ok")]
+    pub status: String,
+}
+
+/// The stream and the status store can be used.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Readiness {
+    #[schema(example = "ready")]
+    pub status: String,
+    /// What is degraded without making the gateway unready (an open circuit that paused the worker).
+    pub degraded: Vec<String>,
+}
+
+/// `/healthz` and `/readyz` (documented: they are part of the gateway's
+/// OpenAPI document) and `/metrics`, on any router whose state gives an [`Admin`].
+pub fn routes<S>() -> OpenApiRouter<S>
+where
+    Admin: FromRef<S>,
+    S: Clone + Send + Sync + 'static,
+{
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .route("/metrics", get(render_metrics))
+}
+
+/// The admin routes alone, as `skyport-worker` serves them: anything else is a 404 problem.
+pub fn router(admin: Admin) -> Router {
+    Router::from(routes())
+        .fallback(|| async {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "NotFound",
+                "no such route".into(),
+            )
+            .respond(None)
+        })
+        .with_state(admin)
+}
+
+/// Serves `router` (from [`router`]) on `listener` until `shutdown` fires.
+///
+/// # Errors
+/// The listener's I/O error, if accepting fails.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+/// Liveness: the process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "operations",
+    responses((status = 200, description = "The process is up.", body = Health)),
+    security(()),
+)]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness: the stream and the status store can be used.
+///
+/// What else is degraded is listed but does not make the gateway unready:
+/// taking requests while a backend is down is what the stream is for.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready to take requests.", body = Readiness),
+        (status = 503, description = "The stream or the status store is unavailable.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
+    ),
+    security(()),
+)]
+pub async fn readyz(State(admin): State<Admin>) -> Response {
+    match admin.readiness.check().await {
+        Ok(degraded) => Json(Readiness {
+            status: "ready".into(),
+            degraded,
+        })
+        .into_response(),
+        Err(reason) => {
+            tracing::warn!(%reason, "Answered /readyz: not ready.");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service unavailable",
+                "Unavailable",
+                reason,
+            )
+            .respond(Some(admin.retry_after_s))
+        }
+    }
+}
+
+async fn render_metrics(headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, text) = metrics::global().exposition(accept);
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
+}

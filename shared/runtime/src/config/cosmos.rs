@@ -1,0 +1,104 @@
+//! `[cosmos]`: Azure Cosmos DB, where status, dead letters, reservations and
+//! the stream's leases live in the azure profile.
+
+use secrecy::SecretString;
+use serde::Deserialize;
+use url::Url;
+
+use super::checks::Checks;
+use super::duration::Millis;
+
+/// How the Cosmos DB client authenticates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CosmosAuth {
+    /// The account key in `cosmos.key`.
+    #[default]
+    Key,
+    /// An Entra ID credential: workload identity on Kubernetes, managed identity, or developer tools.
+    Entra,
+}
+
+/// Azure Cosmos DB.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CosmosSettings {
+    /// Account endpoint, `https://ACCOUNT.documents.azure.com:443/`.
+    pub endpoint: Option<Url>,
+    pub auth: CosmosAuth,
+    /// The Azure region to route to first (the closest to this process).
+    pub region: String,
+    /// Account key (with `auth = "key"`).
+    pub key: Option<SecretString>,
+    pub database: String,
+    pub status_container: String,
+    pub leases_container: String,
+    pub dead_letter_container: String,
+    /// Idempotency reservations (partition key `/id`, per-item TTL).
+    pub reservations_container: String,
+    /// Create the database and containers when missing; when false, fail naming what is missing.
+    pub create_if_missing: bool,
+    /// Manual RU/s of containers created here; unset: the account's default (serverless or shared).
+    pub throughput: Option<u32>,
+    /// A partition's queue of status writes is flushed at this many…
+    pub bulk_max_items: usize,
+    /// …or when its oldest write has waited this long.
+    pub bulk_max_wait_ms: Millis,
+    /// Batches in flight at once.
+    pub bulk_max_in_flight: usize,
+    /// Wait after a 429 that names no `x-ms-retry-after-ms`.
+    pub throttle_retry_ms: Millis,
+}
+
+impl Default for CosmosSettings {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            auth: CosmosAuth::Key,
+            region: "East US".into(),
+            key: None,
+            database: "skyport".into(),
+            status_container: "status".into(),
+            leases_container: "leases".into(),
+            dead_letter_container: "deadletters".into(),
+            reservations_container: "reservations".into(),
+            create_if_missing: true,
+            throughput: None,
+            bulk_max_items: 100,
+            bulk_max_wait_ms: Millis::new(1_000),
+            bulk_max_in_flight: 32,
+            throttle_retry_ms: Millis::new(2_000),
+        }
+    }
+}
+
+impl CosmosSettings {
+    /// `in_use`: whether the store is Cosmos DB, which makes the account required.
+    pub(super) fn validate(&self, checks: &mut Checks<'_>, in_use: bool) {
+        if in_use {
+            checks.check(
+                self.endpoint.is_some(),
+                "endpoint",
+                "must be set to use Cosmos DB",
+            );
+            if self.auth == CosmosAuth::Key {
+                checks.check(
+                    self.key.is_some(),
+                    "key",
+                    "must be set with cosmos.auth = \"key\" (or use cosmos.auth = \"entra\")",
+                );
+            }
+        }
+        for (key, name) in [
+            ("database", &self.database),
+            ("status_container", &self.status_container),
+            ("leases_container", &self.leases_container),
+            ("dead_letter_container", &self.dead_letter_container),
+            ("reservations_container", &self.reservations_container),
+        ] {
+            checks.check(!name.trim().is_empty(), key, "must not be empty");
+        }
+        checks.at_least(self.bulk_max_items, 1, "bulk_max_items");
+        checks.at_least(self.bulk_max_in_flight, 1, "bulk_max_in_flight");
+    }
+}

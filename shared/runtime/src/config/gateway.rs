@@ -1,0 +1,79 @@
+//! `[gateway]`: the HTTP gateway (its authentication is [`super::auth`]).
+
+use std::net::SocketAddr;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use url::Url;
+
+use super::auth::AuthSettings;
+use super::checks::Checks;
+use super::duration::{Millis, Seconds};
+
+/// The HTTP gateway.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// Address the gateway listens on.
+    pub listen: SocketAddr,
+    /// Base of the status URLs handed to clients; when unset, the request's `Host` is used.
+    pub public_url: Option<Url>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Seconds a client is asked to wait before polling a status URL.
+    pub retry_after_s: u32,
+    /// Key that signs status receipts (at least 32 characters). The embedded store
+    /// generates and keeps one when unset; gateways that scale out must share one.
+    pub receipt_key: Option<SecretString>,
+    /// How long in-flight requests may take to finish after a shutdown signal.
+    pub shutdown_grace_period_ms: Millis,
+    /// How long a client-chosen `deliveryId` or an `Idempotency-Key` is
+    /// remembered: a retry within it returns the same delivery.
+    pub idempotency_retention_s: Seconds,
+    /// Requests handled at once; one more is refused at once with 503 and
+    /// `Retry-After` instead of queueing behind them.
+    pub max_in_flight: usize,
+    /// Who may call the `/api` routes.
+    pub auth: AuthSettings,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            max_body_bytes: 64 * 1024,
+            retry_after_s: 1,
+            receipt_key: None,
+            shutdown_grace_period_ms: Millis::new(10_000),
+            idempotency_retention_s: Seconds::new(24 * 60 * 60),
+            max_in_flight: 4096,
+            auth: AuthSettings::default(),
+        }
+    }
+}
+
+impl GatewaySettings {
+    /// Checks the gateway's own keys; `auth_enabled` is what the profile and
+    /// `auth.enabled` decide together.
+    pub(super) fn validate(&self, checks: &mut Checks<'_>, auth_enabled: bool) {
+        checks.at_least(self.max_body_bytes, 1024, "max_body_bytes");
+        checks.at_least(self.retry_after_s, 1, "retry_after_s");
+        checks.check(
+            (60..=30 * 24 * 60 * 60).contains(&self.idempotency_retention_s.count()),
+            "idempotency_retention_s",
+            "must be from 60 (a minute) to 2592000 (30 days)",
+        );
+        checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        if let Some(key) = &self.receipt_key {
+            checks.check(
+                key.expose_secret().len() >= 32,
+                "receipt_key",
+                "must be at least 32 characters",
+            );
+        }
+        checks.http_url(self.public_url.as_ref(), "public_url");
+        self.auth
+            .validate(&mut checks.section("auth"), auth_enabled);
+    }
+}

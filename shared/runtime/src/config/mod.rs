@@ -1,0 +1,131 @@
+//! Settings for every Skyport process: defaults → optional TOML file →
+//! `SKYPORT__SECTION__KEY` environment variables → command-line flags
+//! ([`load`]).
+//!
+//! One file per section; each section checks its own keys into one
+//! [`Checks`] collector, so a start that fails names every bad key at once,
+//! and the process exits with code 64 (`EX_USAGE`). What depends on more than
+//! one section (the profile's defaults, what the chosen backends require) is
+//! decided here.
+
+mod auth;
+mod checks;
+mod connection_string;
+mod cosmos;
+mod duration;
+mod embedded;
+mod eventhubs;
+mod gateway;
+mod load;
+mod profile;
+mod services;
+mod simulator;
+mod stream;
+mod telemetry;
+#[cfg(test)]
+mod tests;
+mod worker;
+
+use serde::Deserialize;
+
+pub use self::auth::{ApiKeySettings, AuthSettings, JwtSettings, Scope};
+pub use self::checks::{Checks, ConfigError, ConfigErrors};
+pub use self::connection_string::{ConnectionString, ConnectionStringError};
+pub use self::cosmos::{CosmosAuth, CosmosSettings};
+pub use self::duration::{Millis, Seconds};
+pub use self::embedded::EmbeddedSettings;
+pub use self::eventhubs::{EventHubsAuth, EventHubsSettings};
+pub use self::gateway::GatewaySettings;
+pub use self::load::{Cli, ENV_PREFIX, EXIT_CONFIG};
+pub use self::profile::Profile;
+pub use self::services::ServicesSettings;
+pub use self::simulator::SimulatorSettings;
+pub use self::stream::{StoreBackend, StoreSettings, StreamBackend, StreamSettings};
+pub use self::telemetry::{LogFormat, TelemetrySettings};
+pub use self::worker::WorkerSettings;
+
+/// Everything a Skyport process can be told.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Which family of backends the defaults come from.
+    pub profile: Profile,
+    pub gateway: GatewaySettings,
+    pub stream: StreamSettings,
+    pub store: StoreSettings,
+    pub embedded: EmbeddedSettings,
+    pub cosmos: CosmosSettings,
+    pub eventhubs: EventHubsSettings,
+    pub worker: WorkerSettings,
+    pub services: ServicesSettings,
+    pub simulator: SimulatorSettings,
+    pub telemetry: TelemetrySettings,
+}
+
+impl Settings {
+    /// The status store in use: `store.backend`, else the profile's.
+    pub fn store_backend(&self) -> StoreBackend {
+        self.store.backend.unwrap_or(match self.profile {
+            Profile::Embedded => StoreBackend::Embedded,
+            Profile::Azure => StoreBackend::Cosmos,
+        })
+    }
+
+    /// The event stream in use: `stream.backend`, else the profile's.
+    pub fn stream_backend(&self) -> StreamBackend {
+        self.stream.backend.unwrap_or(match self.profile {
+            Profile::Embedded => StreamBackend::Embedded,
+            Profile::Azure => StreamBackend::EventHubs,
+        })
+    }
+
+    /// How log lines are written: `telemetry.log_format`, else the profile's.
+    pub fn log_format(&self) -> LogFormat {
+        self.telemetry.log_format.unwrap_or(match self.profile {
+            Profile::Embedded => LogFormat::Human,
+            Profile::Azure => LogFormat::Json,
+        })
+    }
+
+    /// Whether `/api` requests need credentials: `gateway.auth.enabled`, else the profile's.
+    pub fn auth_enabled(&self) -> bool {
+        self.gateway.auth.enabled.unwrap_or(match self.profile {
+            Profile::Embedded => false,
+            Profile::Azure => true,
+        })
+    }
+
+    /// Checks what types alone cannot, section by section.
+    ///
+    /// # Errors
+    /// Every key whose value is out of range, in the order of the sections.
+    pub fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut checks = Checks::new(&mut errors);
+        self.gateway
+            .validate(&mut checks.section("gateway"), self.auth_enabled());
+        self.stream.validate(&mut checks.section("stream"));
+        self.embedded.validate(&mut checks.section("embedded"));
+        self.cosmos.validate(
+            &mut checks.section("cosmos"),
+            self.store_backend() == StoreBackend::Cosmos,
+        );
+        if self.stream_backend() == StreamBackend::EventHubs {
+            self.eventhubs.validate(&mut checks.section("eventhubs"));
+            checks.check(
+                self.store_backend() == StoreBackend::Embedded
+                    || self.gateway.receipt_key.is_some(),
+                "gateway.receipt_key",
+                "must be set when neither the stream nor the store is embedded (no embedded store keeps one)",
+            );
+        }
+        self.worker.validate(&mut checks.section("worker"));
+        self.services.validate(&mut checks.section("services"));
+        self.simulator.validate(&mut checks.section("simulator"));
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+}

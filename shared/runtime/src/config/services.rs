@@ -1,0 +1,82 @@
+//! `[services]`: the five backend services the workflow calls, and how their
+//! calls are retried and their circuits opened.
+
+use serde::Deserialize;
+use url::Url;
+
+use super::checks::Checks;
+use super::duration::Millis;
+
+/// The five backend services the workflow calls.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServicesSettings {
+    /// Base URL that serves `/account`, `/package`, `/delivery`, `/thirdparty` and `/drone`.
+    /// Unset: the all-in-one process starts the simulated services and uses them.
+    pub base_url: Option<Url>,
+    /// Time limit of one call.
+    pub timeout_ms: Millis,
+    /// First wait before retrying a transient failure; doubles up to `retry_max_backoff_ms`.
+    pub retry_initial_backoff_ms: Millis,
+    pub retry_max_backoff_ms: Millis,
+    /// Calls a step makes while its circuit lets it, before a transient failure counts as permanent.
+    pub max_attempts: u32,
+    /// A circuit opens after this many transient failures in a row…
+    pub breaker_consecutive_failures: u32,
+    /// …or when this percentage of the last `breaker_window` calls failed.
+    pub breaker_failure_percent: u32,
+    pub breaker_window: usize,
+    /// How long an open circuit waits before one probe call.
+    pub breaker_open_ms: Millis,
+}
+
+impl Default for ServicesSettings {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            timeout_ms: Millis::new(5_000),
+            retry_initial_backoff_ms: Millis::new(50),
+            retry_max_backoff_ms: Millis::new(5_000),
+            max_attempts: 10,
+            breaker_consecutive_failures: 5,
+            breaker_failure_percent: 50,
+            breaker_window: 20,
+            breaker_open_ms: Millis::new(2_000),
+        }
+    }
+}
+
+impl ServicesSettings {
+    pub(super) fn validate(&self, checks: &mut Checks<'_>) {
+        checks.http_url(self.base_url.as_ref(), "base_url");
+        checks.at_least(self.timeout_ms.count(), 1, "timeout_ms");
+        checks.at_least(
+            self.retry_initial_backoff_ms.count(),
+            1,
+            "retry_initial_backoff_ms",
+        );
+        checks.check(
+            self.retry_max_backoff_ms >= self.retry_initial_backoff_ms,
+            "retry_max_backoff_ms",
+            "must be at least services.retry_initial_backoff_ms",
+        );
+        checks.at_least(self.max_attempts, 1, "max_attempts");
+        checks.at_least(
+            self.breaker_consecutive_failures,
+            1,
+            "breaker_consecutive_failures",
+        );
+        checks.check(
+            (1..=100).contains(&self.breaker_failure_percent),
+            "breaker_failure_percent",
+            "must be from 1 to 100",
+        );
+        checks.check(
+            self.max_attempts > self.breaker_consecutive_failures,
+            "max_attempts",
+            "must be more than services.breaker_consecutive_failures, or a lone call gives up before its circuit can open",
+        );
+        checks.at_least(self.breaker_window, 1, "breaker_window");
+        checks.at_least(self.breaker_open_ms.count(), 1, "breaker_open_ms");
+    }
+}

@@ -1,0 +1,47 @@
+//! `[simulator]`: the simulated backend services (in the all-in-one process,
+//! or alone in `skyport-simulator`).
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::checks::Checks;
+use super::duration::Millis;
+
+/// The simulated backend services.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimulatorSettings {
+    /// Where they listen (port 0 in the all-in-one process: any free port).
+    pub listen: SocketAddr,
+    /// Fixed latency of every call.
+    pub latency_ms: Millis,
+    /// Extra latency drawn uniformly from 0 to this.
+    pub jitter_ms: Millis,
+    /// Fraction of calls (0 to 1) answered 503.
+    pub error_rate: f64,
+    /// Owners whose accounts are suspended.
+    pub suspended_owners: Vec<String>,
+}
+
+impl Default for SimulatorSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            latency_ms: Millis::new(10),
+            jitter_ms: Millis::new(10),
+            error_rate: 0.0,
+            suspended_owners: Vec::new(),
+        }
+    }
+}
+
+impl SimulatorSettings {
+    pub(super) fn validate(&self, checks: &mut Checks<'_>) {
+        checks.check(
+            (0.0..=1.0).contains(&self.error_rate),
+            "error_rate",
+            "must be from 0 to 1",
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! `[stream]` and `[store]`: which backends carry the events and keep the status.
+
+use serde::Deserialize;
+
+use super::checks::Checks;
+
+/// Which event stream carries accepted requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamBackend {
+    /// The partitioned log inside the embedded store.
+    #[default]
+    Embedded,
+    /// Azure Event Hubs, sharded over `eventhubs.hubs`.
+    EventHubs,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamSettings {
+    /// Unset: the profile's (embedded → embedded, azure → eventhubs).
+    pub backend: Option<StreamBackend>,
+    /// Partitions of the embedded stream; fixed once the embedded store holds data.
+    pub partitions: u32,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            backend: None,
+            partitions: 8,
+        }
+    }
+}
+
+impl StreamSettings {
+    pub(super) fn validate(&self, checks: &mut Checks<'_>) {
+        checks.check(
+            (1..=1024).contains(&self.partitions),
+            "partitions",
+            "must be from 1 to 1024",
+        );
+    }
+}
+
+/// Which store holds status documents and dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    Embedded,
+    Cosmos,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// Unset: the profile's (embedded → embedded, azure → cosmos).
+    pub backend: Option<StoreBackend>,
+}

@@ -1,0 +1,388 @@
+//! The settings' own tests: layering, every section naming its keys, the
+//! profile's defaults, and every error of a start reported at once.
+
+use secrecy::ExposeSecret;
+
+use super::*;
+
+fn cli(set: &[&str]) -> Cli {
+    Cli {
+        set: set.iter().map(|s| (*s).to_owned()).collect(),
+        ..Cli::default()
+    }
+}
+
+/// The error that names `key`; panics listing them all when none does.
+fn named<'a>(errors: &'a ConfigErrors, key: &str) -> &'a ConfigError {
+    errors
+        .0
+        .iter()
+        .find(|e| e.key == key)
+        .unwrap_or_else(|| panic!("no error names {key}: {errors}"))
+}
+
+fn assert_named(errors: &ConfigErrors, key: &str) {
+    named(errors, key);
+}
+
+#[test]
+fn every_bad_key_is_named_at_once() {
+    let errors = Settings::load(&cli(&[
+        "gateway.max_in_flight=0",
+        "stream.partitions=0",
+        "worker.checkpoint_interval_ms=1",
+        "simulator.error_rate=2",
+    ]))
+    .expect_err("invalid");
+    let keys: Vec<&str> = errors.0.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "gateway.max_in_flight",
+            "stream.partitions",
+            "worker.checkpoint_interval_ms",
+            "simulator.error_rate"
+        ]
+    );
+}
+
+#[test]
+fn defaults_are_valid() {
+    Settings::default().validate().expect("defaults validate");
+}
+
+#[test]
+fn flags_set_nested_keys() {
+    let settings =
+        Settings::load(&cli(&["worker.max_in_flight=7", "stream.partitions=4"])).expect("valid");
+    assert_eq!(settings.worker.max_in_flight, 7);
+    assert_eq!(settings.stream.partitions, 4);
+}
+
+#[test]
+fn a_wrong_type_names_its_key() {
+    let errors = Settings::load(&cli(&["worker.max_in_flight=lots"])).expect_err("invalid");
+    assert_named(&errors, "worker.max_in_flight");
+}
+
+#[test]
+fn an_unknown_key_is_named() {
+    let errors = Settings::load(&cli(&["worker.max_inflight=7"])).expect_err("invalid");
+    assert_named(&errors, "worker.max_inflight");
+}
+
+#[test]
+fn the_azure_profile_streams_through_event_hubs() {
+    let errors = Settings::load(&cli(&[
+        "profile=azure",
+        "cosmos.endpoint=https://a.documents.azure.com:443/",
+        "cosmos.key=k",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "eventhubs.connection_string");
+}
+
+#[test]
+fn event_hubs_settings_name_their_key() {
+    let base = [
+        "stream.backend=eventhubs",
+        "eventhubs.connection_string=Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0",
+    ];
+    let load = |extra: &[&str]| {
+        let mut set = base.to_vec();
+        set.extend_from_slice(extra);
+        Settings::load(&cli(&set))
+    };
+    let settings = load(&["eventhubs.hubs=[\"d-0\", \"d-1\"]"]).expect("valid");
+    assert_eq!(settings.stream_backend(), StreamBackend::EventHubs);
+    assert_eq!(settings.eventhubs.hubs, ["d-0", "d-1"]);
+    for (extra, key) in [
+        ("eventhubs.hubs=[]", "eventhubs.hubs"),
+        ("eventhubs.hubs=[\"a\", \"a\"]", "eventhubs.hubs"),
+        ("eventhubs.hubs=[\"a/b\"]", "eventhubs.hubs"),
+        (
+            "eventhubs.connection_string=Endpoint=sb://x/",
+            "eventhubs.connection_string",
+        ),
+        ("eventhubs.auth=entra", "eventhubs.namespace"),
+        (
+            "eventhubs.custom_endpoint=http://127.0.0.1:1",
+            "eventhubs.custom_endpoint",
+        ),
+        ("eventhubs.max_batch_bytes=10", "eventhubs.max_batch_bytes"),
+        (
+            "eventhubs.partition_expiration_ms=100",
+            "eventhubs.partition_expiration_ms",
+        ),
+        ("store.backend=cosmos", "cosmos.endpoint"),
+    ] {
+        let errors = load(&[extra]).expect_err(extra);
+        assert_named(&errors, key);
+    }
+}
+
+#[test]
+fn an_unknown_backend_is_named() {
+    let errors = Settings::load(&cli(&["stream.backend=carrier-pigeon"])).expect_err("invalid");
+    assert_named(&errors, "stream.backend");
+}
+
+#[test]
+fn out_of_range_values_name_their_key() {
+    let errors = Settings::load(&cli(&["simulator.error_rate=1.5"])).expect_err("invalid");
+    assert_named(&errors, "simulator.error_rate");
+    let errors = Settings::load(&cli(&["stream.partitions=0"])).expect_err("invalid");
+    assert_named(&errors, "stream.partitions");
+}
+
+#[test]
+fn a_file_is_read_and_flags_win_over_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("skyport.toml");
+    std::fs::write(
+        &path,
+        "[worker]\nmax_in_flight = 3\ncheckpoint_interval_ms = 100\n",
+    )
+    .expect("write");
+    let settings = Settings::load(&Cli {
+        config: Some(path),
+        ..cli(&["worker.max_in_flight=9"])
+    })
+    .expect("valid");
+    assert_eq!(settings.worker.max_in_flight, 9);
+    assert_eq!(settings.worker.checkpoint_interval_ms, Millis::new(100));
+}
+
+#[test]
+fn a_missing_file_is_reported() {
+    let errors = Settings::load(&Cli {
+        config: Some("/nonexistent/skyport.toml".into()),
+        ..Cli::default()
+    })
+    .expect_err("missing");
+    assert_named(&errors, "--config");
+}
+
+#[test]
+fn attempts_that_run_out_before_the_circuit_opens_are_refused() {
+    let errors = Settings::load(&cli(&["services.max_attempts=5"])).expect_err("invalid");
+    assert_named(&errors, "services.max_attempts");
+}
+
+#[test]
+fn the_azure_profile_needs_a_cosmos_endpoint_and_key() {
+    let errors = Settings::load(&cli(&["profile=azure"])).expect_err("invalid");
+    assert_named(&errors, "cosmos.endpoint");
+    let errors = Settings::load(&cli(&[
+        "profile=azure",
+        "cosmos.endpoint=https://a.documents.azure.com/",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "cosmos.key");
+    let settings = Settings::load(&cli(&[
+        "profile=azure",
+        "cosmos.endpoint=https://a.documents.azure.com/",
+        "cosmos.auth=entra",
+        "eventhubs.auth=entra",
+        "eventhubs.namespace=ns.servicebus.windows.net",
+        "gateway.receipt_key=0123456789abcdef0123456789abcdef",
+        "gateway.auth.jwt.issuer=https://login.microsoftonline.com/tenant/v2.0",
+        "gateway.auth.jwt.audience=api://skyport",
+        "gateway.auth.jwt.jwks_url=https://login.microsoftonline.com/tenant/discovery/v2.0/keys",
+    ]))
+    .expect("valid");
+    assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
+    assert_eq!(settings.stream_backend(), StreamBackend::EventHubs);
+    assert!(settings.auth_enabled());
+}
+
+#[test]
+fn an_explicit_backend_wins_over_the_profile() {
+    let settings = Settings::load(&cli(&[
+        "profile=azure",
+        "store.backend=embedded",
+        "stream.backend=embedded",
+        "gateway.auth.enabled=false",
+    ]))
+    .expect("valid");
+    assert_eq!(settings.store_backend(), StoreBackend::Embedded);
+    assert_eq!(settings.stream_backend(), StreamBackend::Embedded);
+    assert!(!settings.auth_enabled());
+}
+
+#[test]
+fn a_short_receipt_key_is_refused() {
+    let errors = Settings::load(&cli(&["gateway.receipt_key=short"])).expect_err("invalid");
+    assert_named(&errors, "gateway.receipt_key");
+}
+
+const KEY_A: &str = "gateway.auth.api_keys.portal.key=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const KEY_B: &str = "gateway.auth.api_keys.batch.key=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const RS256_PUBLIC: &str = include_str!("../../../../tests/fixtures/jwt/rs256-public.pem");
+
+#[test]
+fn auth_is_off_in_the_embedded_profile_and_on_in_azure() {
+    assert!(!Settings::default().auth_enabled());
+    let azure = Settings {
+        profile: Profile::Azure,
+        ..Settings::default()
+    };
+    assert!(azure.auth_enabled());
+    let settings = Settings::load(&cli(&["gateway.auth.enabled=true", KEY_A])).expect("valid");
+    assert!(settings.auth_enabled());
+}
+
+#[test]
+fn logs_are_human_in_the_embedded_profile_and_json_in_azure() {
+    assert_eq!(Settings::default().log_format(), LogFormat::Human);
+    let azure = Settings {
+        profile: Profile::Azure,
+        ..Settings::default()
+    };
+    assert_eq!(azure.log_format(), LogFormat::Json);
+    let settings = Settings::load(&cli(&["telemetry.log_format=json"])).expect("valid");
+    assert_eq!(settings.log_format(), LogFormat::Json);
+    let errors = Settings::load(&cli(&["telemetry.log_format=xml"])).expect_err("invalid");
+    assert_named(&errors, "telemetry.log_format");
+}
+
+#[test]
+fn auth_on_without_credentials_says_what_to_set() {
+    let errors = Settings::load(&cli(&[
+        "profile=azure",
+        "store.backend=embedded",
+        "stream.backend=embedded",
+    ]))
+    .expect_err("invalid");
+    let auth = named(&errors, "gateway.auth");
+    assert!(
+        auth.message.contains("profile azure")
+            && auth.message.contains("gateway.auth.api_keys")
+            && auth.message.contains("gateway.auth.jwt")
+            && auth.message.contains("gateway.auth.enabled = false"),
+        "{}",
+        auth.message
+    );
+    let errors = Settings::load(&cli(&["gateway.auth.enabled=true"])).expect_err("invalid");
+    assert_named(&errors, "gateway.auth");
+}
+
+#[test]
+fn api_keys_may_do_everything_unless_scoped() {
+    let settings = Settings::load(&cli(&[
+        KEY_A,
+        KEY_B,
+        "gateway.auth.api_keys.batch.scopes=[\"deliveries.read\"]",
+    ]))
+    .expect("valid");
+    let keys = &settings.gateway.auth.api_keys;
+    assert_eq!(keys["portal"].scopes, [Scope::Read, Scope::Write]);
+    assert_eq!(keys["batch"].scopes, [Scope::Read]);
+    assert_eq!(
+        keys["portal"].key.expose_secret(),
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    );
+}
+
+#[test]
+fn api_key_settings_name_their_key() {
+    for (set, key) in [
+        (
+            vec!["gateway.auth.api_keys.portal.key=short"],
+            "gateway.auth.api_keys.portal.key",
+        ),
+        (
+            vec![
+                KEY_A,
+                "gateway.auth.api_keys.copy.key=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            ],
+            "gateway.auth.api_keys.portal.key",
+        ),
+        (
+            vec![KEY_A, "gateway.auth.api_keys.portal.scopes=[]"],
+            "gateway.auth.api_keys.portal.scopes",
+        ),
+        (
+            vec![
+                KEY_A,
+                "gateway.auth.api_keys.portal.scopes=[\"deliveries.admin\"]",
+            ],
+            "gateway.auth.api_keys.portal.scopes.0",
+        ),
+        (
+            vec![KEY_A, "gateway.auth.write_scope=a b"],
+            "gateway.auth.write_scope",
+        ),
+    ] {
+        let errors = Settings::load(&cli(&set)).expect_err(key);
+        assert_named(&errors, key);
+    }
+}
+
+#[test]
+fn jwt_settings_name_their_key() {
+    let base = [
+        "gateway.auth.enabled=true",
+        "gateway.auth.jwt.issuer=https://issuer.example",
+        "gateway.auth.jwt.audience=skyport",
+    ];
+    let load = |extra: &[&str]| {
+        let mut set = base.to_vec();
+        set.extend_from_slice(extra);
+        Settings::load(&cli(&set))
+    };
+    let settings =
+        load(&["gateway.auth.jwt.hs256_secret=0123456789abcdef0123456789abcdef"]).expect("valid");
+    let jwt = settings.gateway.auth.jwt.expect("jwt");
+    assert_eq!(
+        (jwt.leeway_s.count(), jwt.jwks_refresh_s.count()),
+        (60, 3_600)
+    );
+    let rs256 = format!("gateway.auth.jwt.public_key_pem={RS256_PUBLIC}");
+    let settings = load(&[&rs256]).expect("valid");
+    let key = settings.gateway.auth.jwt.and_then(|jwt| jwt.public_key_pem);
+    assert_eq!(key.as_deref().map(str::trim), Some(RS256_PUBLIC.trim()));
+    let jwks = "gateway.auth.jwt.jwks_url=http://127.0.0.1:1/keys";
+    load(&[jwks]).expect("valid");
+    for (extra, key) in [
+        (vec![], "gateway.auth.jwt"),
+        (
+            vec![
+                jwks,
+                "gateway.auth.jwt.hs256_secret=0123456789abcdef0123456789abcdef",
+            ],
+            "gateway.auth.jwt",
+        ),
+        (
+            vec![jwks, "gateway.auth.jwt.issuer="],
+            "gateway.auth.jwt.issuer",
+        ),
+        (
+            vec![jwks, "gateway.auth.jwt.audience= "],
+            "gateway.auth.jwt.audience",
+        ),
+        (
+            vec!["gateway.auth.jwt.hs256_secret=short"],
+            "gateway.auth.jwt.hs256_secret",
+        ),
+        (
+            vec!["gateway.auth.jwt.jwks_url=ftp://keys.example/"],
+            "gateway.auth.jwt.jwks_url",
+        ),
+        (
+            vec!["gateway.auth.jwt.jwks_url=not a url"],
+            "gateway.auth.jwt.jwks_url",
+        ),
+        (
+            vec![jwks, "gateway.auth.jwt.jwks_refresh_s=5"],
+            "gateway.auth.jwt.jwks_refresh_s",
+        ),
+        (
+            vec![jwks, "gateway.auth.jwt.tenant=x"],
+            "gateway.auth.jwt.tenant",
+        ),
+    ] {
+        let errors = load(&extra).expect_err(key);
+        assert_named(&errors, key);
+    }
+}

@@ -1,0 +1,66 @@
+//! `[worker]`: the worker that runs the workflow.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::checks::Checks;
+use super::duration::Millis;
+
+/// The worker that runs the workflow.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerSettings {
+    /// Where `skyport-worker` serves `/healthz`, `/readyz` and `/metrics`.
+    pub listen: SocketAddr,
+    /// Consumer group whose checkpoints this worker keeps.
+    pub consumer_group: String,
+    /// Events processed at once per partition.
+    pub max_in_flight: usize,
+    /// How often each partition's checkpoint is written.
+    pub checkpoint_interval_ms: Millis,
+    /// How long in-flight events may take to finish after a shutdown signal.
+    pub shutdown_grace_period_ms: Millis,
+    /// Events started per second by this worker; 0 turns the limit off.
+    pub rate_limit_per_s: u32,
+    /// Most events pending (pulled, not completed) before intake pauses.
+    pub allow_backlog_of: usize,
+    /// Oldest age a pending event may reach before intake pauses.
+    pub allow_backlog_to_ms: Millis,
+    /// How long a backlog breach may last before the worker exits to be restarted.
+    pub backlog_grace_period_ms: Millis,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            consumer_group: "skyport-worker".into(),
+            max_in_flight: 256,
+            checkpoint_interval_ms: Millis::new(5_000),
+            shutdown_grace_period_ms: Millis::new(30_000),
+            rate_limit_per_s: 0,
+            allow_backlog_of: 320_000,
+            allow_backlog_to_ms: Millis::new(600_000),
+            backlog_grace_period_ms: Millis::new(60_000),
+        }
+    }
+}
+
+impl WorkerSettings {
+    pub(super) fn validate(&self, checks: &mut Checks<'_>) {
+        checks.check(
+            !self.consumer_group.trim().is_empty(),
+            "consumer_group",
+            "must not be empty",
+        );
+        checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        checks.at_least(
+            self.checkpoint_interval_ms.count(),
+            10,
+            "checkpoint_interval_ms",
+        );
+        checks.at_least(self.allow_backlog_of, 1, "allow_backlog_of");
+        checks.at_least(self.allow_backlog_to_ms.count(), 1, "allow_backlog_to_ms");
+    }
+}

@@ -1,0 +1,242 @@
+//! What a Skyport process tells its operator, besides `/metrics`: log lines on
+//! stderr (human-readable or JSON, filtered by `RUST_LOG`, default `info`),
+//! and spans exported over OTLP/gRPC when the standard `OTEL_*` variables ask
+//! for it.
+//!
+//! One trace covers a delivery end to end: the gateway's request span takes
+//! the caller's W3C `traceparent` as its parent, the event carries the
+//! gateway's own `traceparent` through the stream, the worker's span continues
+//! it, and every backend call sends the current span's `traceparent` on.
+//!
+//! `RUST_LOG` filters log lines only; every `skyport*` span at INFO is
+//! exported. The spans of the hot paths are made with [`trace_span!`]: at INFO
+//! while spans are exported and at DEBUG otherwise, because an enabled span
+//! costs each request the formatting and bookkeeping of its fields (12–17 %
+//! of the gateway's ingest throughput, BENCHMARKS.md), worth paying only when
+//! a collector or a debug log reads it.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, fmt};
+
+use crate::config::LogFormat;
+
+/// The W3C header (and event property) that carries a trace's context.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// Whether this process exports spans (set once, by [`Telemetry::init`]).
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process exports spans: [`trace_span!`]'s level depends on it.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+/// A span of a hot path (a request, a step, a call): `tracing::info_span!`
+/// while spans are exported, `tracing::debug_span!` otherwise (same arguments).
+#[macro_export]
+macro_rules! trace_span {
+    ($($arguments:tt)*) => {
+        if $crate::telemetry::exporting() {
+            ::tracing::info_span!($($arguments)*)
+        } else {
+            ::tracing::debug_span!($($arguments)*)
+        }
+    };
+}
+
+/// An `OTEL_*` variable Skyport cannot honour, named with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{variable}: {message}")]
+pub struct TelemetryError {
+    pub variable: &'static str,
+    pub message: String,
+}
+
+impl TelemetryError {
+    fn new(variable: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            variable,
+            message: message.into(),
+        }
+    }
+}
+
+/// The installed logging and tracing; [`Telemetry::shutdown`] sends the spans still buffered.
+#[derive(Debug)]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Installs the global subscriber: logs in `format`, and spans exported
+    /// as `service` (unless `OTEL_SERVICE_NAME` names it) when the `OTEL_*`
+    /// variables ask for it. Must run inside the Tokio runtime (the gRPC
+    /// exporter's connection lives there). A second call (as in tests) leaves
+    /// the first subscriber in place and exports nothing.
+    ///
+    /// # Errors
+    /// [`TelemetryError`] naming an `OTEL_*` variable that asks for what Skyport does not do.
+    pub fn init(format: LogFormat, service: &'static str) -> Result<Self, TelemetryError> {
+        let provider = if otlp_requested()? {
+            Some(tracer_provider(service)?)
+        } else {
+            None
+        };
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        let logs = match format {
+            LogFormat::Human => fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_filter(filter)
+                .boxed(),
+            LogFormat::Json => fmt::layer()
+                .json()
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_writer(std::io::stderr)
+                .with_filter(filter)
+                .boxed(),
+        };
+        let traces = provider.as_ref().map(|p| {
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer(service))
+                .with_filter(Targets::new().with_target("skyport", tracing::Level::INFO))
+        });
+        let installed = tracing_subscriber::registry()
+            .with(logs)
+            .with(traces)
+            .try_init()
+            .is_ok();
+        let provider = provider.filter(|_| installed);
+        EXPORTING.store(provider.is_some(), Ordering::Relaxed);
+        Ok(Self { provider })
+    }
+
+    /// Exports the spans still buffered (waiting at most the exporter's timeout) and stops exporting.
+    pub async fn shutdown(self) {
+        let Some(provider) = self.provider else {
+            return;
+        };
+        let flushed = tokio::task::spawn_blocking(move || {
+            provider.shutdown_with_timeout(Duration::from_secs(10))
+        })
+        .await;
+        if let Ok(Err(e)) = flushed {
+            eprintln!("could not export the last spans: {e}");
+        }
+    }
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether the `OTEL_*` variables ask for spans: an OTLP endpoint is set (or
+/// `OTEL_TRACES_EXPORTER=otlp`), and neither `OTEL_SDK_DISABLED=true` nor
+/// `OTEL_TRACES_EXPORTER=none` says otherwise.
+fn otlp_requested() -> Result<bool, TelemetryError> {
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Ok(false);
+    }
+    let exporter = var("OTEL_TRACES_EXPORTER");
+    match exporter.as_deref() {
+        None | Some("otlp") => {}
+        Some("none") => return Ok(false),
+        Some(other) => {
+            return Err(TelemetryError::new(
+                "OTEL_TRACES_EXPORTER",
+                format!(
+                    "`{other}` is not supported: Skyport exports spans with `otlp` (or `none`)"
+                ),
+            ));
+        }
+    }
+    for variable in [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ] {
+        if let Some(protocol) = var(variable) {
+            if protocol != "grpc" {
+                return Err(TelemetryError::new(
+                    variable,
+                    format!(
+                        "`{protocol}` is not supported: Skyport exports over `grpc` (port 4317 of a collector)"
+                    ),
+                ));
+            }
+            break;
+        }
+    }
+    Ok(exporter.is_some()
+        || var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+        || var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some())
+}
+
+/// Batches spans and sends them over OTLP/gRPC; the exporter reads its
+/// endpoint, headers, timeout and compression from `OTEL_EXPORTER_OTLP_*`,
+/// the sampler reads `OTEL_TRACES_SAMPLER*` and the batch `OTEL_BSP_*`.
+fn tracer_provider(service: &'static str) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()
+        .map_err(|e| {
+            let variable = if var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some() {
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+            } else {
+                "OTEL_EXPORTER_OTLP_ENDPOINT"
+            };
+            TelemetryError::new(variable, format!("cannot make the OTLP exporter: {e}"))
+        })?;
+    let mut resource = Resource::builder();
+    let named = var("OTEL_SERVICE_NAME").is_some()
+        || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    if !named {
+        resource = resource.with_service_name(service);
+    }
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build())
+}
+
+/// The `traceparent` of the current span, when spans are exported; else the
+/// one given (a caller's, passed on unchanged so that its trace still links up).
+pub fn traceparent_or(fallback: Option<&str>) -> Option<String> {
+    let context = tracing::Span::current().context();
+    if !context.span().span_context().is_valid() {
+        return fallback.map(str::to_owned);
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    carrier
+        .remove(TRACEPARENT)
+        .or_else(|| fallback.map(str::to_owned))
+}
+
+/// Makes `span` continue the trace `traceparent` names (from an HTTP header or
+/// an event); a malformed one is ignored and the span starts a trace of its own.
+pub fn continue_trace(span: &tracing::Span, traceparent: Option<&str>) {
+    let Some(traceparent) = traceparent else {
+        return;
+    };
+    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    if context.span().span_context().is_valid() {
+        // Fails only when the span is disabled (filtered out), which leaves nothing to link.
+        let _ = span.set_parent(context);
+    }
+}

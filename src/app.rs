@@ -1,0 +1,191 @@
+//! The all-in-one process: gateway, worker and (unless real services are
+//! configured) the simulated services in one process on the embedded store.
+//!
+//! [`App::start`] brings the parts up in dependency order and [`App::stop`]
+//! takes them down in reverse: the gateway and the worker drain first, the
+//! simulated services stop last so in-flight steps can finish against them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use skyport_api::Gateway;
+use skyport_api::auth::Auth;
+use skyport_runtime::config::Settings;
+use skyport_simulator::{Simulator, SimulatorOptions};
+use skyport_worker::Worker;
+use skyport_worker::workflow::Tally;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+use crate::backends::Backends;
+
+/// A running all-in-one process.
+#[derive(Debug)]
+pub struct App {
+    /// Where the gateway listens.
+    pub gateway_addr: SocketAddr,
+    /// Where the workflow sends its calls.
+    pub services_url: Url,
+    /// The in-process simulated services, when no `services.base_url` is configured.
+    pub simulator: Option<Simulator>,
+    pub backends: Backends,
+    pub tally: Arc<Tally>,
+    shutdown: CancellationToken,
+    simulator_shutdown: CancellationToken,
+    parts: JoinSet<anyhow::Result<()>>,
+    simulator_task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl App {
+    /// Opens the store and starts every part; `shutdown` stops the gateway and the worker.
+    ///
+    /// # Errors
+    /// When the store cannot be opened, the token issuer's keys cannot be
+    /// fetched or a listener cannot be bound.
+    pub async fn start(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
+        let backends = Backends::open(&settings)
+            .await
+            .context("cannot open the stream and the store")?;
+        Self::start_with(settings, backends, shutdown).await
+    }
+
+    /// Starts every part on backends already open.
+    ///
+    /// # Errors
+    /// When the token issuer's keys cannot be fetched or a listener cannot be bound.
+    pub async fn start_with(
+        settings: Settings,
+        backends: Backends,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Self> {
+        let auth = Auth::from_settings(&settings).await?;
+        let simulator_shutdown = CancellationToken::new();
+        let (services_url, simulator, simulator_task) = match &settings.services.base_url {
+            Some(url) => (url.clone(), None, None),
+            None => {
+                let simulator = Simulator::new(SimulatorOptions::from(&settings.simulator));
+                let listener = TcpListener::bind(settings.simulator.listen)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot listen on simulator.listen = {}",
+                            settings.simulator.listen
+                        )
+                    })?;
+                let url = Url::parse(&format!("http://{}/", listener.local_addr()?))?;
+                let task = tokio::spawn(
+                    simulator
+                        .clone()
+                        .serve(listener, simulator_shutdown.clone()),
+                );
+                (url, Some(simulator), Some(task))
+            }
+        };
+        let worker = Worker::new(
+            &backends.ports,
+            services_url.clone(),
+            &settings.services,
+            settings.worker.clone(),
+        )?;
+        let tally = worker.tally();
+        let gateway = Gateway::bind(
+            &backends.ports,
+            &settings.gateway,
+            auth,
+            vec![Arc::new(worker.pauses())],
+        )
+        .await?;
+        let gateway_addr = gateway.local_addr()?;
+        let mut parts = JoinSet::new();
+        let worker_shutdown = shutdown.clone();
+        parts.spawn(async move {
+            worker
+                .run(worker_shutdown)
+                .await
+                .context("the worker stopped")
+        });
+        let gateway_shutdown = shutdown.clone();
+        parts.spawn(async move {
+            gateway
+                .serve(gateway_shutdown)
+                .await
+                .context("the gateway failed")
+        });
+        Ok(Self {
+            gateway_addr,
+            services_url,
+            simulator,
+            backends,
+            tally,
+            shutdown,
+            simulator_shutdown,
+            parts,
+            simulator_task,
+        })
+    }
+
+    /// Waits until the shutdown token fires and every part has drained, then
+    /// stops the simulated services.
+    ///
+    /// # Errors
+    /// The first part that failed.
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        let mut result = Ok(());
+        while let Some(joined) = self.parts.join_next().await {
+            let outcome = joined
+                .context("a part of the process panicked")
+                .and_then(|r| r);
+            if let Err(e) = outcome {
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    "A part of Skyport failed; stopping."
+                );
+                self.shutdown.cancel();
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        self.backends.close().await;
+        self.simulator_shutdown.cancel();
+        if let Some(task) = self.simulator_task.take() {
+            task.await.context("the simulated services panicked")??;
+        }
+        result
+    }
+
+    /// Stops the process as a signal would and waits for it to drain.
+    ///
+    /// # Errors
+    /// The first part that failed.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.wait().await
+    }
+}
+
+/// `skyport`: every part on the embedded store until `shutdown`, telling the
+/// user where it listens and how to try it.
+///
+/// # Errors
+/// When a part cannot start, or one fails.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let data_dir = settings.embedded.data_dir.clone();
+    let app = App::start(settings, shutdown).await?;
+    let url = format!("http://{}", app.gateway_addr);
+    println!(
+        "Skyport is listening on {url} (data in {}; Ctrl-C stops it)",
+        data_dir.display()
+    );
+    println!("Simulated services: {}", app.services_url);
+    println!("Try:");
+    println!("  curl -si {url}/api/deliveryrequests -H 'content-type: application/json' \\");
+    println!("    -d '{EXAMPLE_REQUEST}'");
+    println!("  then GET the statusUrl it answers with until the state is Scheduled.");
+    app.wait().await
+}
+
+const EXAMPLE_REQUEST: &str = r#"{"ownerId":"owner-1","pickupLocation":"47.6423,-122.1368","pickupTime":"2030-01-01T10:00:00Z","deadline":"2030-01-01T12:00:00Z","dropoffLocation":"47.6101,-122.2015","packageInfo":{"packageId":"pkg-1","size":"Small","weight":2.5}}"#;

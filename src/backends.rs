@@ -1,0 +1,165 @@
+//! Composition: the adapters the settings choose, opened and bundled as the
+//! [`Ports`] that the gateway and the worker run on. The only place besides
+//! the binaries that knows the adapter crates.
+//!
+//! The stream is the embedded log or Event Hubs; status, dead letters and
+//! reservations live together in the embedded store or Cosmos DB, and so do
+//! the Event Hubs processor's leases. The embedded store opens when the
+//! stream or the store is embedded, and then also keeps the receipt key
+//! unless one is configured.
+
+use std::sync::Arc;
+
+use secrecy::ExposeSecret;
+use skyport_azure::cosmos::{CosmosOpenError, CosmosStore};
+use skyport_azure::eventhubs::{EventHubsConsumer, EventHubsOpenError, EventHubsPublisher};
+use skyport_core::ports::{Consumer, LeaseStore, Ports, Publisher};
+use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError};
+use skyport_runtime::config::{ConfigError, Settings, StoreBackend, StreamBackend};
+
+/// Why a backend did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Embedded(#[from] OpenError),
+    #[error(transparent)]
+    Cosmos(#[from] CosmosOpenError),
+    #[error(transparent)]
+    EventHubs(#[from] EventHubsOpenError),
+    /// A setting that does not fit the data already stored.
+    #[error("{0}")]
+    Config(#[source] ConfigError),
+    #[error("gateway.receipt_key is not set, and no embedded store keeps one")]
+    NoReceiptKey,
+}
+
+/// Where status, dead letters, reservations and leases live.
+#[derive(Debug, Clone)]
+pub enum Store {
+    Embedded(Arc<EmbeddedStore>),
+    Cosmos(Arc<CosmosStore>),
+}
+
+/// The ports a process runs on, and the stores behind them (to close them,
+/// and for tests and operators to inspect).
+#[derive(Debug, Clone)]
+pub struct Backends {
+    pub ports: Ports,
+    pub store: Store,
+    /// The embedded store, when the stream or the store is embedded.
+    pub embedded: Option<Arc<EmbeddedStore>>,
+}
+
+impl Backends {
+    /// Opens the stream and the store the settings name.
+    ///
+    /// # Errors
+    /// [`BackendError`] when a backend cannot be opened.
+    pub async fn open(settings: &Settings) -> Result<Self, BackendError> {
+        let cosmos = match settings.store_backend() {
+            StoreBackend::Embedded => None,
+            StoreBackend::Cosmos => Some(CosmosStore::open(&settings.cosmos).await?),
+        };
+        Self::open_with(settings, cosmos).await
+    }
+
+    /// Opens the stream the settings name, with status, dead letters and
+    /// leases in `cosmos` when given (tests hand in one on the SDK's
+    /// emulator), else in the embedded store.
+    ///
+    /// # Errors
+    /// [`BackendError`] when a backend cannot be opened.
+    pub async fn open_with(
+        settings: &Settings,
+        cosmos: Option<Arc<CosmosStore>>,
+    ) -> Result<Self, BackendError> {
+        let store = match cosmos {
+            Some(cosmos) => Store::Cosmos(cosmos),
+            None => Store::Embedded(open_embedded(settings)?),
+        };
+        let embedded = match (settings.stream_backend(), store.embedded()) {
+            (StreamBackend::Embedded, None) => Some(open_embedded(settings)?),
+            (_, store) => store,
+        };
+        let receipt_key: Arc<[u8]> = match (&settings.gateway.receipt_key, &embedded) {
+            (Some(key), _) => key.expose_secret().as_bytes().into(),
+            (None, Some(embedded)) => embedded.receipt_key().into(),
+            (None, None) => return Err(BackendError::NoReceiptKey),
+        };
+        let group = &settings.worker.consumer_group;
+        let (publisher, consumer): (Arc<dyn Publisher>, Arc<dyn Consumer>) =
+            match (settings.stream_backend(), &embedded) {
+                (StreamBackend::Embedded, Some(embedded)) => (
+                    Arc::clone(embedded) as Arc<dyn Publisher>,
+                    Arc::new(EmbeddedConsumer::new(Arc::clone(embedded), group)),
+                ),
+                _ => (
+                    Arc::new(EventHubsPublisher::open(&settings.eventhubs).await?),
+                    Arc::new(EventHubsConsumer::new(
+                        &settings.eventhubs,
+                        group,
+                        store.leases(),
+                    )),
+                ),
+            };
+        let ports = match &store {
+            Store::Embedded(store) => Ports {
+                publisher,
+                consumer,
+                status: store.clone(),
+                dead_letters: store.clone(),
+                idempotency: store.clone(),
+                receipt_key,
+            },
+            Store::Cosmos(store) => Ports {
+                publisher,
+                consumer,
+                status: store.clone(),
+                dead_letters: store.clone(),
+                idempotency: store.clone(),
+                receipt_key,
+            },
+        };
+        Ok(Self {
+            ports,
+            store,
+            embedded,
+        })
+    }
+
+    /// Flushes what the backends buffer and logs what they spent.
+    pub async fn close(&self) {
+        if let Store::Cosmos(cosmos) = &self.store {
+            cosmos.close().await;
+        }
+    }
+}
+
+impl Store {
+    /// The embedded store, when it is the store.
+    pub fn embedded(&self) -> Option<Arc<EmbeddedStore>> {
+        match self {
+            Self::Embedded(store) => Some(Arc::clone(store)),
+            Self::Cosmos(_) => None,
+        }
+    }
+
+    /// The lease store of a partition-balancing stream.
+    pub fn leases(&self) -> Arc<dyn LeaseStore> {
+        match self {
+            Self::Embedded(store) => store.clone(),
+            Self::Cosmos(store) => store.clone(),
+        }
+    }
+}
+
+/// The embedded store; a partition count that does not match its data is a
+/// configuration error naming `stream.partitions`.
+fn open_embedded(settings: &Settings) -> Result<Arc<EmbeddedStore>, BackendError> {
+    EmbeddedStore::open(&settings.embedded, settings.stream.partitions).map_err(|e| match e {
+        OpenError::PartitionMismatch { .. } => {
+            BackendError::Config(ConfigError::new("stream.partitions", e.to_string()))
+        }
+        other => BackendError::Embedded(other),
+    })
+}

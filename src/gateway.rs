@@ -1,0 +1,27 @@
+//! `skyport-gateway`: the gateway alone, for deployments that run the worker
+//! as a separate process (the embedded store belongs to one process, so that
+//! takes a shared stream and store).
+
+use anyhow::Context;
+use skyport_api::Gateway;
+use skyport_api::auth::Auth;
+use skyport_runtime::config::Settings;
+use tokio_util::sync::CancellationToken;
+
+use crate::backends::Backends;
+
+/// Serves the gateway until `shutdown`, then drains it and closes the backends.
+///
+/// # Errors
+/// When a backend cannot be opened, the listener cannot be bound or serving fails.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let auth = Auth::from_settings(&settings).await?;
+    let backends = Backends::open(&settings)
+        .await
+        .context("cannot open the stream and store")?;
+    let gateway = Gateway::bind(&backends.ports, &settings.gateway, auth, Vec::new()).await?;
+    tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
+    let result = gateway.serve(shutdown).await;
+    backends.close().await;
+    result.context("the gateway failed")
+}

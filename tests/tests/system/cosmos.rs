@@ -1,0 +1,215 @@
+//! Cosmos DB on the SDK's in-memory emulator: the status-store and
+//! checkpoint-store contracts (the same suites as the embedded store),
+//! throttling, dead letters, and the whole system with its status in Cosmos DB.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skyport_azure::cosmos::emulator;
+use skyport_azure::cosmos::request_units::Operation;
+use skyport_core::ports::{Precondition, StatusStore, StatusStoreError};
+use skyport_core::status::{DeliveryState, StatusDocument};
+use skyport_embedded::EmbeddedStore;
+use skyport_runtime::config::{CosmosSettings, EmbeddedSettings, Millis};
+use skyport_tests::contract::status_store_contract;
+use skyport_tests::idempotency_contract::idempotency_store_contract;
+use skyport_tests::leases_contract::lease_store_contract;
+use skyport_tests::{TestApp, test_settings};
+use time::OffsetDateTime;
+
+fn settings() -> CosmosSettings {
+    CosmosSettings {
+        bulk_max_wait_ms: Millis::new(10),
+        ..CosmosSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn the_embedded_store_keeps_the_status_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    status_store_contract(store, "embedded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_keeps_the_lease_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    lease_store_contract(store.clone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_keeps_the_idempotency_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EmbeddedSettings {
+        data_dir: dir.path().to_path_buf(),
+        ..EmbeddedSettings::default()
+    };
+    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    idempotency_store_contract(store, "embedded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cosmos_keeps_the_idempotency_store_contract() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    idempotency_store_contract(store.clone(), "cosmos").await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn cosmos_keeps_the_status_store_contract() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    status_store_contract(store.clone(), "cosmos").await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_missing_container_is_named_when_it_may_not_be_created() {
+    let error = emulator::open(
+        &CosmosSettings {
+            create_if_missing: false,
+            ..settings()
+        },
+        false,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("database skyport does not exist"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("cosmos.create_if_missing"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_writes_all_land_without_sdk_retries() {
+    let throttled = CosmosSettings {
+        throughput: Some(400),
+        ..settings()
+    };
+    let (store, wire) = emulator::open(&throttled, true).await.unwrap();
+    let mut writes = tokio::task::JoinSet::new();
+    for n in 0..2_000 {
+        let store = Arc::clone(&store);
+        writes.spawn(async move {
+            let id = format!("delivery-{n}");
+            let document = StatusDocument::accepted(id, OffsetDateTime::UNIX_EPOCH);
+            let put = StatusStore::put(&*store, &document, Precondition::IfNoneMatch);
+            put.await.unwrap();
+        });
+    }
+    writes.join_all().await;
+    let units = store.request_units();
+    let (written, write_units) = units.spent(Operation::Write);
+    let write_throttles = units.throttled_count();
+    // Read every one back: none lost.
+    let mut reads = tokio::task::JoinSet::new();
+    for n in 0..2_000 {
+        let store = Arc::clone(&store);
+        reads.spawn(async move {
+            let id = format!("delivery-{n}");
+            // A throttled read answers unavailable after a few 429s; readers retry.
+            let found = loop {
+                match StatusStore::get(&*store, &id).await {
+                    Ok(found) => break found,
+                    Err(StatusStoreError::Unavailable(_)) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            assert!(found.is_some(), "{id} landed");
+        });
+    }
+    reads.join_all().await;
+    let (read, _) = units.spent(Operation::Read);
+    let throttles = units.throttled_count();
+    println!(
+        "throttling: 2000 writes landed ({write_throttles} 429s waited out, {write_units:.0} RU), \
+         all 2000 read back; {} document requests on the wire = {written} writes + {read} reads + {throttles} throttled",
+        wire.documents()
+    );
+    assert_eq!(written, 2_000);
+    assert_eq!(read, 2_000);
+    assert!(
+        write_throttles > 0,
+        "a 400 RU/s container throttles 2000 quick writes"
+    );
+    assert_eq!(
+        wire.documents(),
+        written + read + throttles,
+        "every request on the wire is one the adapter made: the SDK retried nothing"
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cosmos_keeps_the_lease_store_contract() {
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    lease_store_contract(store.clone()).await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn dead_letters_keep_the_reason_the_time_and_the_raw_bytes() {
+    use skyport_core::ports::{DeadLetter, DeadLetterStore};
+    let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+    let at = OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap();
+    let letter = DeadLetter {
+        partition: 3,
+        offset: 41,
+        reason: "schema version 99 is not supported".into(),
+        payload: bytes::Bytes::from_static(b"\xff\x00{not json"),
+        at,
+    };
+    DeadLetterStore::put(&*store, letter.clone()).await.unwrap();
+    // Dead-lettering the same event again (a replay) keeps one letter.
+    DeadLetterStore::put(&*store, letter.clone()).await.unwrap();
+    let letters = store.dead_letters().await.unwrap();
+    assert_eq!(letters.len(), 1);
+    let kept = &letters[0];
+    assert_eq!((kept.partition, kept.offset, kept.at), (3, 41, at));
+    assert_eq!(kept.reason, letter.reason);
+    assert_eq!(kept.payload, letter.payload);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
+    let dir = tempfile::tempdir().unwrap();
+    // The bulk defaults (100 items or 1 s) as deployed.
+    let app = TestApp::spawn_on_cosmos(test_settings(dir.path())).await;
+    let accepted = app.client.post_many(1_000).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled)
+    );
+    let cosmos = app.cosmos();
+    let (written, _) = cosmos.request_units().spent(Operation::Write);
+    assert!(
+        written >= 2_000,
+        "Processing and Scheduled of every delivery went to Cosmos DB: {written}"
+    );
+    app.app.stop().await.unwrap();
+}

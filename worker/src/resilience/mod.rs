@@ -1,0 +1,10 @@
+//! How the workflow talks to its services over HTTP and survives them: the
+//! one client every step calls through ([`client`]), what an answer means
+//! ([`classify`]), how long to wait before trying again ([`backoff`]), and a
+//! circuit breaker per service that pauses intake while its service is down
+//! ([`breaker`]).
+
+pub mod backoff;
+pub mod breaker;
+mod classify;
+pub mod client;

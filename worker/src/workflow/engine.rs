@@ -1,0 +1,123 @@
+//! The workflow's entry: [`Workflow::process`] decodes an event, runs it as a
+//! delivery ([`super::deliver`]) or a cancellation ([`super::cancel`]), or
+//! dead-letters it ([`super::dead_letter`]), and counts what became of it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use skyport_core::event::Event;
+use skyport_core::ports::{DeadLetterStore, StreamEvent};
+use skyport_runtime::metrics::{self, OutcomeLabels};
+use skyport_runtime::{telemetry, trace_span};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::cancellations::Cancellations;
+use super::outcome::{Outcome, Tally};
+use super::status::StatusWriter;
+use crate::resilience::backoff::Backoff;
+use crate::resilience::client::ServiceClient;
+
+/// The span of one event's workflow: a consumer span continuing the trace of
+/// the request that produced it.
+fn event_span(
+    kind: &'static str,
+    delivery_id: &str,
+    event: &StreamEvent,
+    traceparent: Option<&str>,
+) -> tracing::Span {
+    let span = trace_span!(
+        "event",
+        otel.name = %format_args!("process {kind}"),
+        otel.kind = "consumer",
+        delivery_id,
+        partition = event.partition,
+        offset = event.offset,
+    );
+    telemetry::continue_trace(&span, traceparent);
+    span
+}
+
+#[derive(Debug)]
+pub struct Workflow {
+    pub(super) client: ServiceClient,
+    pub(super) status: StatusWriter,
+    pub(super) dead_letters: Arc<dyn DeadLetterStore>,
+    pub(super) backoff: Backoff,
+    pub(super) cancellations: Cancellations,
+    pub(super) tally: Arc<Tally>,
+}
+
+impl Workflow {
+    pub fn new(
+        client: ServiceClient,
+        status: StatusWriter,
+        dead_letters: Arc<dyn DeadLetterStore>,
+        backoff: Backoff,
+    ) -> Self {
+        Self {
+            client,
+            status,
+            dead_letters,
+            backoff,
+            cancellations: Cancellations::default(),
+            tally: Arc::default(),
+        }
+    }
+
+    pub fn tally(&self) -> Arc<Tally> {
+        Arc::clone(&self.tally)
+    }
+
+    /// Runs the workflow for `event`; `abandon` gives it up (only at shutdown).
+    pub async fn process(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
+        let outcome = self.run(event, abandon).await;
+        self.record(outcome)
+    }
+
+    /// Counts `outcome` in the tally and the metrics, and answers it.
+    pub fn record(&self, outcome: Outcome) -> Outcome {
+        let (counter, label) = match outcome {
+            Outcome::Scheduled => (&self.tally.scheduled, "scheduled"),
+            Outcome::Failed => (&self.tally.failed, "failed"),
+            Outcome::Cancelled => (&self.tally.cancelled, "cancelled"),
+            Outcome::CancelRequested => (&self.tally.cancel_requested, "cancel_requested"),
+            Outcome::AlreadyTerminal => (&self.tally.replayed, "already_terminal"),
+            Outcome::DeadLettered => (&self.tally.dead_lettered, "dead_lettered"),
+            Outcome::Abandoned => (&self.tally.abandoned, "abandoned"),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        metrics::global()
+            .workflow_events
+            .get_or_create(&OutcomeLabels { outcome: label })
+            .inc();
+        outcome
+    }
+
+    async fn run(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
+        let result = match Event::decode(&event.payload) {
+            Ok(Event::DeliveryRequested(request)) => {
+                let span = event_span(
+                    "DeliveryRequested",
+                    &request.delivery_id,
+                    event,
+                    request.traceparent.as_deref(),
+                );
+                let outcome = self.deliver(&request, abandon).instrument(span).await;
+                self.cancellations.forget(&request.delivery_id);
+                outcome
+            }
+            Ok(Event::CancellationRequested(cancel)) => {
+                let span = event_span(
+                    "CancellationRequested",
+                    &cancel.delivery_id,
+                    event,
+                    cancel.traceparent.as_deref(),
+                );
+                self.cancel(&cancel, abandon).instrument(span).await
+            }
+            Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
+        };
+        result.unwrap_or(Outcome::Abandoned)
+    }
+}

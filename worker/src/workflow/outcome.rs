@@ -1,0 +1,55 @@
+//! What became of an event, and the tally of outcomes since the process started.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What became of one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Scheduled,
+    Failed,
+    Cancelled,
+    /// A running delivery was flagged; it cancels itself at its next step.
+    CancelRequested,
+    /// A replay of a delivery whose terminal state was already recorded.
+    AlreadyTerminal,
+    DeadLettered,
+    /// Given up at shutdown before completing; it will be read again.
+    Abandoned,
+}
+
+impl Outcome {
+    /// Whether the event is done with, so that the checkpoint may pass it.
+    pub fn is_completed(self) -> bool {
+        !matches!(self, Self::Abandoned)
+    }
+}
+
+/// What the workflow has done since the process started.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub scheduled: AtomicU64,
+    pub failed: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub cancel_requested: AtomicU64,
+    /// Events of deliveries that an earlier attempt had already started or finished.
+    pub replayed: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub abandoned: AtomicU64,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "scheduled={} failed={} cancelled={} cancel_requested={} replayed={} dead_lettered={} abandoned={}",
+            get(&self.scheduled),
+            get(&self.failed),
+            get(&self.cancelled),
+            get(&self.cancel_requested),
+            get(&self.replayed),
+            get(&self.dead_lettered),
+            get(&self.abandoned)
+        )
+    }
+}
