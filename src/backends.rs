@@ -13,7 +13,9 @@ use std::sync::Arc;
 use secrecy::ExposeSecret;
 use skyport_azure::cosmos::{CosmosOpenError, CosmosStore};
 use skyport_azure::eventhubs::{EventHubsConsumer, EventHubsOpenError, EventHubsPublisher};
-use skyport_core::ports::{Consumer, LeaseStore, Ports, Publisher};
+use skyport_core::ports::{
+    Consumer, DeadLetterStore, IdempotencyStore, LeaseStore, Ports, Publisher, StatusStore,
+};
 use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError};
 use skyport_runtime::config::{ConfigError, Settings, StoreBackend, StreamBackend};
 
@@ -102,23 +104,14 @@ impl Backends {
                     )),
                 ),
             };
-        let ports = match &store {
-            Store::Embedded(store) => Ports {
-                publisher,
-                consumer,
-                status: store.clone(),
-                dead_letters: store.clone(),
-                idempotency: store.clone(),
-                receipt_key,
-            },
-            Store::Cosmos(store) => Ports {
-                publisher,
-                consumer,
-                status: store.clone(),
-                dead_letters: store.clone(),
-                idempotency: store.clone(),
-                receipt_key,
-            },
+        let (status, dead_letters, idempotency) = store.ports();
+        let ports = Ports {
+            publisher,
+            consumer,
+            status,
+            dead_letters,
+            idempotency,
+            receipt_key,
         };
         Ok(Self {
             ports,
@@ -141,6 +134,20 @@ impl Store {
         match self {
             Self::Embedded(store) => Some(Arc::clone(store)),
             Self::Cosmos(_) => None,
+        }
+    }
+
+    /// The status, dead-letter and idempotency stores, which live together.
+    fn ports(
+        &self,
+    ) -> (
+        Arc<dyn StatusStore>,
+        Arc<dyn DeadLetterStore>,
+        Arc<dyn IdempotencyStore>,
+    ) {
+        match self {
+            Self::Embedded(store) => (store.clone(), store.clone(), store.clone()),
+            Self::Cosmos(store) => (store.clone(), store.clone(), store.clone()),
         }
     }
 

@@ -507,3 +507,36 @@ pub fn selects(selector: &Value, workload: &Value) -> bool {
         .iter()
         .all(|(k, v)| &labels[k] == v)
 }
+
+/// A rendering that several small tests read: linted, rendered and validated
+/// once per test process, in a directory that lasts as long as the process.
+#[derive(Debug)]
+pub struct Shared {
+    /// Where the overlays and the rendering's tool output live; tests that
+    /// run tools again use directories of their own (they run at once).
+    _dir: tempfile::TempDir,
+    /// The values files it was rendered with, in order.
+    pub values: Vec<PathBuf>,
+    pub rendering: Rendering,
+}
+
+/// The rendering of `cell`, made the first time with the values files that
+/// `values` names (it may write overlays into the directory it is given).
+pub async fn shared(
+    cell: &'static tokio::sync::OnceCell<Shared>,
+    values: fn(&Path) -> Vec<PathBuf>,
+) -> &'static Shared {
+    cell.get_or_init(|| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let values = values(dir.path());
+        let refs: Vec<&Path> = values.iter().map(PathBuf::as_path).collect();
+        lint(&refs, dir.path()).await;
+        let rendering = render(&refs, &[], dir.path()).await;
+        Shared {
+            _dir: dir,
+            values,
+            rendering,
+        }
+    })
+    .await
+}

@@ -21,32 +21,121 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use serde_json::Value;
 use skyport_tests::helm::*;
 use skyport_tests::workspace;
+use tokio::sync::OnceCell;
+
+static DEFAULT: OnceCell<Shared> = OnceCell::const_new();
+static AZURE: OnceCell<Shared> = OnceCell::const_new();
+static SECRETS: OnceCell<Shared> = OnceCell::const_new();
+
+/// The chart's own values: the all-in-one.
+fn default_values(_: &Path) -> Vec<PathBuf> {
+    Vec::new()
+}
+
+/// `ci/azure-values.yaml`: gateway and worker on Azure.
+fn azure(_: &Path) -> Vec<PathBuf> {
+    vec![azure_values()]
+}
+
+const RECEIPT_KEY: &str = "receipt-key-from-values-0123456789abcdef";
+const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
+const TRACKER_KEY: &str = "tracker-key-from-values-0123456789abcdef";
+const COSMOS_KEY: &str = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
+
+/// The Azure install with the secrets in values instead of an existing
+/// Secret, and a worker Deployment scaled by an HPA while the gateway's
+/// replicas are fixed.
+fn secrets_in_values(dir: &Path) -> Vec<PathBuf> {
+    let overlay = dir.join("secrets-values.yaml");
+    std::fs::write(
+        &overlay,
+        format!(
+            r#"existingSecret: ""
+existingSecretApiKeys: []
+config:
+  cosmos:
+    auth: key
+secrets:
+  receiptKey: {RECEIPT_KEY}
+  cosmosKey: {COSMOS_KEY}
+  apiKeys:
+    portal: {PORTAL_KEY}
+    tracker: {TRACKER_KEY}
+gateway:
+  autoscaling:
+    enabled: false
+  replicaCount: 3
+worker:
+  kind: Deployment
+  autoscaling:
+    enabled: true
+    minReplicas: 2
+    maxReplicas: 8
+    targetCPUUtilizationPercentage: 70
+"#
+        ),
+    )
+    .unwrap();
+    vec![azure_values(), overlay]
+}
+
+fn inventory(objects: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    objects
+        .iter()
+        .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+        .collect()
+}
+
+/// The value of the environment variable `variable` in `workload`'s container.
+fn env_value(workload: &Value, variable: &str) -> Value {
+    container(workload)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == variable)
+        .unwrap_or_else(|| panic!("{variable} is not set"))["value"]
+        .clone()
+}
 
 #[tokio::test]
 async fn the_default_values_install_the_all_in_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    lint(&[], dir).await;
-    let rendering = render(&[], &[], dir).await;
+    let shared = shared(&DEFAULT, default_values).await;
+    assert_eq!(
+        shared.rendering.inventory(),
+        inventory(&[
+            ("ConfigMap", "skyport"),
+            ("Service", "skyport"),
+            ("Service", "skyport-headless"),
+            ("ServiceAccount", "skyport"),
+            ("StatefulSet", "skyport"),
+        ])
+    );
+    let set = shared.rendering.get("StatefulSet", "skyport");
+    assert_eq!(container(set)["image"], "skyport:0.1.0");
+    assert!(selects(
+        &shared.rendering.get("Service", "skyport")["spec"]["selector"],
+        set
+    ));
+}
 
-    let expected: BTreeSet<(String, String)> = [
-        ("ConfigMap", "skyport"),
-        ("Service", "skyport"),
-        ("Service", "skyport-headless"),
-        ("ServiceAccount", "skyport"),
-        ("StatefulSet", "skyport"),
-    ]
-    .iter()
-    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
-    .collect();
-    assert_eq!(rendering.inventory(), expected);
-    check_pods(&rendering, &BTreeMap::from([("all-in-one", 8080)]), dir).await;
-    check_no_secret_keys(&rendering, dir).await;
+#[tokio::test]
+async fn the_all_in_one_pod_is_hardened_and_probed_and_its_config_has_no_secret() {
+    let shared = shared(&DEFAULT, default_values).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let ports = BTreeMap::from([("all-in-one", 8080)]);
+    check_pods(&shared.rendering, &ports, work.path()).await;
+    check_no_secret_keys(&shared.rendering, work.path()).await;
+}
 
+#[tokio::test]
+async fn the_all_in_one_keeps_its_data_on_a_claimed_volume() {
+    let rendering = &shared(&DEFAULT, default_values).await.rendering;
     // One pod, its data on a claimed volume writable by the images' user.
     let set = rendering.get("StatefulSet", "skyport");
     assert_eq!(set["spec"]["replicas"], 1);
@@ -73,54 +162,42 @@ async fn the_default_values_install_the_all_in_one() {
         set["spec"]["template"]["spec"]["securityContext"]["fsGroup"],
         NONROOT_UID
     );
-    assert!(selects(
-        &rendering.get("Service", "skyport")["spec"]["selector"],
-        set
-    ));
-    assert_eq!(container(set)["image"], "skyport:0.1.0");
+}
 
-    // The TOML: listening on every address, data on the volume; it loads.
-    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+#[tokio::test]
+async fn the_all_in_one_config_listens_everywhere_and_loads() {
+    let shared = shared(&DEFAULT, default_values).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let rendering = &shared.rendering;
+    let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
     assert_eq!(toml["profile"], "embedded");
     assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
     assert_eq!(toml["embedded"]["data_dir"], "/data");
-    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    let set = rendering.get("StatefulSet", "skyport");
+    let settings = load_settings(rendering, set, &BTreeSet::new(), work.path());
     assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
     assert_eq!(settings.embedded.data_dir, Path::new("/data"));
 }
 
 #[tokio::test]
 async fn the_azure_values_install_a_gateway_and_a_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    let values = azure_values();
-    lint(&[&values], dir).await;
-    let rendering = render(&[&values], &[], dir).await;
-
-    let expected: BTreeSet<(String, String)> = [
-        ("ConfigMap", "skyport"),
-        ("Deployment", "skyport-gateway"),
-        ("HorizontalPodAutoscaler", "skyport-gateway"),
-        ("Ingress", "skyport"),
-        ("PodDisruptionBudget", "skyport-gateway"),
-        ("PodDisruptionBudget", "skyport-worker"),
-        ("Service", "skyport"),
-        ("Service", "skyport-worker"),
-        ("ServiceAccount", "skyport"),
-        ("StatefulSet", "skyport-worker"),
-    ]
-    .iter()
-    .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
-    .collect();
-    assert_eq!(rendering.inventory(), expected);
-    check_pods(
-        &rendering,
-        &BTreeMap::from([("gateway", 8080), ("worker", 9090)]),
-        dir,
-    )
-    .await;
-    check_no_secret_keys(&rendering, dir).await;
-
+    let rendering = &shared(&AZURE, azure).await.rendering;
+    assert_eq!(
+        rendering.inventory(),
+        inventory(&[
+            ("ConfigMap", "skyport"),
+            ("Deployment", "skyport-gateway"),
+            ("HorizontalPodAutoscaler", "skyport-gateway"),
+            ("Ingress", "skyport"),
+            ("PodDisruptionBudget", "skyport-gateway"),
+            ("PodDisruptionBudget", "skyport-worker"),
+            ("Service", "skyport"),
+            ("Service", "skyport-worker"),
+            ("ServiceAccount", "skyport"),
+            ("StatefulSet", "skyport-worker"),
+        ])
+    );
     let gateway = rendering.get("Deployment", "skyport-gateway");
     let worker = rendering.get("StatefulSet", "skyport-worker");
     assert_eq!(
@@ -139,8 +216,23 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
         worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
         45
     );
+}
 
-    // The gateway: replicas left to the HPA, a PDB, the Service and the Ingress in front.
+#[tokio::test]
+async fn the_azure_pods_are_hardened_and_probed_and_their_config_has_no_secret() {
+    let shared = shared(&AZURE, azure).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let ports = BTreeMap::from([("gateway", 8080), ("worker", 9090)]);
+    check_pods(&shared.rendering, &ports, work.path()).await;
+    check_no_secret_keys(&shared.rendering, work.path()).await;
+}
+
+#[tokio::test]
+async fn the_gateway_scales_with_an_hpa_behind_a_pdb_a_service_and_an_ingress() {
+    let rendering = &shared(&AZURE, azure).await.rendering;
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("StatefulSet", "skyport-worker");
     assert!(gateway["spec"].get("replicas").is_none());
     let hpa = rendering.get("HorizontalPodAutoscaler", "skyport-gateway");
     assert_eq!(hpa["apiVersion"], "autoscaling/v2");
@@ -149,14 +241,14 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
     assert_eq!(hpa["spec"]["minReplicas"], 3);
     assert_eq!(hpa["spec"]["maxReplicas"], 12);
     assert_eq!(hpa["spec"]["metrics"][0]["resource"]["name"], "cpu");
-    for (pdb, workload) in [("skyport-gateway", gateway), ("skyport-worker", worker)] {
+    for (pdb, workload, other) in [
+        ("skyport-gateway", gateway, worker),
+        ("skyport-worker", worker, gateway),
+    ] {
         let pdb = rendering.get("PodDisruptionBudget", pdb);
         assert_eq!(pdb["apiVersion"], "policy/v1");
         assert!(selects(&pdb["spec"]["selector"]["matchLabels"], workload));
-        assert!(!selects(
-            &pdb["spec"]["selector"]["matchLabels"],
-            if workload == gateway { worker } else { gateway }
-        ));
+        assert!(!selects(&pdb["spec"]["selector"]["matchLabels"], other));
     }
     let service = rendering.get("Service", "skyport");
     assert!(selects(&service["spec"]["selector"], gateway));
@@ -172,8 +264,12 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
         "skyport"
     );
     assert_eq!(ingress["spec"]["tls"][0]["secretName"], "skyport-tls");
+}
 
-    // The worker: a StatefulSet named by a headless Service; the pod name is its Event Hubs owner id.
+#[tokio::test]
+async fn the_worker_is_a_stateful_set_whose_pod_names_are_its_owner_ids() {
+    let rendering = &shared(&AZURE, azure).await.rendering;
+    let worker = rendering.get("StatefulSet", "skyport-worker");
     assert_eq!(worker["spec"]["replicas"], 4);
     assert_eq!(worker["spec"]["serviceName"], "skyport-worker");
     let headless = rendering.get("Service", "skyport-worker");
@@ -189,40 +285,43 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
         instance_id["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.name"
     );
+}
 
-    // Workload identity: the ServiceAccount names the identity, every pod asks for the token.
+#[tokio::test]
+async fn the_azure_pods_use_workload_identity_and_name_themselves_in_traces() {
+    let rendering = &shared(&AZURE, azure).await.rendering;
     let account = rendering.get("ServiceAccount", "skyport");
     assert_eq!(
         account["metadata"]["annotations"]["azure.workload.identity/client-id"],
         AZURE_CLIENT_ID
     );
-    for workload in [gateway, worker] {
+    for (name, kind) in [
+        ("skyport-gateway", "Deployment"),
+        ("skyport-worker", "StatefulSet"),
+    ] {
+        let workload = rendering.get(kind, name);
         let pod = &workload["spec"]["template"];
         assert_eq!(
             pod["metadata"]["labels"]["azure.workload.identity/use"],
             "true"
         );
         assert_eq!(pod["spec"]["serviceAccountName"], "skyport");
-    }
-
-    // OpenTelemetry: each component names itself.
-    for (workload, service_name) in [(gateway, "skyport-gateway"), (worker, "skyport-worker")] {
-        let env = container(workload)["env"].as_array().unwrap();
-        let value = |variable: &str| {
-            env.iter()
-                .find(|e| e["name"] == variable)
-                .unwrap_or_else(|| panic!("{variable} is not set"))["value"]
-                .clone()
-        };
-        assert_eq!(value("OTEL_SERVICE_NAME"), service_name);
+        assert_eq!(env_value(workload, "OTEL_SERVICE_NAME"), name);
         assert_eq!(
-            value("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            env_value(workload, "OTEL_EXPORTER_OTLP_ENDPOINT"),
             "http://otel-collector.observability.svc.cluster.local:4317"
         );
     }
+}
 
-    // Secrets from the existing Secret; the receipt key and the listed API keys are required.
-    let required = secret_refs(&rendering, "skyport-secrets", false);
+#[tokio::test]
+async fn the_azure_config_takes_its_secrets_from_the_existing_secret_and_loads() {
+    let shared = shared(&AZURE, azure).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let rendering = &shared.rendering;
+    // The receipt key and the listed API keys are required.
+    let required = secret_refs(rendering, "skyport-secrets", false);
     assert_eq!(
         required,
         BTreeSet::from([
@@ -231,15 +330,17 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
             "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
         ])
     );
-
-    // The TOML: listening on every address; it loads for the gateway and for the worker.
-    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    // Listening on every address; it loads for the gateway and for the worker.
+    let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
     assert_eq!(toml["profile"], "azure");
     assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
     assert_eq!(toml["worker"]["listen"], "0.0.0.0:9090");
     assert!(toml.get("embedded").is_none());
-    for workload in [gateway, worker] {
-        let settings = load_settings(&rendering, workload, &required, dir);
+    for workload in [
+        rendering.get("Deployment", "skyport-gateway"),
+        rendering.get("StatefulSet", "skyport-worker"),
+    ] {
+        let settings = load_settings(rendering, workload, &required, work.path());
         assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
         assert!(settings.auth_enabled());
         assert_eq!(settings.gateway.auth.api_keys.len(), 2);
@@ -248,69 +349,20 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
 }
 
 #[tokio::test]
-async fn secrets_from_values_go_to_a_secret_the_pods_roll_with() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    // The Azure install with the secrets in values instead of an existing Secret, and a worker
-    // Deployment scaled by an HPA while the gateway's replicas are fixed.
-    let receipt_key = "receipt-key-from-values-0123456789abcdef";
-    let portal_key = "portal-key-from-values-0123456789abcdef";
-    let tracker_key = "tracker-key-from-values-0123456789abcdef";
-    let cosmos_key = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
-    let overlay = dir.join("secrets-values.yaml");
-    std::fs::write(
-        &overlay,
-        format!(
-            r#"existingSecret: ""
-existingSecretApiKeys: []
-config:
-  cosmos:
-    auth: key
-secrets:
-  receiptKey: {receipt_key}
-  cosmosKey: {cosmos_key}
-  apiKeys:
-    portal: {portal_key}
-    tracker: {tracker_key}
-gateway:
-  autoscaling:
-    enabled: false
-  replicaCount: 3
-worker:
-  kind: Deployment
-  autoscaling:
-    enabled: true
-    minReplicas: 2
-    maxReplicas: 8
-    targetCPUUtilizationPercentage: 70
-"#
-        ),
-    )
-    .unwrap();
-    let values = azure_values();
-    lint(&[&values, &overlay], dir).await;
-    let rendering = render(&[&values, &overlay], &[], dir).await;
-
-    let kinds: BTreeSet<_> = rendering.inventory();
-    assert!(kinds.contains(&("Secret".to_owned(), "skyport".to_owned())));
+async fn a_worker_deployment_scales_with_an_hpa_and_has_no_stable_owner_id() {
+    let shared = shared(&SECRETS, secrets_in_values).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let rendering = &shared.rendering;
+    let kinds = rendering.inventory();
     assert!(kinds.contains(&("Deployment".to_owned(), "skyport-worker".to_owned())));
-    assert!(kinds.contains(&(
-        "HorizontalPodAutoscaler".to_owned(),
-        "skyport-worker".to_owned()
-    )));
     assert!(!kinds.contains(&(
         "HorizontalPodAutoscaler".to_owned(),
         "skyport-gateway".to_owned()
     )));
     assert!(!kinds.contains(&("Service".to_owned(), "skyport-worker".to_owned())));
-    check_pods(
-        &rendering,
-        &BTreeMap::from([("gateway", 8080), ("worker", 9090)]),
-        dir,
-    )
-    .await;
-    check_no_secret_keys(&rendering, dir).await;
-
+    let ports = BTreeMap::from([("gateway", 8080), ("worker", 9090)]);
+    check_pods(rendering, &ports, work.path()).await;
     let gateway = rendering.get("Deployment", "skyport-gateway");
     let worker = rendering.get("Deployment", "skyport-worker");
     assert_eq!(gateway["spec"]["replicas"], 3);
@@ -326,9 +378,16 @@ worker:
             .any(|e| e["name"] == "SKYPORT__EVENTHUBS__INSTANCE_ID"),
         "a Deployment's pod names are not stable owner ids"
     );
+}
 
-    // The Secret holds exactly what was given, and the values appear nowhere else.
-    let required = secret_refs(&rendering, "skyport", true);
+#[tokio::test]
+async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
+    let shared = shared(&SECRETS, secrets_in_values).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let rendering = &shared.rendering;
+    check_no_secret_keys(rendering, work.path()).await;
+    let required = secret_refs(rendering, "skyport", true);
     assert_eq!(
         required,
         BTreeSet::from([
@@ -338,8 +397,7 @@ worker:
             "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
         ])
     );
-    let secret = rendering.get("Secret", "skyport");
-    let held: BTreeSet<&str> = secret["data"]
+    let held: BTreeSet<&str> = rendering.get("Secret", "skyport")["data"]
         .as_object()
         .unwrap()
         .keys()
@@ -354,7 +412,7 @@ worker:
             "receipt-key"
         ])
     );
-    for value in [receipt_key, portal_key, tracker_key, cosmos_key] {
+    for value in [RECEIPT_KEY, PORTAL_KEY, TRACKER_KEY, COSMOS_KEY] {
         for object in rendering.objects.iter().filter(|o| o["kind"] != "Secret") {
             assert!(
                 !object.to_string().contains(value),
@@ -364,34 +422,44 @@ worker:
             );
         }
     }
-
-    // checksum/secret follows the Secret: another key rolls the pods, the same key does not.
-    let checksum = |r: &Rendering| {
-        r.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
-            ["checksum/secret"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
-    let again = render(&[&values, &overlay], &[], dir).await;
-    assert_eq!(checksum(&again), checksum(&rendering));
-    let rotated = render(
-        &[&values, &overlay],
-        &["secrets.receiptKey=rotated-receipt-key-0123456789abcdef"],
-        dir,
-    )
-    .await;
-    assert_ne!(checksum(&rotated), checksum(&rendering));
-    assert_eq!(
-        rotated.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
-            ["checksum/config"],
-        gateway["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-    );
-
-    for workload in [gateway, worker] {
-        let settings = load_settings(&rendering, workload, &required, dir);
+    for kind_name in ["skyport-gateway", "skyport-worker"] {
+        let workload = rendering.get("Deployment", kind_name);
+        let settings = load_settings(rendering, workload, &required, work.path());
         assert_eq!(settings.gateway.auth.api_keys.len(), 2);
     }
+}
+
+#[tokio::test]
+async fn checksum_secret_rolls_the_pods_when_a_secret_changes() {
+    let shared = shared(&SECRETS, secrets_in_values).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let values: Vec<&Path> = shared.values.iter().map(PathBuf::as_path).collect();
+    let annotations = |r: &Rendering| {
+        r.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
+            .clone()
+    };
+    let before = annotations(&shared.rendering);
+    assert!(before["checksum/secret"].is_string(), "{before}");
+    let again = render(&values, &[], work.path()).await;
+    assert_eq!(
+        annotations(&again)["checksum/secret"],
+        before["checksum/secret"]
+    );
+    let rotated = render(
+        &values,
+        &["secrets.receiptKey=rotated-receipt-key-0123456789abcdef"],
+        work.path(),
+    )
+    .await;
+    assert_ne!(
+        annotations(&rotated)["checksum/secret"],
+        before["checksum/secret"]
+    );
+    assert_eq!(
+        annotations(&rotated)["checksum/config"],
+        before["checksum/config"]
+    );
 }
 
 #[tokio::test]

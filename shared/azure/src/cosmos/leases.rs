@@ -9,7 +9,7 @@
 //! a lease that vanished: it changed); [`LeaseCondition::Any`] is an upsert.
 
 use async_trait::async_trait;
-use azure_core::http::{Etag, StatusCode};
+use azure_core::http::Etag;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition};
 use azure_data_cosmos::{FeedScope, Query};
 use futures_util::TryStreamExt;
@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 
 use super::request_units::Operation;
 use super::store::CosmosStore;
-use super::throttle::{charge, error_charge, retry_throttled};
+use super::throttle::{charge, error_charge, lost_race, retry_throttled};
 
 const ID: &str = "id";
 const GROUP: &str = "partitionKey";
@@ -127,11 +127,10 @@ impl LeaseStore for CosmosStore {
             }
             Err(e) => {
                 self.units.record(Operation::Write, error_charge(&e));
-                match e.status().status_code() {
-                    StatusCode::Conflict
-                    | StatusCode::PreconditionFailed
-                    | StatusCode::NotFound => Err(LeaseError::Conflict),
-                    _ => Err(LeaseError::Unavailable(Box::new(e))),
+                if lost_race(&e) {
+                    Err(LeaseError::Conflict)
+                } else {
+                    Err(LeaseError::Unavailable(Box::new(e)))
                 }
             }
         }

@@ -11,13 +11,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::http::{Etag, StatusCode};
+use azure_core::http::Etag;
 use azure_data_cosmos::ContainerClient;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
 
 use super::bulk::Executor;
 use super::request_units::{Operation, RequestUnits};
-use super::throttle::{charge, error_charge, retry_throttled};
+use super::throttle::{charge, error_charge, lost_race, retry_throttled};
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
@@ -88,11 +88,10 @@ impl StatusBatches {
             }
             Err(e) => {
                 self.units.record(Operation::Write, error_charge(&e));
-                match e.status().status_code() {
-                    StatusCode::Conflict
-                    | StatusCode::PreconditionFailed
-                    | StatusCode::NotFound => Err(StatusStoreError::PreconditionFailed),
-                    _ => Err(StatusStoreError::Unavailable(Box::new(e))),
+                if lost_race(&e) {
+                    Err(StatusStoreError::PreconditionFailed)
+                } else {
+                    Err(StatusStoreError::Unavailable(Box::new(e)))
                 }
             }
         }

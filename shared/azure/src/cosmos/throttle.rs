@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use azure_core::http::StatusCode;
 use azure_data_cosmos::CosmosError;
 use azure_data_cosmos::options::{
     OperationOptions, OperationOptionsBuilder, ThrottlingRetryOptionsBuilder,
@@ -82,4 +83,13 @@ pub(crate) fn error_charge(error: &CosmosError) -> f64 {
         .response()
         .and_then(|r| r.headers().request_charge)
         .map_or(0.0, |charge| charge.value())
+}
+
+/// Whether a conditional write lost to another writer: 409 (a create found
+/// the item), 412 (its ETag moved on) or 404 (a replace found it gone).
+pub(crate) fn lost_race(error: &CosmosError) -> bool {
+    matches!(
+        error.status().status_code(),
+        StatusCode::Conflict | StatusCode::PreconditionFailed | StatusCode::NotFound
+    )
 }
