@@ -1,5 +1,5 @@
 """Drives a running Skyport gateway through the Python client generated from
-openapi/openapi.json by openapi-python-client (tests/tests/openapi_clients.rs).
+openapi/openapi.json by openapi-python-client (tests/tests/system/openapi_clients.rs).
 
     openapi-python-client generate --path openapi/openapi.json --meta none --output-path DIR/skyport_client
     PYTHONPATH=DIR python tests/clients/python_driver.py http://127.0.0.1:8080

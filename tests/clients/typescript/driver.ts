@@ -1,6 +1,6 @@
 // Drives a running Skyport gateway through the TypeScript client generated from
 // openapi/openapi.json by openapi-generator (-g typescript-fetch) into ./generated
-// (tests/tests/openapi_clients.rs does this in a temporary directory, then
+// (tests/tests/system/openapi_clients.rs does this in a temporary directory, then
 // `tsc -p DIR` and `node DIR/out/driver.js BASE_URL`).
 //
 // Posts a delivery request, polls its status (getDeliveryStatus with the id and
