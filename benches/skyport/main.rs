@@ -49,6 +49,11 @@ use skyport_runtime::config::{LogFormat, Settings};
 use skyport_runtime::telemetry::Telemetry;
 use time::OffsetDateTime;
 
+/// The allocator of every Skyport binary: the phases run Skyport in this
+/// process, so it allocates as `skyport` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The body every request carries: the README's example.
 /// How long each simulated service takes to answer.
 const SERVICE_LATENCY_MS: u64 = 20;
