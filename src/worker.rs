@@ -47,11 +47,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         RETRY_AFTER_S,
     ));
     let admin_shutdown = CancellationToken::new();
-    let server = tokio::spawn(admin::serve(listener, admin, admin_shutdown.clone()));
+    let server = tokio::spawn({
+        let http = settings.worker.http.clone();
+        let admin_shutdown = admin_shutdown.clone();
+        async move { admin::serve(listener, admin, &http, admin_shutdown).await }
+    });
     let result = worker.run(shutdown).await;
     backends.close().await;
     admin_shutdown.cancel();
-    if let Ok(Err(e)) = server.await {
+    if let Err(e) = server.await {
         tracing::warn!(error = %e, "The worker's admin listener failed.");
     }
     result.context("the worker stopped")

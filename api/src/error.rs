@@ -22,6 +22,12 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("the body must be application/json, not {0}")]
     UnsupportedMediaType(String),
+    /// A `Content-Encoding` the gateway cannot decode.
+    #[error("the body's Content-Encoding {0:?} is not one of {ACCEPTED_ENCODINGS}")]
+    UnsupportedEncoding(String),
+    /// The body did not arrive whole in time; the connection is closed.
+    #[error("the body did not arrive within {timeout_ms} ms")]
+    BodyTimeout { timeout_ms: u128 },
     #[error("the request has invalid fields")]
     Validation(Vec<FieldError>),
     /// Missing or invalid credentials; `challenge` is the `WWW-Authenticate` value.
@@ -53,7 +59,13 @@ pub enum ApiError {
     Overloaded { retry_after_s: u32 },
     #[error("an internal error occurred")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A handler panicked (the panic hook has logged it with the request's span).
+    #[error("an internal error occurred while answering request {request_id}")]
+    Panicked { request_id: String },
 }
+
+/// The `Content-Encoding`s the gateway decodes, as a 415 lists them in `Accept-Encoding`.
+pub const ACCEPTED_ENCODINGS: &str = "gzip, br, zstd, deflate";
 
 impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
@@ -69,6 +81,16 @@ impl ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "Unsupported media type",
                 "UnsupportedMediaType",
+            ),
+            Self::UnsupportedEncoding(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Unsupported content encoding",
+                "UnsupportedEncoding",
+            ),
+            Self::BodyTimeout { .. } => (
+                StatusCode::REQUEST_TIMEOUT,
+                "Request timeout",
+                "RequestTimeout",
             ),
             Self::Validation(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -94,7 +116,7 @@ impl ApiError {
                 "Service unavailable",
                 "Overloaded",
             ),
-            Self::Internal(_) => (
+            Self::Internal(_) | Self::Panicked { .. } => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Internal error",
                 "Internal",
@@ -126,8 +148,19 @@ impl IntoResponse for ApiError {
             }
             _ => None,
         };
-        let challenge = match &self {
-            Self::Unauthorized { challenge, .. } => Some(*challenge),
+        let header = match &self {
+            Self::Unauthorized { challenge, .. } => Some((
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            )),
+            Self::UnsupportedEncoding(_) => Some((
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static(ACCEPTED_ENCODINGS),
+            )),
+            // The rest of the body may still come: the connection cannot be reused.
+            Self::BodyTimeout { .. } => {
+                Some((header::CONNECTION, HeaderValue::from_static("close")))
+            }
             _ => None,
         };
         let errors = match self {
@@ -139,11 +172,8 @@ impl IntoResponse for ApiError {
             ..Problem::new(status, title, code, self.to_string())
         };
         let mut response = problem.respond(retry_after);
-        if let Some(challenge) = challenge {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(challenge),
-            );
+        if let Some((name, value)) = header {
+            response.headers_mut().insert(name, value);
         }
         response
     }

@@ -6,6 +6,7 @@
 //! fires and drains it within a grace period.
 
 pub mod auth;
+pub mod body;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
@@ -17,25 +18,32 @@ pub mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
+use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::header;
+use axum::http::{Request, Response, header};
 use axum::middleware;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Extension, Router};
 use skyport_core::ports::{Diagnostics, Ports};
 use skyport_runtime::admin;
 use skyport_runtime::config::GatewaySettings;
+use skyport_runtime::http::Server;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, ServiceBuilder};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::SizeAbove;
+use tower_http::decompression::{DecompressionBody, RequestDecompressionLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::auth::Auth;
+use crate::body::BodyLimits;
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
 use crate::openapi::ApiDoc;
@@ -64,9 +72,11 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// The gateway's routes over `state`, as `settings` limit them: bodies to
-/// `max_body_bytes`, API requests in flight to `max_in_flight` (one more is
-/// refused at once with 503 and `Retry-After` rather than queued). With
-/// `auth`, the `/api` routes need credentials (the ops routes never do).
+/// `max_body_bytes` once decoded and to the body read timeout, API requests
+/// in flight to `max_in_flight` (one more is refused at once with 503 and
+/// `Retry-After` rather than queued; a request takes its slot only once its
+/// body has arrived). With `auth`, the `/api` routes need credentials (the
+/// ops routes never do).
 pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -> Router {
     let retry_after_s = state.retry_after_s;
     let mut api = deliveries();
@@ -78,22 +88,31 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
             auth::require_credentials,
         ));
     }
-    // Outermost, so that a request refused for load costs no credential check.
+    let max_body_bytes = settings.max_body_bytes;
+    let limits = BodyLimits {
+        max_bytes: max_body_bytes,
+        timeout: settings.http.body_read_timeout_ms.duration(),
+    };
+    // The body first, so that a slow one never holds a slot; the load limit
+    // next, so that a request refused for load costs no credential check.
     let api = api.route_layer(
         ServiceBuilder::new()
+            .layer(middleware::from_fn(body::check_encoding))
+            .layer(RequestDecompressionLayer::new())
+            .map_request(|request: Request<DecompressionBody<Body>>| request.map(Body::new))
+            .layer(middleware::from_fn_with_state(limits, body::read_whole))
             .layer(HandleErrorLayer::new(move |_: BoxError| async move {
                 ApiError::Overloaded { retry_after_s }
             }))
             .load_shed()
             .concurrency_limit(settings.max_in_flight),
     );
-    let max_body_bytes = settings.max_body_bytes;
     let (routes, spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(api)
         .merge(operations())
         .split_for_parts();
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
-    routes
+    let routes = routes
         .route(
             "/openapi.json",
             get(
@@ -103,9 +122,31 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(Extension(BodyLimit(max_body_bytes)))
+        .layer(Extension(BodyLimit(max_body_bytes)));
+    observed(routes).with_state(state)
+}
+
+/// What every answer of the gateway passes through: a panic in a handler
+/// becomes a 500 problem, large answers are compressed for clients that
+/// accept it, and, outermost, the request's id, span and metrics.
+fn observed<S: Clone + Send + Sync + 'static>(routes: Router<S>) -> Router<S> {
+    routes
+        .layer(CatchPanicLayer::custom(panicked))
+        .layer(CompressionLayer::new().compress_when(SizeAbove::new(COMPRESS_FROM_BYTES)))
         .layer(middleware::from_fn(request_context::observe))
-        .with_state(state)
+}
+
+/// Responses of at least this many bytes are compressed for a client that
+/// accepts it (status documents with their steps, the spec); smaller ones
+/// gain less than the encoding costs.
+const COMPRESS_FROM_BYTES: u16 = 512;
+
+/// The answer to a handler that panicked: a 500 problem naming the request.
+/// The panic itself is logged once, by the process's panic hook, within the
+/// request's span.
+fn panicked(_payload: Box<dyn std::any::Any + Send + 'static>) -> Response<Body> {
+    let request_id = request_context::current_request_id().unwrap_or_default();
+    ApiError::Panicked { request_id }.into_response()
 }
 
 /// The gateway's listener could not be bound.
@@ -122,7 +163,7 @@ pub struct BindError {
 pub struct Gateway {
     listener: TcpListener,
     router: Router,
-    grace: Duration,
+    server: Server,
 }
 
 impl Gateway {
@@ -148,7 +189,7 @@ impl Gateway {
         Ok(Self {
             listener,
             router: router(AppState::new(ports, settings, diagnostics), auth, settings),
-            grace: settings.shutdown_grace_period_ms.duration(),
+            server: Server::new(&settings.http, settings.shutdown_grace_period_ms.duration()),
         })
     }
 
@@ -162,31 +203,82 @@ impl Gateway {
 
     /// Serves until `shutdown` is cancelled, then lets in-flight requests
     /// finish for at most the grace period.
-    ///
-    /// # Errors
-    /// The listener's I/O error, if accepting fails.
-    pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        serve(self.listener, self.router, shutdown, self.grace).await
+    pub async fn serve(self, shutdown: CancellationToken) {
+        self.server
+            .serve(self.listener, self.router, shutdown)
+            .await;
     }
 }
 
-async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: CancellationToken,
-    grace: Duration,
-) -> std::io::Result<()> {
-    let server =
-        axum::serve(listener, router).with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(grace).await;
-    };
-    tokio::select! {
-        result = server => result,
-        () = deadline => {
-            tracing::warn!(grace_ms = grace.as_millis(), "The gateway's drain timed out; open connections were dropped.");
-            Ok(())
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use skyport_runtime::config::HttpSettings;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    /// Sends `request` on `stream` and reads one answer: its head, then as
+    /// many body bytes as its `content-length` says.
+    async fn exchange(stream: &mut TcpStream, request: &str) -> (String, String) {
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut received = Vec::new();
+        let mut chunk = [0_u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&received).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length: "))
+                    .map_or(0, |n| n.parse::<usize>().unwrap());
+                if body.len() >= length {
+                    return (head.to_owned(), body.to_owned());
+                }
+            }
+            let read = stream.read(&mut chunk).await.unwrap();
+            assert!(read > 0, "the connection closed after {text:?}");
+            received.extend_from_slice(&chunk[..read]);
         }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_a_500_problem_naming_the_request_and_the_connection_lives_on() {
+        async fn boom() -> &'static str {
+            panic!("a handler made to panic")
+        }
+        let routes = Router::new().route("/boom", get(boom));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let server = Server::new(&HttpSettings::default(), std::time::Duration::from_secs(1));
+        let served = tokio::spawn(server.serve(listener, observed(routes), shutdown.clone()));
+
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let (head, body) = exchange(
+            &mut stream,
+            "GET /boom HTTP/1.1\r\nhost: test\r\nx-request-id: req-42\r\n\r\n",
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 500"), "{head}");
+        assert!(
+            head.contains("content-type: application/problem+json"),
+            "{head}"
+        );
+        assert!(head.contains("x-request-id: req-42"), "{head}");
+        let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(problem["code"], "Internal", "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("req-42"),
+            "{problem}"
+        );
+        // The same connection answers the next request: nothing was dropped.
+        let (head, _) = exchange(&mut stream, "GET /boom HTTP/1.1\r\nhost: test\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 500"), "{head}");
+        let (head, _) = exchange(&mut stream, "GET /none HTTP/1.1\r\nhost: test\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+
+        shutdown.cancel();
+        served.await.unwrap();
     }
 }

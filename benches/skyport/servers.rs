@@ -76,7 +76,7 @@ pub(crate) struct GatewayOnly {
     pub(crate) url: String,
     pub(crate) backends: Backends,
     shutdown: CancellationToken,
-    task: JoinHandle<std::io::Result<()>>,
+    task: JoinHandle<()>,
 }
 
 impl GatewayOnly {
@@ -114,7 +114,7 @@ impl GatewayOnly {
 
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
         self.shutdown.cancel();
-        self.task.await??;
+        self.task.await?;
         Ok(())
     }
 }

@@ -36,11 +36,12 @@ async fn the_worker_serves_probes_and_metrics() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop_serving = CancellationToken::new();
-    let server = tokio::spawn(admin::serve(
-        listener,
-        admin::router(Admin::new(Arc::new(worker.readiness(stopping.clone())), 1)),
-        stop_serving.clone(),
-    ));
+    let router = admin::router(Admin::new(Arc::new(worker.readiness(stopping.clone())), 1));
+    let server = tokio::spawn({
+        let http = app.settings.worker.http.clone();
+        let stop_serving = stop_serving.clone();
+        async move { admin::serve(listener, router, &http, stop_serving).await }
+    });
 
     let accepted = app.client.post_delivery(&delivery_request(1)).await;
     app.client
@@ -102,6 +103,6 @@ async fn the_worker_serves_probes_and_metrics() {
     );
 
     stop_serving.cancel();
-    server.await.unwrap().unwrap();
+    server.await.unwrap();
     app.app.stop().await.unwrap();
 }

@@ -55,6 +55,8 @@ pub struct Accepted {
 const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// Accepts a delivery request: answers 202 once the request is durable in the stream.
+///
+/// The body may be compressed: `Content-Encoding: gzip`, `br`, `zstd` or `deflate`.
 #[utoipa::path(
     post,
     path = "/api/deliveryrequests",
@@ -79,14 +81,17 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
                     parameters(("id" = "$response.body#/deliveryId"), ("receipt" = "$response.body#/receipt")),
                     description = "Cancels the accepted delivery.")),
             )),
-        (status = 400, description = "Malformed JSON, a malformed Idempotency-Key or Host header.", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON, a body that is not what its Content-Encoding says, a malformed Idempotency-Key or Host header.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
         (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The Idempotency-Key or deliveryId was used before with a different body.", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `gateway.max_body_bytes`.", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `gateway.http.body_read_timeout_ms`; the connection is closed.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body, once decoded, is larger than `gateway.max_body_bytes`.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).", body = Problem, content_type = "application/problem+json",
+            headers(("Accept-Encoding" = String, description = "The content codings the gateway decodes, on an encoding refusal."))),
         (status = 422, description = "The body has invalid fields; `errors` lists them.", body = Problem, content_type = "application/problem+json"),
+        (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
     ),
@@ -190,6 +195,7 @@ fn requested(
         (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such delivery, or the receipt is not its own.", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The delivery already failed; there is nothing to cancel.", body = Problem, content_type = "application/problem+json"),
+        (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
     ),
@@ -343,6 +349,7 @@ impl Links {
             headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
         (status = 403, description = "The credentials lack the read scope.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such delivery, or the receipt is not its own.", body = Problem, content_type = "application/problem+json"),
+        (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The status store is unavailable; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
     ),

@@ -5,6 +5,7 @@
 //! `skyport-worker` on `worker.listen`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::extract::{FromRef, State};
@@ -19,6 +20,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::config::HttpSettings;
+use crate::http::Server;
 use crate::metrics;
 use crate::problem::Problem;
 
@@ -94,18 +97,20 @@ pub fn router(admin: Admin) -> Router {
         .with_state(admin)
 }
 
-/// Serves `router` (from [`router`]) on `listener` until `shutdown` fires.
-///
-/// # Errors
-/// The listener's I/O error, if accepting fails.
+/// How long probes in progress may take to finish once the admin listener stops.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// Serves `router` (from [`router`]) on `listener` with `settings`' limits
+/// until `shutdown` fires.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    settings: &HttpSettings,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+) {
+    Server::new(settings, GRACE)
+        .serve(listener, router, shutdown)
+        .await;
 }
 
 /// Liveness: the process is up.

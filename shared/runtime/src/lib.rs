@@ -1,12 +1,14 @@
 //! What every Skyport process shares besides the domain: its configuration,
 //! telemetry (logs and traces), metrics, the shutdown signal, the process
-//! runner every binary's `main` is, and the admin routes every server mounts.
+//! runner every binary's `main` is, the HTTP server every listener runs, and
+//! the admin routes every server mounts.
 //!
 //! No storage engine and no cloud SDK: adapters depend on this crate, never
 //! the other way round.
 
 pub mod admin;
 pub mod config;
+pub mod http;
 pub mod metrics;
 pub mod problem;
 pub mod process;

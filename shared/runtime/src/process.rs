@@ -83,6 +83,7 @@ impl Binary {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
+            telemetry.log_panics();
             let shutdown = CancellationToken::new();
             let signals = tokio::spawn(cancel_on_signal(shutdown.clone()));
             let result = work(settings, shutdown).await;

@@ -126,6 +126,18 @@ impl Telemetry {
         Ok(Self { provider })
     }
 
+    /// Logs every panic once, as an error in the span it happened in (a
+    /// request's span names the request), instead of the default hook's
+    /// lines on stderr. For binaries: a test keeps the default hook, which
+    /// shows its failed assertions.
+    pub fn log_panics(&self) {
+        std::panic::set_hook(Box::new(|info| {
+            let location = info.location().map(ToString::to_string);
+            let message = info.payload_as_str().unwrap_or("a panic without a message");
+            tracing::error!(panic = message, location, "A task panicked.");
+        }));
+    }
+
     /// Exports the spans still buffered (waiting at most the exporter's timeout) and stops exporting.
     pub async fn shutdown(self) {
         let Some(provider) = self.provider else {

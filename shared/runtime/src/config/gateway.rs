@@ -9,6 +9,7 @@ use url::Url;
 use super::auth::AuthSettings;
 use super::checks::Checks;
 use super::duration::{Millis, Seconds};
+use super::http::HttpSettings;
 
 /// The HTTP gateway.
 #[derive(Debug, Clone, Deserialize)]
@@ -35,6 +36,8 @@ pub struct GatewaySettings {
     pub max_in_flight: usize,
     /// Who may call the `/api` routes.
     pub auth: AuthSettings,
+    /// What the listener allows a connection (timeouts, head size, connections).
+    pub http: HttpSettings,
 }
 
 impl Default for GatewaySettings {
@@ -49,6 +52,7 @@ impl Default for GatewaySettings {
             idempotency_retention_s: Seconds::new(24 * 60 * 60),
             max_in_flight: 4096,
             auth: AuthSettings::default(),
+            http: HttpSettings::default(),
         }
     }
 }
@@ -75,5 +79,6 @@ impl GatewaySettings {
         checks.http_url(self.public_url.as_ref(), "public_url");
         self.auth
             .validate(&mut checks.section("auth"), auth_enabled);
+        self.http.validate(&mut checks.section("http"));
     }
 }

@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::checks::Checks;
 use super::duration::Millis;
+use super::http::HttpSettings;
 
 /// The worker that runs the workflow.
 #[derive(Debug, Clone, Deserialize)]
@@ -29,6 +30,8 @@ pub struct WorkerSettings {
     pub allow_backlog_to_ms: Millis,
     /// How long a backlog breach may last before the worker exits to be restarted.
     pub backlog_grace_period_ms: Millis,
+    /// What the admin listener allows a connection (timeouts, head size, connections).
+    pub http: HttpSettings,
 }
 
 impl Default for WorkerSettings {
@@ -43,6 +46,7 @@ impl Default for WorkerSettings {
             allow_backlog_of: 320_000,
             allow_backlog_to_ms: Millis::new(600_000),
             backlog_grace_period_ms: Millis::new(60_000),
+            http: HttpSettings::default(),
         }
     }
 }
@@ -62,5 +66,6 @@ impl WorkerSettings {
         );
         checks.at_least(self.allow_backlog_of, 1, "allow_backlog_of");
         checks.at_least(self.allow_backlog_to_ms.count(), 1, "allow_backlog_to_ms");
+        self.http.validate(&mut checks.section("http"));
     }
 }
