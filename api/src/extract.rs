@@ -50,9 +50,23 @@ impl<S: Send + Sync> FromRequest<S> for ValidDeliveryRequest {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let JsonBody(request) = JsonBody::<DeliveryRequest>::from_request(req, state).await?;
-        request.validate().map_err(ApiError::Validation)?;
-        Ok(Self(request))
+        validated(request).map(Self)
     }
+}
+
+/// A delivery request from a body's bytes: parsed, then validated, with the
+/// errors a POST answers with.
+///
+/// # Errors
+/// [`ApiError::MalformedJson`] for bytes that are not one JSON object,
+/// [`ApiError::Validation`] naming each field of the wrong shape or against the rules.
+pub fn parse_delivery_request(bytes: &[u8]) -> Result<DeliveryRequest, ApiError> {
+    parse(bytes).and_then(validated)
+}
+
+fn validated(request: DeliveryRequest) -> Result<DeliveryRequest, ApiError> {
+    request.validate().map_err(ApiError::Validation)?;
+    Ok(request)
 }
 
 fn check_content_type(value: Option<&header::HeaderValue>) -> Result<(), ApiError> {

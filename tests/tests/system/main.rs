@@ -15,6 +15,7 @@ mod eventhubs_broker;
 #[cfg(feature = "live")]
 mod eventhubs_live;
 mod faults;
+mod fuzz;
 mod helm_chart;
 mod idempotency;
 mod images;

@@ -85,6 +85,19 @@ impl Settings {
                 .unwrap_or_else(|never: std::convert::Infallible| match never {});
             figment = figment.merge(Serialized::default(key.trim(), value));
         }
+        Self::extract(&figment)
+    }
+
+    /// Settings from the text of a configuration file alone, over the
+    /// defaults: what `--config` would give without the environment and flags.
+    ///
+    /// # Errors
+    /// [`ConfigErrors`] names every key that is malformed or out of range.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigErrors> {
+        Self::extract(&Figment::from(Toml::string(text)))
+    }
+
+    fn extract(figment: &Figment) -> Result<Self, ConfigErrors> {
         let settings: Self = figment
             .extract()
             .map_err(|e| ConfigErrors(e.into_iter().map(describe).collect()))?;
