@@ -74,6 +74,12 @@ pub struct StepErrorLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// `idle` or `head_timeout`.
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServiceLabels {
     pub step: &'static str,
 }
@@ -123,6 +129,8 @@ pub struct Metrics {
     registry: Registry,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Histograms<RouteLabels>,
+    pub http_connections: Gauge,
+    pub http_connections_closed: Family<ClosedLabels, Counter>,
     pub publish_batch_events: Histograms<StreamLabels>,
     pub publish_duration: Histograms<StreamLabels>,
     pub publish_failures: Family<StreamLabels, Counter>,
@@ -159,6 +167,18 @@ impl Metrics {
             "http_request_duration_seconds",
             "Time from an HTTP request's arrival to its answer",
             http_duration.clone(),
+        );
+        let http_connections = Gauge::default();
+        registry.register(
+            "http_connections",
+            "HTTP connections open now on the process's listeners",
+            http_connections.clone(),
+        );
+        let http_connections_closed = Family::default();
+        registry.register(
+            "http_connections_closed",
+            "HTTP connections closed by the server for their client's silence: idle too long, or a request head too slow",
+            http_connections_closed.clone(),
         );
         let publish_batch_events = Family::new_with_constructor(batch_size as fn() -> Histogram);
         registry.register(
@@ -238,6 +258,8 @@ impl Metrics {
             registry,
             http_requests,
             http_duration,
+            http_connections,
+            http_connections_closed,
             publish_batch_events,
             publish_duration,
             publish_failures,

@@ -7,7 +7,7 @@
 //! In the test run it is short and deterministic (a fixed seed, a few
 //! thousand cases per decoder). `SKYPORT_FUZZ_SECONDS=600` makes it a long
 //! run over that many seconds in all, from a random seed:
-//! `SKYPORT_FUZZ_SECONDS=600 cargo test --release -p skyport-tests --test system fuzz -- --nocapture`.
+//! `SKYPORT_FUZZ_SECONDS=600 cargo test -p skyport-tests --test system fuzz -- --nocapture`.
 
 #![allow(clippy::unwrap_used)]
 

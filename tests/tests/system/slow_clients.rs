@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use skyport_runtime::admin::{self, Admin, ReadinessCheck};
 use skyport_runtime::config::{HttpSettings, Millis};
+use skyport_runtime::metrics::{self, ClosedLabels};
 use skyport_tests::{TestApp, delivery_request, test_settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -112,6 +113,13 @@ async fn stalled_connections_hold_no_slot_and_are_closed_once_their_timeouts_pas
     let app = TestApp::spawn_with(settings).await;
     let address = app.app.gateway_addr;
 
+    let closed_for = |reason| {
+        metrics::global()
+            .http_connections_closed
+            .get_or_create(&ClosedLabels { reason })
+            .get()
+    };
+    let (idle_before, slow_before) = (closed_for("idle"), closed_for("head_timeout"));
     let kinds = [
         Stall::Silent,
         Stall::HalfHead,
@@ -155,6 +163,9 @@ async fn stalled_connections_hold_no_slot_and_are_closed_once_their_timeouts_pas
         closed += 1;
     }
     assert_eq!(closed, 40);
+    // Counted for operators (other tests in this process may add their own).
+    assert!(closed_for("idle") - idle_before >= 10);
+    assert!(closed_for("head_timeout") - slow_before >= 20);
 
     let response = app
         .client

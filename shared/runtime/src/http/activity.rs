@@ -96,12 +96,18 @@ impl Activity {
     }
 
     /// Resolves once the connection has been idle, or receiving a head, for
-    /// longer than allowed.
-    pub(super) async fn expired(&self) {
+    /// longer than allowed, saying which.
+    pub(super) async fn expired(&self) -> Expiry {
         loop {
             let now = self.now();
             match self.deadline() {
-                Some(deadline) if deadline <= now => return,
+                Some(deadline) if deadline <= now => {
+                    return if self.head_started.load(Ordering::Acquire) == NO_HEAD {
+                        Expiry::Idle
+                    } else {
+                        Expiry::HeadTimeout
+                    };
+                }
                 Some(deadline) => {
                     tokio::select! {
                         () = tokio::time::sleep(Duration::from_millis(deadline - now)) => {}
@@ -110,6 +116,25 @@ impl Activity {
                 }
                 None => self.changed.notified().await,
             }
+        }
+    }
+}
+
+/// Why a connection's watchdog closed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expiry {
+    /// No request in progress for the idle timeout.
+    Idle,
+    /// A request head still incomplete at the header read timeout.
+    HeadTimeout,
+}
+
+impl Expiry {
+    /// The `reason` label of `skyport_http_connections_closed`.
+    pub(super) fn reason(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::HeadTimeout => "head_timeout",
         }
     }
 }
@@ -209,25 +234,28 @@ mod tests {
         Arc::new(Activity::new(HEAD, IDLE))
     }
 
-    /// Waits for `activity` to expire, returning how long that took (at most 5 s).
-    async fn expiry(activity: &Activity) -> Duration {
+    /// Waits for `activity` to expire, returning why and how long that took (at most 5 s).
+    async fn expiry(activity: &Activity) -> (Expiry, Duration) {
         let started = Instant::now();
-        tokio::time::timeout(Duration::from_secs(5), activity.expired())
+        let expiry = tokio::time::timeout(Duration::from_secs(5), activity.expired())
             .await
             .expect("the connection expires");
-        started.elapsed()
+        (expiry, started.elapsed())
     }
 
     #[tokio::test]
     async fn an_idle_connection_expires_after_the_idle_timeout() {
-        assert!(expiry(&activity()).await >= IDLE);
+        let (why, waited) = expiry(&activity()).await;
+        assert_eq!(why, Expiry::Idle);
+        assert!(waited >= IDLE, "{waited:?}");
     }
 
     #[tokio::test]
     async fn a_head_that_started_arriving_expires_after_the_header_timeout() {
         let activity = activity();
         activity.read();
-        let waited = expiry(&activity).await;
+        let (why, waited) = expiry(&activity).await;
+        assert_eq!(why, Expiry::HeadTimeout);
         assert!(waited >= HEAD && waited < IDLE, "{waited:?}");
     }
 
@@ -239,6 +267,8 @@ mod tests {
         let expired = tokio::time::timeout(IDLE * 2, activity.expired()).await;
         assert!(expired.is_err(), "a handler at work holds the connection");
         drop(request);
-        assert!(expiry(&activity).await >= IDLE);
+        let (why, waited) = expiry(&activity).await;
+        assert_eq!(why, Expiry::Idle);
+        assert!(waited >= IDLE, "{waited:?}");
     }
 }

@@ -27,6 +27,7 @@ use tower::ServiceExt;
 
 use self::activity::{Activity, Watched};
 use crate::config::HttpSettings;
+use crate::metrics::{self, ClosedLabels};
 use crate::problem::Problem;
 
 /// How much larger than `max_header_bytes` a head may be before hyper itself
@@ -84,8 +85,11 @@ impl Server {
                 () = shutdown.cancelled() => break,
             };
             let connection = self.connection(stream, peer, router.clone(), &graceful);
+            let open = &metrics::global().http_connections;
+            open.inc();
             tokio::spawn(async move {
                 connection.await;
+                metrics::global().http_connections.dec();
                 drop(permit);
             });
         }
@@ -138,8 +142,12 @@ impl Server {
                         tracing::debug!(%peer, %error, "A connection ended with an error.");
                     }
                 }
-                () = activity.expired() => {
-                    tracing::debug!(%peer, "Closed a connection that was idle or sent its request head too slowly.");
+                expiry = activity.expired() => {
+                    tracing::debug!(%peer, reason = expiry.reason(), "Closed a connection that was idle or sent its request head too slowly.");
+                    metrics::global()
+                        .http_connections_closed
+                        .get_or_create(&ClosedLabels { reason: expiry.reason() })
+                        .inc();
                 }
             }
         }
