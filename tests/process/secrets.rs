@@ -9,20 +9,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jsonwebtoken::{EncodingKey, Header};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use serde_json::json;
 use skyport_core::status::DeliveryState;
+use skyport_tests::otlp::OtlpReceiver;
 use skyport_tests::{ChildApp, delivery_request};
-use tokio_util::sync::CancellationToken;
 
 const API_KEY: &str = "sk-api-key-7f3a9c1e5b2d4f60a8e7c9b1d3f5a7e9";
 const JWT_SECRET: &str = "jwt-hs256-secret-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
@@ -71,26 +64,6 @@ fn secret_flags() -> Vec<String> {
     .collect()
 }
 
-/// Every attribute value and name of every span exported to it, as text.
-#[derive(Debug, Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<String>>>);
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("{:?}", request.into_inner()));
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
 fn token(secret: &str) -> String {
     let claims = json!({
         "iss": "https://issuer.test/",
@@ -118,18 +91,7 @@ async fn answer(request: reqwest::RequestBuilder) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_reaches_logs_spans_metrics_or_answers() {
-    let receiver = Receiver::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver.clone()))
-            .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener),
-                stop.clone().cancelled_owned(),
-            ),
-    );
+    let receiver = OtlpReceiver::start().await;
 
     let data = tempfile::tempdir().unwrap();
     let mut args: Vec<String> = [
@@ -148,7 +110,7 @@ async fn no_secret_reaches_logs_spans_metrics_or_answers() {
     .to_vec();
     args.extend(secret_flags());
     let env = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.clone()),
         ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
         ("RUST_LOG", "debug".to_owned()),
     ];
@@ -219,15 +181,13 @@ async fn no_secret_reaches_logs_spans_metrics_or_answers() {
     let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
     assert_eq!(statuses, [200, 200, 404, 401, 401, 401, 400, 404, 200, 200]);
     let log = app.terminate().await;
-    stop.cancel();
-    server.await.unwrap().unwrap();
+    let spans = format!("{:?}", receiver.stop().await);
 
     assert!(
         log.contains("\"request_id\""),
         "the log is the JSON debug log:\n{log}"
     );
     assert_no_secret("the log", &log);
-    let spans = receiver.0.lock().unwrap().join("\n");
     assert!(
         spans.contains("POST /api/deliveryrequests"),
         "spans were exported"

@@ -12,49 +12,32 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use skyport_core::status::DeliveryState;
+use skyport_tests::otlp::OtlpReceiver;
 use skyport_tests::{ChildApp, delivery_request, scrape_metrics};
-use tokio_util::sync::CancellationToken;
 
-/// Every span exported to it, with the `service.name` of its resource.
-#[derive(Debug, Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<(String, Span)>>>);
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.0.lock().unwrap();
-        for resource_spans in request.into_inner().resource_spans {
-            let service = resource_spans
-                .resource
-                .iter()
-                .flat_map(|r| &r.attributes)
-                .find(|a| a.key == "service.name")
-                .and_then(|a| a.value.as_ref())
-                .map(|v| format!("{:?}", v.value))
-                .unwrap_or_default();
-            for scope in resource_spans.scope_spans {
-                spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
-            }
+/// Every span of `exports`, with the `service.name` of its resource.
+fn spans_by_service(exports: Vec<ExportTraceServiceRequest>) -> Vec<(String, Span)> {
+    let mut spans = Vec::new();
+    for resource_spans in exports.into_iter().flat_map(|e| e.resource_spans) {
+        let service = resource_spans
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|a| a.key == "service.name")
+            .and_then(|a| a.value.as_ref())
+            .map(|v| format!("{:?}", v.value))
+            .unwrap_or_default();
+        for scope in resource_spans.scope_spans {
+            spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
         }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
     }
+    spans
 }
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -94,22 +77,10 @@ fn hex(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_covers_a_delivery_and_metrics_hold_every_series() {
-    let receiver = Receiver::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver.clone()))
-            .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener),
-                stop.clone().cancelled_owned(),
-            ),
-    );
-
+    let receiver = OtlpReceiver::start().await;
     let data = tempfile::tempdir().unwrap();
     let env = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.clone()),
         ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
         ("RUST_LOG", "info".to_owned()),
     ];
@@ -129,11 +100,9 @@ async fn one_trace_covers_a_delivery_and_metrics_hold_every_series() {
 
     let families = scrape_metrics(&app.client.base).await;
     let log = app.terminate().await;
-    stop.cancel();
-    server.await.unwrap().unwrap();
+    let spans = spans_by_service(receiver.stop().await);
 
     check_metrics(&families);
-    let spans: Vec<(String, Span)> = receiver.0.lock().unwrap().clone();
     check_trace(&spans, &log);
 }
 

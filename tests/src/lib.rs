@@ -13,6 +13,7 @@ pub mod eventhubs_broker;
 pub mod helm;
 pub mod idempotency_contract;
 pub mod leases_contract;
+pub mod otlp;
 pub mod tools;
 
 pub use self::tools::installed_tool;
