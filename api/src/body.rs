@@ -1,13 +1,16 @@
 //! A request's body on its way in, before it may take one of the
-//! `max_in_flight` slots: its `Content-Encoding` checked, decoded
-//! (tower-http's [`RequestDecompressionLayer`], in [`crate::router`]), then
-//! read whole within `max_body_bytes` of *decoded* bytes and the body read
-//! timeout. A client that stalls mid-body therefore holds a connection until
-//! its 408, never a slot, and a decompression bomb is refused (413) after
+//! `max_in_flight` slots: its `Content-Encoding` checked, decoded when it
+//! names a coding (tower-http's [`RequestDecompression`]), then read whole
+//! within `max_body_bytes` of *decoded* bytes and the body read timeout. A
+//! client that stalls mid-body therefore holds a connection until its 408,
+//! never a slot, and a decompression bomb is refused (413) after
 //! `max_body_bytes` of output, never inflated in memory.
 //!
-//! [`RequestDecompressionLayer`]: tower_http::decompression::RequestDecompressionLayer
+//! One middleware, and the decoder only for a body that names a coding, so
+//! that the plain JSON of almost every request pays for no layer it does not
+//! use (each costs a boxed service per request: BENCHMARKS.md).
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -16,11 +19,13 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tower::ServiceExt;
+use tower_http::decompression::{DecompressionBody, RequestDecompression};
 
 use crate::error::ApiError;
 
 /// The content codings decoded, as their `Content-Encoding` tokens.
-const DECODED: [&str; 5] = ["gzip", "br", "zstd", "deflate", "identity"];
+const DECODED: [&str; 4] = ["gzip", "br", "zstd", "deflate"];
 
 /// How much of a body is read, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -31,35 +36,47 @@ pub struct BodyLimits {
     pub timeout: Duration,
 }
 
-/// Refuses a `Content-Encoding` that is not one token the gateway decodes
-/// (415, naming the ones it does), and writes the token in lower case, as the
-/// decoder matches it.
-pub async fn check_encoding(mut request: Request, next: Next) -> Response {
-    if let Some(value) = request.headers().get(header::CONTENT_ENCODING) {
-        let token = value
-            .to_str()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        let Some(known) = DECODED.iter().find(|known| **known == token) else {
-            let shown = String::from_utf8_lossy(value.as_bytes()).into_owned();
-            return ApiError::UnsupportedEncoding(shown).into_response();
-        };
-        request
-            .headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static(known));
+/// Reads the body whole, decoding it first when its `Content-Encoding` names
+/// a coding: 415 for a coding that is not one token the gateway decodes
+/// (naming the ones it does), then as [`read_whole`] says.
+pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: Next) -> Response {
+    let Some(value) = request.headers().get(header::CONTENT_ENCODING) else {
+        return read_whole(request, next, limits).await;
+    };
+    let token = value
+        .to_str()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if token == "identity" {
+        request.headers_mut().remove(header::CONTENT_ENCODING);
+        return read_whole(request, next, limits).await;
     }
-    next.run(request).await
+    let Some(known) = DECODED.iter().find(|known| **known == token) else {
+        let shown = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        return ApiError::UnsupportedEncoding(shown).into_response();
+    };
+    // The decoder matches the token in lower case.
+    request
+        .headers_mut()
+        .insert(header::CONTENT_ENCODING, HeaderValue::from_static(known));
+    let mut next = Some(next);
+    let decoded = RequestDecompression::new(tower::service_fn(
+        move |request: Request<DecompressionBody<Body>>| {
+            let next = next.take().expect("a oneshot service is called once");
+            async move { Ok::<_, Infallible>(read_whole(request.map(Body::new), next, limits).await) }
+        },
+    ));
+    match decoded.oneshot(request).await {
+        Ok(response) => response.into_response(),
+        Err(never) => match never {},
+    }
 }
 
 /// Reads the (decoded) body whole within `limits`, then passes the request on
 /// with the bytes as its body: 413 past `max_bytes`, 408 past `timeout`, 400
 /// when it cannot be read or decoded.
-pub async fn read_whole(
-    State(limits): State<BodyLimits>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn read_whole(request: Request, next: Next, limits: BodyLimits) -> Response {
     let (parts, body) = request.into_parts();
     let collected = tokio::time::timeout(
         limits.timeout,

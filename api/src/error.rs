@@ -59,7 +59,8 @@ pub enum ApiError {
     Overloaded { retry_after_s: u32 },
     #[error("an internal error occurred")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// A handler panicked (the panic hook has logged it with the request's span).
+    /// A handler panicked ([`crate::request_context::observe`] caught it; the
+    /// panic hook has logged it within the request's span).
     #[error("an internal error occurred while answering request {request_id}")]
     Panicked { request_id: String },
 }

@@ -19,12 +19,10 @@ pub mod state;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Request, Response, header};
+use axum::http::header;
 use axum::middleware;
-use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Extension, Router};
 use skyport_core::ports::{Diagnostics, Ports};
@@ -34,10 +32,8 @@ use skyport_runtime::http::Server;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, ServiceBuilder};
-use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::SizeAbove;
-use tower_http::decompression::{DecompressionBody, RequestDecompressionLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -55,7 +51,22 @@ fn deliveries() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(deliveries::create))
         .routes(routes!(deliveries::cancel))
-        .routes(routes!(deliveries::status))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(deliveries::status))
+                .layer(compression()),
+        )
+}
+
+/// Responses of at least this many bytes are compressed for a client that
+/// accepts it; smaller ones gain less than the encoding costs.
+const COMPRESS_FROM_BYTES: u16 = 512;
+
+/// Compression for the routes whose answers are large (a status document
+/// with its steps, the spec), and only those: on the others the layer would
+/// cost every request its boxed body and gain nothing.
+fn compression() -> CompressionLayer<SizeAbove> {
+    CompressionLayer::new().compress_when(SizeAbove::new(COMPRESS_FROM_BYTES))
 }
 
 /// The probes and `/metrics`, which are never shed and need no credentials.
@@ -97,10 +108,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     // next, so that a request refused for load costs no credential check.
     let api = api.route_layer(
         ServiceBuilder::new()
-            .layer(middleware::from_fn(body::check_encoding))
-            .layer(RequestDecompressionLayer::new())
-            .map_request(|request: Request<DecompressionBody<Body>>| request.map(Body::new))
-            .layer(middleware::from_fn_with_state(limits, body::read_whole))
+            .layer(middleware::from_fn_with_state(limits, body::read))
             .layer(HandleErrorLayer::new(move |_: BoxError| async move {
                 ApiError::Overloaded { retry_after_s }
             }))
@@ -112,41 +120,20 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .merge(operations())
         .split_for_parts();
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
-    let routes = routes
+    routes
         .route(
             "/openapi.json",
             get(
                 move || async move { ([(header::CONTENT_TYPE, "application/json")], spec.clone()) },
-            ),
+            )
+            .layer(compression()),
         )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(Extension(BodyLimit(max_body_bytes)));
-    observed(routes).with_state(state)
-}
-
-/// What every answer of the gateway passes through: a panic in a handler
-/// becomes a 500 problem, large answers are compressed for clients that
-/// accept it, and, outermost, the request's id, span and metrics.
-fn observed<S: Clone + Send + Sync + 'static>(routes: Router<S>) -> Router<S> {
-    routes
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(CompressionLayer::new().compress_when(SizeAbove::new(COMPRESS_FROM_BYTES)))
+        .layer(Extension(BodyLimit(max_body_bytes)))
         .layer(middleware::from_fn(request_context::observe))
-}
-
-/// Responses of at least this many bytes are compressed for a client that
-/// accepts it (status documents with their steps, the spec); smaller ones
-/// gain less than the encoding costs.
-const COMPRESS_FROM_BYTES: u16 = 512;
-
-/// The answer to a handler that panicked: a 500 problem naming the request.
-/// The panic itself is logged once, by the process's panic hook, within the
-/// request's span.
-fn panicked(_payload: Box<dyn std::any::Any + Send + 'static>) -> Response<Body> {
-    let request_id = request_context::current_request_id().unwrap_or_default();
-    ApiError::Panicked { request_id }.into_response()
+        .with_state(state)
 }
 
 /// The gateway's listener could not be bound.
@@ -252,7 +239,8 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let server = Server::new(&HttpSettings::default(), std::time::Duration::from_secs(1));
-        let served = tokio::spawn(server.serve(listener, observed(routes), shutdown.clone()));
+        let routes = routes.layer(middleware::from_fn(request_context::observe));
+        let served = tokio::spawn(server.serve(listener, routes, shutdown.clone()));
 
         let mut stream = TcpStream::connect(address).await.unwrap();
         let (head, body) = exchange(

@@ -2,21 +2,28 @@
 //! (`x-request-id`, the caller's or a UUID made here, returned on the
 //! answer), a span that continues the caller's trace and carries that id (so
 //! every log line of the request names it), the request metrics of
-//! `/metrics`, and a log line for each 5xx.
+//! `/metrics`, and a log line for each 5xx. A handler that panics is caught
+//! here too and answered with a 500 problem naming the request (the panic
+//! hook has logged the panic within the request's span).
 //!
 //! One route layer rather than a stack of them: axum wraps every route in
 //! each layer, and each costs a boxed clone per request (measured in
 //! BENCHMARKS.md).
 
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, Method, Response};
 use axum::middleware::Next;
+use axum::response::IntoResponse;
+use futures_util::FutureExt;
 use skyport_runtime::metrics::{self, HttpLabels, RouteLabels};
 use skyport_runtime::{telemetry, trace_span};
 use tracing::Instrument;
+
+use crate::error::ApiError;
 
 /// The header that carries a request's id.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -83,9 +90,20 @@ pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
         .get(telemetry::TRACEPARENT)
         .and_then(|v| v.to_str().ok());
     telemetry::continue_trace(&span, traceparent);
-    let mut response = CURRENT
-        .scope(id.clone(), next.run(request).instrument(span.clone()))
+    let answered = CURRENT
+        .scope(
+            id.clone(),
+            AssertUnwindSafe(next.run(request))
+                .catch_unwind()
+                .instrument(span.clone()),
+        )
         .await;
+    let mut response = answered.unwrap_or_else(|_panic| {
+        ApiError::Panicked {
+            request_id: id.to_str().unwrap_or_default().to_owned(),
+        }
+        .into_response()
+    });
     let status = response.status();
     let seconds = started.elapsed().as_secs_f64();
     span.record("http.response.status_code", status.as_u16());
