@@ -31,6 +31,7 @@ use skyport_runtime::config::GatewaySettings;
 use skyport_runtime::http::Server;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::SizeAbove;
@@ -113,7 +114,9 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
                 ApiError::Overloaded { retry_after_s }
             }))
             .load_shed()
-            .concurrency_limit(settings.max_in_flight),
+            // Global: a route layer is applied to each route, and a plain
+            // concurrency limit would give each method and path its own.
+            .layer(GlobalConcurrencyLimitLayer::new(settings.max_in_flight)),
     );
     let (routes, spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(api)

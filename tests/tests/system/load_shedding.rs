@@ -1,7 +1,7 @@
 //! Load shedding over real HTTP: with `gateway.max_in_flight` requests in
-//! flight, one more is refused at once (503 problem, `Retry-After`) instead of
-//! queueing, the probes still answer, and capacity comes back when the
-//! requests in flight end.
+//! flight, one more (on any API route) is refused at once (503 problem,
+//! `Retry-After`) instead of queueing, the probes still answer, and capacity
+//! comes back when the requests in flight end.
 //!
 //! A request holds its slot from the moment its body has arrived until it is
 //! answered, so the requests held here are real POSTs whose append to the
@@ -107,6 +107,17 @@ async fn a_request_beyond_the_limit_is_refused_at_once_with_retry_after() {
         2,
         "it never reached the stream"
     );
+    // The limit is one for every API route: the held POSTs leave no room for a GET.
+    let status = client
+        .http
+        .get(format!(
+            "{}/api/deliveryrequests/some-id/status?receipt=x",
+            client.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.status(), 503, "a status read is shed too");
 
     let health = client
         .http
