@@ -6,7 +6,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 use skyport_core::request::{DeliveryRequest, FieldError};
@@ -20,26 +20,16 @@ pub struct JsonBody<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
+    /// The body has been read whole and bounded by the gateway's body stage
+    /// ([`crate::body`]) before this runs.
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         check_content_type(req.headers().get(header::CONTENT_TYPE))?;
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map_or(usize::MAX, |l| l.0);
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit }
-            } else {
-                ApiError::BadRequest(rejection.body_text())
-            }
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
         parse(&bytes).map(JsonBody)
     }
 }
-
-/// The body size limit in force, so that a 413 can say what it is.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
 
 /// A [`DeliveryRequest`] that parsed and passed validation.
 #[derive(Debug)]

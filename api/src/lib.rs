@@ -19,12 +19,12 @@ pub mod state;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::middleware;
 use axum::routing::get;
-use axum::{Extension, Router};
 use skyport_core::ports::{Diagnostics, Ports};
 use skyport_runtime::admin;
 use skyport_runtime::config::GatewaySettings;
@@ -42,7 +42,6 @@ use utoipa_axum::routes;
 use crate::auth::Auth;
 use crate::body::BodyLimits;
 use crate::error::ApiError;
-use crate::extract::BodyLimit;
 use crate::openapi::ApiDoc;
 use crate::routes::deliveries;
 pub use crate::state::AppState;
@@ -100,9 +99,8 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
             auth::require_credentials,
         ));
     }
-    let max_body_bytes = settings.max_body_bytes;
     let limits = BodyLimits {
-        max_bytes: max_body_bytes,
+        max_bytes: settings.max_body_bytes,
         timeout: settings.http.body_read_timeout_ms.duration(),
     };
     // The body first, so that a slow one never holds a slot; the load limit
@@ -133,8 +131,9 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(Extension(BodyLimit(max_body_bytes)))
+        // The body stage has bounded the body already (decoded, which axum's
+        // own limit could not see).
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(request_context::observe))
         .with_state(state)
 }
