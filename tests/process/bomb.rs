@@ -7,7 +7,9 @@
 
 use std::io::Write;
 
-use skyport_tests::{ChildApp, delivery_request};
+use skyport_tests::delivery_request;
+
+use crate::spawn_skyport;
 
 /// How much the peak RSS may grow over 64 bombs (eight inflated at once would be 80 MiB).
 const BOUND_KIB: u64 = 8 * 1024;
@@ -24,20 +26,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bombs_are_refused_without_being_inflated() {
     let data = tempfile::tempdir().unwrap();
-    let args: Vec<String> = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.path().to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec();
-    let app = ChildApp::spawn(
-        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
-        &args,
-        data.path().join("skyport.log"),
-    )
-    .await;
+    let app = spawn_skyport(&data, &[], &[]).await;
     let pid = app.child.id().unwrap();
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     encoder.write_all(&vec![0_u8; 10 * 1024 * 1024]).unwrap();

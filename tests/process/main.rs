@@ -1,7 +1,7 @@
 //! The tests of the `skyport` package's binaries as processes (killed,
-//! misconfigured, traced), and of the worker's admin listener. No test here
-//! runs a system in this process but the admin listener's, so the metrics
-//! registry it scrapes is its own.
+//! misconfigured, traced, fed bombs, searched for secrets), and of the
+//! worker's admin listener. No test here runs a system in this process but
+//! the admin listener's, so the metrics registry it scrapes is its own.
 
 mod bomb;
 mod config_errors;
@@ -9,3 +9,31 @@ mod crash_recovery;
 mod operability;
 mod secrets;
 mod telemetry;
+
+use skyport_tests::ChildApp;
+
+/// The `skyport` binary on `data`, listening on 127.0.0.1:0, its simulated
+/// services answering within 1 ms, with `settings` (each a `--set`) and the
+/// environment variables `env` added; it logs to `data/skyport.log`.
+async fn spawn_skyport(
+    data: &tempfile::TempDir,
+    settings: &[String],
+    env: &[(&str, String)],
+) -> ChildApp {
+    let path = data.path().to_str().expect("a UTF-8 temporary directory");
+    let mut args: Vec<String> = ["--listen", "127.0.0.1:0", "--data-dir", path]
+        .map(String::from)
+        .to_vec();
+    for setting in
+        std::iter::once("simulator.latency_ms=1").chain(settings.iter().map(String::as_str))
+    {
+        args.extend(["--set".to_owned(), setting.to_owned()]);
+    }
+    ChildApp::spawn_with_env(
+        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
+        &args,
+        env,
+        data.path().join("skyport.log"),
+    )
+    .await
+}

@@ -14,8 +14,10 @@ use std::time::Duration;
 use jsonwebtoken::{EncodingKey, Header};
 use serde_json::json;
 use skyport_core::status::DeliveryState;
+use skyport_tests::delivery_request;
 use skyport_tests::otlp::OtlpReceiver;
-use skyport_tests::{ChildApp, delivery_request};
+
+use crate::spawn_skyport;
 
 const API_KEY: &str = "sk-api-key-7f3a9c1e5b2d4f60a8e7c9b1d3f5a7e9";
 const JWT_SECRET: &str = "jwt-hs256-secret-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
@@ -48,8 +50,8 @@ fn connection_string() -> String {
     )
 }
 
-/// The `--set` flags that configure every secret.
-fn secret_flags() -> Vec<String> {
+/// The settings that configure every secret.
+fn secret_settings() -> Vec<String> {
     [
         format!("gateway.auth.api_keys.portal.key={API_KEY}"),
         "gateway.auth.jwt.issuer=https://issuer.test/".to_owned(),
@@ -59,9 +61,7 @@ fn secret_flags() -> Vec<String> {
         format!("cosmos.key={COSMOS_KEY}"),
         format!("eventhubs.connection_string=\"{}\"", connection_string()),
     ]
-    .into_iter()
-    .flat_map(|setting| ["--set".to_owned(), setting])
-    .collect()
+    .into()
 }
 
 fn token(secret: &str) -> String {
@@ -94,33 +94,14 @@ async fn no_secret_reaches_logs_spans_metrics_or_answers() {
     let receiver = OtlpReceiver::start().await;
 
     let data = tempfile::tempdir().unwrap();
-    let mut args: Vec<String> = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--set",
-        "simulator.latency_ms=1",
-        "--set",
-        "gateway.auth.enabled=true",
-        "--set",
-        "telemetry.log_format=json",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(secret_flags());
+    let mut settings = secret_settings();
+    settings.extend(["gateway.auth.enabled=true", "telemetry.log_format=json"].map(String::from));
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.clone()),
         ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
         ("RUST_LOG", "debug".to_owned()),
     ];
-    let app = ChildApp::spawn_with_env(
-        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
-        &args,
-        &env,
-        data.path().join("skyport.log"),
-    )
-    .await;
+    let app = spawn_skyport(&data, &settings, &env).await;
     let base = app.client.base.clone();
     let with_key = app.client.with_header("x-api-key", API_KEY);
     let with_token = app
@@ -218,7 +199,11 @@ fn no_secret_reaches_the_errors_of_a_bad_start() {
             "--listen".to_owned(),
             "127.0.0.1:0".to_owned(),
         ];
-        args.extend(secret_flags());
+        args.extend(
+            secret_settings()
+                .into_iter()
+                .flat_map(|setting| ["--set".to_owned(), setting]),
+        );
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         args
     };

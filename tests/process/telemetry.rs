@@ -19,7 +19,9 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use skyport_core::status::DeliveryState;
 use skyport_tests::otlp::OtlpReceiver;
-use skyport_tests::{ChildApp, delivery_request, scrape_metrics};
+use skyport_tests::{delivery_request, scrape_metrics};
+
+use crate::spawn_skyport;
 
 /// Every span of `exports`, with the `service.name` of its resource.
 fn spans_by_service(exports: Vec<ExportTraceServiceRequest>) -> Vec<(String, Span)> {
@@ -43,34 +45,6 @@ fn spans_by_service(exports: Vec<ExportTraceServiceRequest>) -> Vec<(String, Spa
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
 
-/// The binary on `data`, its simulated services answering within 1 ms, with
-/// `setting` (`--set`) and the variables `env`.
-async fn spawn_skyport(
-    data: &tempfile::TempDir,
-    setting: &str,
-    env: &[(&str, String)],
-) -> ChildApp {
-    let args: Vec<String> = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--set",
-        "simulator.latency_ms=1",
-        "--set",
-        setting,
-    ]
-    .map(String::from)
-    .to_vec();
-    ChildApp::spawn_with_env(
-        std::path::Path::new(env!("CARGO_BIN_EXE_skyport")),
-        &args,
-        env,
-        data.path().join("skyport.log"),
-    )
-    .await
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -84,7 +58,7 @@ async fn one_trace_covers_a_delivery_and_metrics_hold_every_series() {
         ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
         ("RUST_LOG", "info".to_owned()),
     ];
-    let app = spawn_skyport(&data, "simulator.jitter_ms=0", &env).await;
+    let app = spawn_skyport(&data, &["simulator.jitter_ms=0".to_owned()], &env).await;
     let client = app
         .client
         .with_header("traceparent", &format!("00-{TRACE_ID}-{CALLER_SPAN_ID}-01"));
@@ -230,7 +204,7 @@ async fn json_logs_carry_the_request_id_the_answer_returns() {
     let data = tempfile::tempdir().unwrap();
     // The gateway logs each answer at debug level, inside the request's span.
     let env = [("RUST_LOG", "info,skyport_api=debug".to_owned())];
-    let app = spawn_skyport(&data, "telemetry.log_format=json", &env).await;
+    let app = spawn_skyport(&data, &["telemetry.log_format=json".to_owned()], &env).await;
     let response = app
         .client
         .with_header("x-request-id", "req-json-42")
