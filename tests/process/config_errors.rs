@@ -144,6 +144,7 @@ fn a_partition_count_that_does_not_match_the_data_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let settings = EmbeddedSettings {
         data_dir: dir.path().to_path_buf(),
+        segment_size_mb: 1,
         ..EmbeddedSettings::default()
     };
     drop(EmbeddedStore::open(&settings, 2).unwrap());

@@ -68,6 +68,8 @@ pub fn test_settings(dir: &Path) -> Settings {
     settings.gateway.listen = "127.0.0.1:0".parse().unwrap();
     settings.embedded.data_dir = dir.to_path_buf();
     settings.embedded.cache_size_mb = 16;
+    // Small segments: every test opens a store of its own, and rotation runs too.
+    settings.embedded.segment_size_mb = 2;
     settings.simulator.latency_ms = Millis::new(1);
     settings.simulator.jitter_ms = Millis::new(2);
     settings.worker.checkpoint_interval_ms = Millis::new(100);

@@ -2,21 +2,18 @@
 //! reads each from just after its group's checkpoint.
 //!
 //! Readers see only committed events: a partition's head moves after the
-//! commit that made its events durable.
+//! commit that made its events durable. They read the log's segments
+//! directly ([`crate::log`]), never waiting for its writer.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use redb::ReadableDatabase;
 use tokio::sync::watch;
 
 use skyport_core::ports::{ConsumeError, Consumer, PartitionReader, StreamEvent};
 
-use crate::committer::{Applied, OpKind};
-use crate::store::{EmbeddedStore, SubmitError, blocking};
-use crate::tables::{CHECKPOINTS, LOG};
+use crate::store::EmbeddedStore;
 
 /// A consumer in one group that is assigned every partition of the store.
 #[derive(Debug)]
@@ -50,15 +47,11 @@ impl Consumer for EmbeddedConsumer {
         let Some(partition) = next else {
             return std::future::pending().await;
         };
-        let db = Arc::clone(&self.store.db);
-        let group = self.group.clone();
-        let checkpoint = blocking(move || {
-            let txn = db.begin_read()?;
-            let table = txn.open_table(CHECKPOINTS)?;
-            Ok(table.get((group.as_str(), partition))?.map(|v| v.value()))
-        })
-        .await
-        .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
+        let checkpoint = self
+            .store
+            .checkpoints(&self.group)
+            .into_iter()
+            .find_map(|(p, offset)| (p == partition).then_some(offset));
         let next = checkpoint.map_or(0, |c| c + 1);
         let head = self.store.head(partition);
         tracing::info!(
@@ -118,41 +111,21 @@ impl PartitionReader for EmbeddedPartitionReader {
     }
 
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
-        let kind = OpKind::Checkpoint {
-            group: self.group.clone(),
-            partition: self.partition,
-            offset,
-        };
-        match self.store.submit(kind).await {
-            Ok(Applied::Done) => Ok(()),
-            Ok(other) => unreachable!("a checkpoint is answered with Done, not {other:?}"),
-            Err(SubmitError::Closed) => Err(ConsumeError::Unavailable(
-                "the embedded store is closed".into(),
-            )),
-            Err(SubmitError::Failed(e)) => Err(ConsumeError::Unavailable(Box::new(e))),
-        }
+        self.store
+            .log
+            .checkpoint(&self.group, self.partition, offset)
+            .await
+            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))
     }
 }
 
 impl EmbeddedPartitionReader {
     async fn read(&self, from: u64, to: u64) -> Result<Vec<StreamEvent>, ConsumeError> {
-        let db = Arc::clone(&self.store.db);
+        let stream = self.store.stream();
         let partition = self.partition;
-        blocking(move || {
-            let txn = db.begin_read()?;
-            let table = txn.open_table(LOG)?;
-            let mut events = Vec::new();
-            for entry in table.range((partition, from)..(partition, to))? {
-                let (key, value) = entry?;
-                events.push(StreamEvent {
-                    partition,
-                    offset: key.value().1,
-                    payload: Bytes::copy_from_slice(value.value()),
-                });
-            }
-            Ok(events)
-        })
-        .await
-        .map_err(|e| ConsumeError::Unavailable(Box::new(e)))
+        tokio::task::spawn_blocking(move || stream.read(partition, from, to))
+            .await
+            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?
+            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))
     }
 }

@@ -1,32 +1,39 @@
-//! The embedded backend: stream, consumer offsets, status documents and dead
-//! letters in one redb database file under the data directory.
+//! The embedded backend, under one data directory:
 //!
-//! redb is a pure-Rust, ACID, copy-on-write B-tree store with MVCC readers and
-//! checksummed commits, so a `kill -9` at any moment leaves the last committed
-//! transaction intact. Every write goes through one committer thread
-//! ([`committer`]) that puts all the writes waiting at that moment into a
-//! single transaction and a single fsync (group commit); a caller's future
-//! resolves only after its transaction is durable. Reads run concurrently on
-//! snapshots.
+//! - `stream/`: the stream, a segment log of Skyport's own ([`log`]): one
+//!   append-only log for every partition, group-committed with one `pwrite`
+//!   and one `fdatasync`, its consumer checkpoints in a file beside it. The
+//!   202 path writes only here; a named request's reservation rides in the
+//!   same commit as its event.
+//! - `skyport.redb`: status documents, reservations, leases and dead letters.
+//!   redb is a pure-Rust, ACID, copy-on-write B-tree store with MVCC readers
+//!   and checksummed commits, so a `kill -9` at any moment leaves the last
+//!   committed transaction intact. Every write goes through one committer
+//!   thread ([`committer`]) that puts all the writes waiting at that moment
+//!   into a single transaction and a single fsync (group commit); a caller's
+//!   future resolves only after its transaction is durable. Reads run
+//!   concurrently on snapshots.
+//!
+//! A data directory written before the segment log (the stream in the
+//! database's `log` table) is upgraded at start ([`migrate`]).
 //!
 //! Tables:
-//! - `log`: (partition, offset) → encoded event; entries at or below every
-//!   consumer group's checkpoint are deleted.
-//! - `heads`: partition → next offset to assign (so offsets never restart).
-//! - `checkpoints`: (consumer group, partition) → last completed offset.
 //! - `status`: delivery id → (version, status document JSON).
 //! - `dead_letters`: (partition, offset) → (reason, time, raw payload).
 //! - `lease_groups`: (group, name) → (version, last modified in Unix ms, JSON
 //!   fields): the [`LeaseStore`](skyport_core::ports::LeaseStore) of a
 //!   partition-balancing consumer (the Event Hubs processor); see [`leases`].
 //! - `reservations`: delivery id → (expiry in Unix ms, [`Reservation`] JSON),
-//!   what a retried POST is matched against; `reservation_expiry` indexes
-//!   them by expiry, and every commit that reserves forgets a few expired ones.
+//!   what a retried POST is matched against, copied from the log once
+//!   durable there; `reservation_expiry` indexes them by expiry, and every
+//!   copy forgets a few expired ones.
 //! - `meta`: `partitions` (fixed at creation) and `receipt-key`.
 
 mod committer;
 mod consumer;
 mod leases;
+pub mod log;
+mod migrate;
 mod store;
 mod tables;
 #[cfg(test)]
@@ -34,4 +41,5 @@ mod tests;
 
 pub use self::committer::CommitStats;
 pub use self::consumer::EmbeddedConsumer;
+pub use self::log::{AppendError, Faults, LogError};
 pub use self::store::{EmbeddedStore, OpenError};

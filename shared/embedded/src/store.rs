@@ -1,6 +1,6 @@
-//! The embedded store itself: opening the database, the group-commit queue,
-//! and the ports it implements directly (publisher, status, dead letters,
-//! reservations).
+//! The embedded store itself: opening the database and the stream's log,
+//! the database's group-commit queue, and the ports it implements directly
+//! (publisher, status, dead letters, reservations).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -21,11 +21,13 @@ use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::committer::{self, Applied, CommitFailed, CommitStats, Op, OpKind};
-use crate::tables::{
-    CHECKPOINTS, DEAD_LETTERS, HEADS, LEASES, LOG, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS,
-};
+use crate::log::{AppendError, Faults, LogError, ReservationRecord, SegmentLog, Shared};
+use crate::migrate;
+use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
 
 const DATABASE_FILE: &str = "skyport.redb";
+/// The stream's segment log, under the data directory.
+const STREAM_DIR: &str = "stream";
 pub(crate) const RECEIPT_KEY_LEN: usize = 32;
 
 /// Why the embedded store did not open.
@@ -56,14 +58,26 @@ pub enum OpenError {
         #[source]
         source: BoxError,
     },
+    #[error(
+        "cannot move the stream of {path} (written by an earlier version, in the database) into \
+         the segment log; free space or fix what the cause names and start again, nothing was lost"
+    )]
+    Upgrade {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
+    #[error(transparent)]
+    Stream(#[from] LogError),
 }
 
 /// The embedded store; cheap to share behind an [`Arc`].
 #[derive(Debug)]
 pub struct EmbeddedStore {
     pub(crate) db: Arc<Database>,
+    pub(crate) log: SegmentLog,
     ops: Option<mpsc::Sender<Op>>,
-    heads: Vec<watch::Receiver<u64>>,
+    partitions: u32,
     receipt_key: [u8; RECEIPT_KEY_LEN],
     stats: Arc<CommitStats>,
     committer: Mutex<Option<JoinHandle<()>>>,
@@ -94,7 +108,7 @@ impl EmbeddedStore {
                 }
                 other => storage(other.into()),
             })?;
-        let (next_offsets, receipt_key) = initialize(&db, partitions).map_err(|e| match e {
+        let receipt_key = initialize(&db, partitions).map_err(|e| match e {
             InitError::Storage(e) => storage(e),
             InitError::PartitionMismatch(stored) => OpenError::PartitionMismatch {
                 path: path.clone(),
@@ -102,30 +116,46 @@ impl EmbeddedStore {
                 configured: partitions,
             },
         })?;
+        let stream = dir.join(STREAM_DIR);
+        let segment_size = settings.segment_size_mb * 1024 * 1024;
+        match migrate::run(&db, &stream, partitions, segment_size) {
+            Ok(Some(moved)) => tracing::warn!(
+                path = %path.display(),
+                events = moved,
+                "Moved the stream of a data directory written by an earlier version into the segment log."
+            ),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(OpenError::Upgrade {
+                    path: path.clone(),
+                    source: Box::new(e),
+                });
+            }
+        }
         let db = Arc::new(db);
-        let (head_senders, heads): (Vec<_>, Vec<_>) = next_offsets
-            .iter()
-            .map(|&next| watch::channel(next))
-            .unzip();
-        let (ops, rx) = mpsc::channel(settings.queue_capacity);
         let stats = Arc::new(CommitStats::default());
-        let committer = committer::spawn(
+        let log = SegmentLog::open(
+            &stream,
+            partitions,
+            settings,
             Arc::clone(&db),
-            rx,
-            next_offsets,
-            head_senders,
-            settings.max_batch,
             Arc::clone(&stats),
-        )
-        .map_err(|source| OpenError::Storage {
-            path: path.clone(),
-            source: Box::new(source),
-        })?;
+            Faults::default(),
+        )?;
+        let (ops, rx) = mpsc::channel(settings.queue_capacity);
+        let committer =
+            committer::spawn(Arc::clone(&db), rx, settings.max_batch).map_err(|source| {
+                OpenError::Storage {
+                    path: path.clone(),
+                    source: Box::new(source),
+                }
+            })?;
         tracing::info!(path = %path.display(), partitions, "Opened the embedded store.");
         Ok(Arc::new(Self {
             db,
+            log,
             ops: Some(ops),
-            heads,
+            partitions,
             receipt_key,
             stats,
             committer: Mutex::new(Some(committer)),
@@ -137,42 +167,36 @@ impl EmbeddedStore {
         &self.receipt_key
     }
 
-    /// Durable commits and the operations they carried, since the store opened.
+    /// The stream's durable commits and the events they carried, since the store opened.
     pub fn commit_stats(&self) -> &CommitStats {
         &self.stats
     }
 
     pub fn partitions(&self) -> u32 {
-        u32::try_from(self.heads.len()).unwrap_or_else(|_| unreachable!("partitions is a u32"))
+        self.partitions
+    }
+
+    /// The switch that makes the stream's writes fail as a full disk does.
+    #[cfg(feature = "fault-injection")]
+    pub fn faults(&self) -> &Faults {
+        self.log.faults()
+    }
+
+    /// The ids of the stream's segment files, oldest first.
+    pub fn segments(&self) -> Vec<u64> {
+        self.log.segments()
     }
 
     /// The checkpoint (last completed offset) of each partition `group` has checkpointed.
-    ///
-    /// # Errors
-    /// [`StatusStoreError::Unavailable`] when the store cannot be read.
-    pub async fn checkpoints(&self, group: &str) -> Result<Vec<(u32, u64)>, StatusStoreError> {
-        let db = Arc::clone(&self.db);
-        let group = group.to_owned();
-        blocking(move || {
-            let txn = db.begin_read()?;
-            let table = txn.open_table(CHECKPOINTS)?;
-            let mut checkpoints = Vec::new();
-            for entry in table.iter()? {
-                let (key, value) = entry?;
-                let (owner, partition) = key.value();
-                if owner == group {
-                    checkpoints.push((partition, value.value()));
-                }
-            }
-            Ok(checkpoints)
-        })
-        .await
-        .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))
+    pub fn checkpoints(&self, group: &str) -> Vec<(u32, u64)> {
+        self.log.checkpoints(group)
     }
 
     /// The next offset each partition will assign: how many events it has ever held.
     pub fn heads(&self) -> Vec<u64> {
-        self.heads.iter().map(|head| *head.borrow()).collect()
+        (0..self.partitions)
+            .map(|partition| *self.log.head(partition).borrow())
+            .collect()
     }
 
     /// The dead letters kept so far, oldest position first.
@@ -220,13 +244,18 @@ impl EmbeddedStore {
     }
 
     pub(crate) fn head(&self, partition: u32) -> watch::Receiver<u64> {
-        self.heads[partition as usize].clone()
+        self.log.head(partition)
+    }
+
+    pub(crate) fn stream(&self) -> Arc<Shared> {
+        self.log.shared()
     }
 }
 
 impl Drop for EmbeddedStore {
     fn drop(&mut self) {
-        // Closing the queue lets the committer finish what is queued and stop.
+        // Closing the queue lets the committer finish what is queued and stop
+        // (the log's threads stop when `log` is dropped, after this).
         drop(self.ops.take());
         if let Some(thread) = self.committer.lock().ok().and_then(|mut t| t.take())
             && thread.join().is_err()
@@ -249,23 +278,18 @@ pub(crate) enum SubmitError {
 impl Publisher for EmbeddedStore {
     async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
         let partition = partition_for(&event.key, self.partitions());
-        let kind = OpKind::Append {
-            partition,
-            payload: event.payload,
-        };
-        match self.submit(kind).await {
-            Ok(Applied::Appended(offset)) => Ok(Position {
+        match self.log.append(partition, event.key, event.payload).await {
+            Ok(offset) => Ok(Position {
                 partition,
                 offset: Some(offset),
             }),
-            Ok(other) => unreachable!("an append is answered with its offset, not {other:?}"),
-            Err(SubmitError::Closed) => Err(PublishError::Closed),
-            Err(SubmitError::Failed(e)) => Err(PublishError::Unavailable(Box::new(e))),
+            Err(AppendError::Closed) => Err(PublishError::Closed),
+            Err(e) => Err(PublishError::Unavailable(Box::new(e))),
         }
     }
 
     async fn ready(&self) -> bool {
-        self.ops.as_ref().is_some_and(|s| !s.is_closed())
+        self.log.ready() && self.ops.as_ref().is_some_and(|s| !s.is_closed())
     }
 }
 
@@ -348,36 +372,31 @@ impl DeadLetterStore for EmbeddedStore {
 #[async_trait]
 impl IdempotencyStore for EmbeddedStore {
     async fn reserve(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
-        let kind = OpKind::Reserve {
+        let record = ReservationRecord {
             id: reservation.delivery_id.clone(),
             expires_ms: unix_millis(reservation.expires_at),
             body: serde_json::to_vec(reservation)
                 .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
         };
-        match self.submit(kind).await {
-            Ok(Applied::Reserved) => Ok(Reserved::New),
-            Ok(Applied::Held(body)) => serde_json::from_slice(&body)
+        match self.log.reserve(record).await {
+            Ok(None) => Ok(Reserved::New),
+            Ok(Some(body)) => serde_json::from_slice(&body)
                 .map(Reserved::Existing)
                 .map_err(|e| StatusStoreError::Corrupt {
                     id: reservation.delivery_id.clone(),
                     source: Box::new(e),
                 }),
-            Ok(other) => unreachable!("a reservation is answered Reserved or Held, not {other:?}"),
             Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
         }
     }
 
     async fn release(&self, reservation: &Reservation) -> Result<(), StatusStoreError> {
-        let kind = OpKind::Release {
-            id: reservation.delivery_id.clone(),
-            body: serde_json::to_vec(reservation)
-                .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
-        };
-        match self.submit(kind).await {
-            Ok(Applied::Done) => Ok(()),
-            Ok(other) => unreachable!("a release is answered with Done, not {other:?}"),
-            Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
-        }
+        let body = serde_json::to_vec(reservation)
+            .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}"));
+        self.log
+            .release(reservation.delivery_id.clone(), body)
+            .await
+            .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))
     }
 }
 
@@ -396,13 +415,10 @@ impl<E: Into<redb::Error>> From<E> for InitError {
     }
 }
 
-/// Creates the tables, checks the partition count and loads each partition's next offset.
-fn initialize(
-    db: &Database,
-    partitions: u32,
-) -> Result<(Vec<u64>, [u8; RECEIPT_KEY_LEN]), InitError> {
+/// Creates the tables and checks the partition count; answers the receipt key.
+fn initialize(db: &Database, partitions: u32) -> Result<[u8; RECEIPT_KEY_LEN], InitError> {
     let txn = db.begin_write()?;
-    let (next_offsets, receipt_key) = {
+    let receipt_key = {
         let mut meta = txn.open_table(META)?;
         let stored = meta
             .get("partitions")?
@@ -431,22 +447,15 @@ fn initialize(
                 key
             }
         };
-        txn.open_table(LOG)?;
-        txn.open_table(CHECKPOINTS)?;
         txn.open_table(STATUS)?;
         txn.open_table(DEAD_LETTERS)?;
         txn.open_table(LEASES)?;
         txn.open_table(RESERVATIONS)?;
         txn.open_table(RESERVATION_EXPIRY)?;
-        let heads = txn.open_table(HEADS)?;
-        let mut next_offsets = Vec::with_capacity(partitions as usize);
-        for partition in 0..partitions {
-            next_offsets.push(heads.get(partition)?.map_or(0, |v| v.value()));
-        }
-        (next_offsets, receipt_key)
+        receipt_key
     };
     txn.commit()?;
-    Ok((next_offsets, receipt_key))
+    Ok(receipt_key)
 }
 
 /// Runs a read on the blocking pool so that disk reads never stall the async workers.

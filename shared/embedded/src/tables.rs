@@ -3,10 +3,6 @@
 
 use redb::TableDefinition;
 
-pub(crate) const LOG: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("log");
-pub(crate) const HEADS: TableDefinition<u32, u64> = TableDefinition::new("heads");
-pub(crate) const CHECKPOINTS: TableDefinition<(&str, u32), u64> =
-    TableDefinition::new("checkpoints");
 pub(crate) const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("status");
 pub(crate) const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
     TableDefinition::new("dead_letters");

@@ -31,6 +31,7 @@ async fn the_embedded_store_keeps_the_status_store_contract() {
     let dir = tempfile::tempdir().unwrap();
     let settings = EmbeddedSettings {
         data_dir: dir.path().to_path_buf(),
+        segment_size_mb: 1,
         ..EmbeddedSettings::default()
     };
     let store = EmbeddedStore::open(&settings, 1).unwrap();
@@ -42,6 +43,7 @@ async fn the_embedded_store_keeps_the_lease_store_contract() {
     let dir = tempfile::tempdir().unwrap();
     let settings = EmbeddedSettings {
         data_dir: dir.path().to_path_buf(),
+        segment_size_mb: 1,
         ..EmbeddedSettings::default()
     };
     let store = EmbeddedStore::open(&settings, 1).unwrap();
@@ -53,6 +55,7 @@ async fn the_embedded_store_keeps_the_idempotency_store_contract() {
     let dir = tempfile::tempdir().unwrap();
     let settings = EmbeddedSettings {
         data_dir: dir.path().to_path_buf(),
+        segment_size_mb: 1,
         ..EmbeddedSettings::default()
     };
     let store = EmbeddedStore::open(&settings, 1).unwrap();

@@ -8,6 +8,7 @@ mod bad_input;
 mod cancellation;
 mod cosmos;
 mod dependencies;
+mod disk_faults;
 mod encodings;
 mod end_to_end;
 mod eventhubs;

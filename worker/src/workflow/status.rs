@@ -192,6 +192,7 @@ mod tests {
     fn writer(dir: &tempfile::TempDir) -> (StatusWriter, Arc<CountingReads>) {
         let settings = EmbeddedSettings {
             data_dir: dir.path().to_path_buf(),
+            segment_size_mb: 1,
             ..EmbeddedSettings::default()
         };
         let store = Arc::new(CountingReads {

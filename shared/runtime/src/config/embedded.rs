@@ -1,4 +1,5 @@
-//! `[embedded]`: the embedded store (stream, status, checkpoints in one directory).
+//! `[embedded]`: the embedded store (the stream's segment log, and a database
+//! of status documents, reservations, leases and dead letters, in one directory).
 
 use std::path::PathBuf;
 
@@ -6,15 +7,19 @@ use serde::Deserialize;
 
 use super::checks::Checks;
 
-/// The embedded store (stream, status, checkpoints in one file).
+/// The embedded store (stream, status, checkpoints in one directory).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbeddedSettings {
     pub data_dir: PathBuf,
     /// Page cache of the database, in MiB.
     pub cache_size_mb: usize,
-    /// Most writes committed by one transaction (one fsync).
+    /// Most writes committed together (one fsync), in the stream and in the database.
     pub max_batch: usize,
+    /// The size of each segment file of the stream, in MiB (made ahead of
+    /// time, zero-filled; deleted once every checkpoint has passed it). An
+    /// event may take up to an eighth of it.
+    pub segment_size_mb: u64,
     /// Writes that may wait for the committer before writers wait to queue.
     pub queue_capacity: usize,
 }
@@ -25,6 +30,7 @@ impl Default for EmbeddedSettings {
             data_dir: PathBuf::from("./data"),
             cache_size_mb: 64,
             max_batch: 4096,
+            segment_size_mb: 64,
             queue_capacity: 65_536,
         }
     }
@@ -34,6 +40,11 @@ impl EmbeddedSettings {
     pub(super) fn validate(&self, checks: &mut Checks<'_>) {
         checks.at_least(self.cache_size_mb, 1, "cache_size_mb");
         checks.at_least(self.max_batch, 1, "max_batch");
+        checks.check(
+            (1..=4095).contains(&self.segment_size_mb),
+            "segment_size_mb",
+            "must be from 1 to 4095 (MiB)",
+        );
         checks.at_least(self.queue_capacity, 1, "queue_capacity");
     }
 }

@@ -1,0 +1,187 @@
+//! Reservations that ride in the log with the event they name.
+//!
+//! A request that names its delivery (an `Idempotency-Key` or a
+//! `deliveryId`) is first reserved in memory by the log's writer, which
+//! answers at once: the name is free, or held by this earlier request. The
+//! reservation becomes durable in the same group commit as the request's
+//! event, as a record of its own stream in the log, so a named request costs
+//! one durable write like any other. A folding thread then copies the
+//! durable reservations into the database, where they are kept for their
+//! retention; once copied, the log may forget them (a checkpoint of the
+//! reservation stream). At start, reservations the log holds past that
+//! checkpoint are copied again.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+use redb::{Database, ReadableTable};
+
+use super::checkpoints::Request;
+use crate::tables::{RESERVATION_EXPIRY, RESERVATIONS};
+
+/// The partition number that marks a reservation record in the log.
+pub(crate) const STREAM: u32 = u32::MAX;
+
+/// How many expired reservations a fold also forgets.
+const PURGE_PER_FOLD: usize = 256;
+
+/// A reservation as the log holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) id: String,
+    pub(crate) expires_ms: i64,
+    /// The reservation's JSON.
+    pub(crate) body: Vec<u8>,
+}
+
+impl Record {
+    /// `[expiry in Unix ms: i64][id length: u32][id][body]`, little-endian.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let id_len = u32::try_from(self.id.len()).unwrap_or(u32::MAX);
+        let mut out = Vec::with_capacity(12 + self.id.len() + self.body.len());
+        out.extend_from_slice(&self.expires_ms.to_le_bytes());
+        out.extend_from_slice(&id_len.to_le_bytes());
+        out.extend_from_slice(self.id.as_bytes());
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let expires_ms = i64::from_le_bytes(bytes.get(0..8)?.try_into().ok()?);
+        let id_len = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize;
+        let id = std::str::from_utf8(bytes.get(12..12usize.checked_add(id_len)?)?).ok()?;
+        Some(Self {
+            id: id.to_owned(),
+            expires_ms,
+            body: bytes[12 + id_len..].to_vec(),
+        })
+    }
+}
+
+/// The reservation holding `id` in the database, if it has not expired by `now_ms`.
+pub(crate) fn stored(db: &Database, id: &str, now_ms: i64) -> Result<Option<Vec<u8>>, redb::Error> {
+    use redb::ReadableDatabase;
+    let txn = db.begin_read()?;
+    let table = txn.open_table(RESERVATIONS)?;
+    let Some(held) = table.get(id)? else {
+        return Ok(None);
+    };
+    let (expires, body) = held.value();
+    Ok((expires > now_ms).then(|| body.to_vec()))
+}
+
+/// The folding thread: copies batches of durable reservations into the
+/// database, then tells the writer (which forgets its copies) and the
+/// checkpoint thread (which lets the log forget them). Stops when the
+/// writer is gone and what it sent is copied, or could not be: whatever
+/// is not copied stays in the log and is copied at the next start.
+pub(crate) fn fold(
+    db: &Database,
+    batches: &Receiver<Vec<(u64, Record)>>,
+    folded: &Sender<u64>,
+    checkpoints: &Sender<Request>,
+) {
+    let mut batch: Vec<(u64, Record)> = Vec::new();
+    let mut closed = false;
+    loop {
+        if batch.is_empty() {
+            match batches.recv() {
+                Ok(more) => batch = more,
+                Err(_) => return,
+            }
+        }
+        while let Ok(more) = batches.try_recv() {
+            batch.extend(more);
+        }
+        match write(db, &batch) {
+            Ok(()) => {
+                let last = batch.iter().map(|(offset, _)| *offset).max();
+                batch.clear();
+                if let Some(last) = last {
+                    let _ = folded.send(last);
+                    let _ = checkpoints.send(Request::Folded(last));
+                }
+                if closed {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, reservations = batch.len(), "Could not copy reservations into the database; they stay in the log and are tried again.");
+                if closed {
+                    return;
+                }
+                match batches.recv_timeout(Duration::from_secs(1)) {
+                    Ok(more) => batch.extend(more),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => closed = true,
+                }
+            }
+        }
+    }
+}
+
+fn write(db: &Database, batch: &[(u64, Record)]) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    {
+        let mut reservations = txn.open_table(RESERVATIONS)?;
+        let mut expiry = txn.open_table(RESERVATION_EXPIRY)?;
+        for (_, record) in batch {
+            let id = record.id.as_str();
+            let previous = reservations.get(id)?.map(|v| v.value().0);
+            if let Some(expires) = previous {
+                expiry.remove((expires, id))?;
+            }
+            reservations.insert(id, (record.expires_ms, record.body.as_slice()))?;
+            expiry.insert((record.expires_ms, id), ())?;
+        }
+        purge_expired(&mut reservations, &mut expiry, super::now_ms())?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// Forgets up to [`PURGE_PER_FOLD`] reservations that expired before `now_ms`,
+/// oldest first, so the table stays as large as the retention period needs.
+fn purge_expired(
+    reservations: &mut redb::Table<&str, (i64, &[u8])>,
+    expiry: &mut redb::Table<(i64, &str), ()>,
+    now_ms: i64,
+) -> Result<(), redb::Error> {
+    let mut expired = Vec::new();
+    for entry in expiry
+        .range((i64::MIN, "")..(now_ms, ""))?
+        .take(PURGE_PER_FOLD)
+    {
+        let (key, _) = entry?;
+        let (expires, id) = key.value();
+        expired.push((expires, id.to_owned()));
+    }
+    for (expires, id) in expired {
+        expiry.remove((expires, id.as_str()))?;
+        if reservations
+            .get(id.as_str())?
+            .is_some_and(|v| v.value().0 == expires)
+        {
+            reservations.remove(id.as_str())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_and_truncations_are_refused() {
+        let record = Record {
+            id: "d-1".into(),
+            expires_ms: 1_700_000_000_000,
+            body: br#"{"deliveryId":"d-1"}"#.to_vec(),
+        };
+        let bytes = record.encode();
+        assert_eq!(Record::decode(&bytes), Some(record));
+        assert_eq!(Record::decode(&bytes[..10]), None);
+        assert_eq!(Record::decode(&bytes[..13]), None);
+    }
+}
