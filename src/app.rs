@@ -12,6 +12,7 @@ use anyhow::Context;
 use skyport_api::Gateway;
 use skyport_api::auth::Auth;
 use skyport_runtime::config::Settings;
+use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
 use skyport_worker::Worker;
 use skyport_worker::workflow::Tally;
@@ -100,11 +101,16 @@ impl App {
         .await?;
         let gateway_addr = gateway.local_addr()?;
         let mut parts = JoinSet::new();
-        let worker_shutdown = shutdown.clone();
+        // The worker yields the CPU to the gateway: a spike is accepted first
+        // and worked off behind it (`worker.nice`).
+        let runtime = BackgroundRuntime::new("skyport-worker", settings.worker.nice)
+            .context("cannot start the worker's threads")?;
+        let worker = runtime.spawn(worker.run(shutdown.clone()));
         parts.spawn(async move {
-            worker
-                .run(worker_shutdown)
-                .await
+            let result = worker.await;
+            drop(runtime);
+            result
+                .context("the worker panicked")?
                 .context("the worker stopped")
         });
         let gateway_shutdown = shutdown.clone();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use skyport_runtime::admin::{self, Admin};
 use skyport_runtime::config::{ConfigError, Settings};
+use skyport_runtime::priority::BackgroundRuntime;
 use skyport_worker::Worker;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +53,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         let admin_shutdown = admin_shutdown.clone();
         async move { admin::serve(listener, admin, &http, admin_shutdown).await }
     });
-    let result = worker.run(shutdown).await;
+    // Below a gateway on the same node, the worker yields the CPU to it (`worker.nice`).
+    let runtime = BackgroundRuntime::new("skyport-worker", settings.worker.nice)
+        .context("cannot start the worker's threads")?;
+    let result = runtime
+        .spawn(worker.run(shutdown))
+        .await
+        .context("the worker panicked")?;
+    drop(runtime);
     backends.close().await;
     admin_shutdown.cancel();
     if let Err(e) = server.await {

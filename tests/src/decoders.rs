@@ -14,6 +14,8 @@ use skyport_api::extract::parse_delivery_request;
 use skyport_api::receipt::Receipts;
 use skyport_core::event::{DeliveryRequested, Event};
 use skyport_core::status::StatusDocument;
+use skyport_embedded::log::frame::{self, Decoded, END_OF_COMMIT};
+use skyport_embedded::log::scan::scan;
 use skyport_runtime::config::Settings;
 use time::OffsetDateTime;
 
@@ -54,6 +56,11 @@ pub const DECODERS: &[Decoder] = &[
         name: "status_document",
         check: status_document,
         seeds: status_seeds,
+    },
+    Decoder {
+        name: "stream_segment",
+        check: stream_segment,
+        seeds: segment_seeds,
     },
 ];
 
@@ -131,6 +138,34 @@ fn status_document(bytes: &[u8]) -> bool {
     true
 }
 
+/// A segment of the embedded stream, read back as at start: every record
+/// it keeps reads back where the scan says, within the bytes, and only
+/// whole commits are kept.
+fn stream_segment(bytes: &[u8]) -> bool {
+    let found = scan(bytes, 0, None);
+    assert!(found.end <= found.written_to && found.written_to <= bytes.len());
+    for record in &found.records {
+        let at = usize::try_from(record.position).expect("a position fits");
+        let Decoded::Frame(frame, len) = frame::decode(&bytes[at..]) else {
+            panic!("a kept record at {at} does not read back");
+        };
+        assert_eq!(
+            (frame.partition, frame.offset),
+            (record.partition, record.offset)
+        );
+        assert_eq!(len, record.len as usize);
+        assert!(at + len <= found.end, "a kept record lies before the end");
+    }
+    if let Some(last) = found.records.last() {
+        let at = usize::try_from(last.position).expect("a position fits");
+        assert!(
+            matches!(frame::decode(&bytes[at..]), Decoded::Frame(f, _) if f.flags & END_OF_COMMIT != 0),
+            "the last kept record ends its commit"
+        );
+    }
+    !found.records.is_empty()
+}
+
 /// A valid delivery request.
 const SAMPLE_REQUEST: &str = r#"{"deliveryId":"delivery-7","ownerId":"owner-7","pickupLocation":"47.0007,-122.1368","pickupTime":"2030-01-01T10:00:00Z","deadline":"2030-01-01T12:00:00Z","dropoffLocation":"47.6101,-122.2015","expedited":false,"confirmationRequired":"Picture","packageInfo":{"packageId":"package-7","size":"Small","weight":2.5,"tag":"test"}}"#;
 
@@ -162,6 +197,28 @@ fn configuration_seeds() -> Vec<Vec<u8>> {
         b"profile = \"embedded\"\n[gateway]\nmax_in_flight = 64\n[gateway.http]\nmax_header_bytes = 16384\n[worker]\nrate_limit_per_s = 100\n".to_vec(),
         b"[gateway.auth.api_keys.portal]\nkey = \"0123456789abcdef0123456789abcdef\"\n".to_vec(),
     ]
+}
+
+fn segment_seeds() -> Vec<Vec<u8>> {
+    let mut segment = Vec::new();
+    for (commit, records) in [(1, 1), (2, 3), (3, 2)] {
+        let mut last = 0;
+        for offset in 0..records {
+            last = segment.len();
+            frame::encode(
+                &mut segment,
+                offset as u32 % 2,
+                0,
+                offset,
+                commit,
+                SAMPLE_REQUEST.as_bytes(),
+            );
+        }
+        frame::set_flags(&mut segment[last..], END_OF_COMMIT);
+    }
+    let mut torn = segment.clone();
+    torn.truncate(segment.len() - 17);
+    vec![segment, torn]
 }
 
 fn status_seeds() -> Vec<Vec<u8>> {

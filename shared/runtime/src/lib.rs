@@ -10,6 +10,7 @@ pub mod admin;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod priority;
 pub mod problem;
 pub mod process;
 pub mod shutdown;

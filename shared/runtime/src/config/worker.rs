@@ -32,6 +32,11 @@ pub struct WorkerSettings {
     pub backlog_grace_period_ms: Millis,
     /// What the admin listener allows a connection (timeouts, head size, connections).
     pub http: HttpSettings,
+    /// The OS scheduling niceness (0 to 19) of the worker's threads. Above 0
+    /// the worker yields the CPU to a gateway beside it (in the all-in-one,
+    /// or on a shared node), so a spike is accepted at the gateway's rate and
+    /// drained afterwards; with the CPU otherwise idle it costs nothing.
+    pub nice: i32,
 }
 
 impl Default for WorkerSettings {
@@ -47,6 +52,7 @@ impl Default for WorkerSettings {
             allow_backlog_to_ms: Millis::new(600_000),
             backlog_grace_period_ms: Millis::new(60_000),
             http: HttpSettings::default(),
+            nice: 10,
         }
     }
 }
@@ -66,6 +72,11 @@ impl WorkerSettings {
         );
         checks.at_least(self.allow_backlog_of, 1, "allow_backlog_of");
         checks.at_least(self.allow_backlog_to_ms.count(), 1, "allow_backlog_to_ms");
+        checks.check(
+            (0..=19).contains(&self.nice),
+            "nice",
+            "must be from 0 to 19",
+        );
         self.http.validate(&mut checks.section("http"));
     }
 }
