@@ -119,9 +119,10 @@ pub(crate) fn run(shared: &Shared, requests: &Receiver<Request>, faults: &Faults
                     offset,
                     reply,
                 } => {
-                    // A checkpoint past the head would skip events not yet written.
-                    let offset = offset.min(shared.head(partition).saturating_sub(1));
-                    checkpoints.advance(&group, partition, offset);
+                    // A checkpoint past the last event written would skip events to come.
+                    if let Some(last) = shared.head(partition).checked_sub(1) {
+                        checkpoints.advance(&group, partition, offset.min(last));
+                    }
                     replies.push(reply);
                 }
                 Request::Folded(offset) => {

@@ -327,6 +327,8 @@ pub enum ReadError {
 #[derive(Debug)]
 pub(crate) struct SegmentLog {
     shared: Arc<Shared>,
+    db: Arc<Database>,
+    holds: Arc<reservations::Holds>,
     writer: Option<mpsc::Sender<writer::Op>>,
     checkpoints: Option<std::sync::mpsc::Sender<checkpoints::Request>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -402,7 +404,7 @@ impl SegmentLog {
         shared.trim(&checkpoints);
         let (checkpoint_tx, checkpoint_rx) = std::sync::mpsc::channel();
         let (fold_tx, fold_rx) = std::sync::mpsc::channel();
-        let (folded_tx, folded_rx) = std::sync::mpsc::channel();
+        let holds = Arc::new(reservations::Holds::default());
         let (ops_tx, ops_rx) = mpsc::channel(settings.queue_capacity);
         let max_payload = writer::max_payload(segment_size);
         let mut threads = Vec::new();
@@ -422,22 +424,22 @@ impl SegmentLog {
         }
         {
             let db = Arc::clone(&db);
+            let holds = Arc::clone(&holds);
             let checkpoint_tx = checkpoint_tx.clone();
             threads.push(spawn(
                 "skyport-reservations",
-                Box::new(move || reservations::fold(&db, &fold_rx, &folded_tx, &checkpoint_tx)),
+                Box::new(move || reservations::fold(&db, &fold_rx, &holds, &checkpoint_tx)),
             )?);
         }
         let (writer, preparer) = writer::Writer::new(writer::Start {
             shared: Arc::clone(&shared),
-            db,
+            holds: Arc::clone(&holds),
             active: recovered.active,
             segment_size,
             next_offsets,
             next_commit: recovered.next_commit,
             unfolded: recovered.unfolded,
             fold: fold_tx,
-            folded: folded_rx,
             max_batch: settings.max_batch,
             stats,
             faults: faults.clone(),
@@ -447,6 +449,8 @@ impl SegmentLog {
         tracing::info!(path = %dir.display(), partitions, "Opened the stream's segment log.");
         Ok(Self {
             shared,
+            db,
+            holds,
             writer: Some(ops_tx),
             checkpoints: Some(checkpoint_tx),
             threads: Mutex::new(threads),
@@ -506,19 +510,19 @@ impl SegmentLog {
     }
 
     /// Reserves `record.id` unless an unexpired reservation holds it; that
-    /// one's body is the answer then.
+    /// one's body is the answer then. Never waits for the writer.
     pub(crate) async fn reserve(
         &self,
         record: reservations::Record,
     ) -> Result<Option<Vec<u8>>, AppendError> {
-        self.submit(|reply| writer::Op::Reserve { record, reply })
-            .await
+        self.holds
+            .reserve(&self.db, record)
+            .map_err(|e| AppendError::Io(Arc::new(std::io::Error::other(e))))
     }
 
     /// Forgets the reservation of `id` if it is still `body` and was never written.
-    pub(crate) async fn release(&self, id: String, body: Vec<u8>) -> Result<(), AppendError> {
-        self.submit(|reply| writer::Op::Release { id, body, reply })
-            .await
+    pub(crate) fn release(&self, id: &str, body: &[u8]) {
+        self.holds.release(id, body);
     }
 
     /// Moves `group`'s checkpoint of `partition` to `offset` and waits until it is durable.

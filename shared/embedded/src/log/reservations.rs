@@ -1,8 +1,9 @@
 //! Reservations that ride in the log with the event they name.
 //!
 //! A request that names its delivery (an `Idempotency-Key` or a
-//! `deliveryId`) is first reserved in memory by the log's writer, which
-//! answers at once: the name is free, or held by this earlier request. The
+//! `deliveryId`) is first reserved in memory ([`Holds`]), at once and
+//! without waiting for the log's writer: the name is free, or held by this
+//! earlier request. The
 //! reservation becomes durable in the same group commit as the request's
 //! event, as a record of its own stream in the log, so a named request costs
 //! one durable write like any other. A folding thread then copies the
@@ -11,16 +12,23 @@
 //! reservation stream). At start, reservations the log holds past that
 //! checkpoint are copied again.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use redb::{Database, ReadableTable};
 
 use super::checkpoints::Request;
+use super::{lock, now_ms};
 use crate::tables::{RESERVATION_EXPIRY, RESERVATIONS};
 
 /// The partition number that marks a reservation record in the log.
 pub(crate) const STREAM: u32 = u32::MAX;
+
+/// The shortest time between two copies into the database.
+const FOLD_EVERY: Duration = Duration::from_millis(100);
 
 /// How many expired reservations a fold also forgets.
 const PURGE_PER_FOLD: usize = 256;
@@ -58,6 +66,95 @@ impl Record {
     }
 }
 
+/// A reservation the log knows of and the database may not yet hold: not
+/// yet written (`written` is `None`), or written at that offset of the
+/// reservation stream and not yet copied.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) expires_ms: i64,
+    pub(crate) body: Vec<u8>,
+    pub(crate) written: Option<u64>,
+}
+
+/// The reservations held in memory, shared by the gateway's requests, the
+/// log's writer and the folding thread.
+#[derive(Debug, Default)]
+pub(crate) struct Holds {
+    held: Mutex<HashMap<String, Held>>,
+    /// Copies into the database so far: a reservation that raced one looks again.
+    folds: AtomicU64,
+}
+
+impl Holds {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+        lock(&self.held)
+    }
+
+    /// Reserves `record.id` unless an unexpired reservation holds it (in
+    /// memory or in `db`); that one's body is the answer then.
+    pub(crate) fn reserve(
+        &self,
+        db: &Database,
+        record: Record,
+    ) -> Result<Option<Vec<u8>>, redb::Error> {
+        let now = now_ms();
+        loop {
+            let folds = self.folds.load(Ordering::SeqCst);
+            if let Some(held) = self.lock().get(&record.id)
+                && held.expires_ms > now
+            {
+                return Ok(Some(held.body.clone()));
+            }
+            if let Some(body) = stored(db, &record.id, now)? {
+                return Ok(Some(body));
+            }
+            let mut held = self.lock();
+            // A copy that finished since the first look may have moved it into the database.
+            if self.folds.load(Ordering::SeqCst) != folds {
+                continue;
+            }
+            if let Some(holder) = held.get(&record.id)
+                && holder.expires_ms > now
+            {
+                return Ok(Some(holder.body.clone()));
+            }
+            held.insert(
+                record.id,
+                Held {
+                    expires_ms: record.expires_ms,
+                    body: record.body,
+                    written: None,
+                },
+            );
+            return Ok(None);
+        }
+    }
+
+    /// Forgets the reservation of `id` if it is still `body` and was never written.
+    pub(crate) fn release(&self, id: &str, body: &[u8]) {
+        let mut held = self.lock();
+        if held
+            .get(id)
+            .is_some_and(|h| h.written.is_none() && h.body == body)
+        {
+            held.remove(id);
+        }
+    }
+
+    /// Forgets what the database now holds: the records up to `offset`.
+    fn folded(&self, offset: u64) {
+        let mut held = self.lock();
+        held.retain(|_, h| h.written.is_none_or(|written| written > offset));
+        self.folds.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Forgets reservations that expired without ever being written.
+    pub(crate) fn purge_expired(&self, now: i64) {
+        self.lock()
+            .retain(|_, h| h.written.is_some() || h.expires_ms > now);
+    }
+}
+
 /// The reservation holding `id` in the database, if it has not expired by `now_ms`.
 pub(crate) fn stored(db: &Database, id: &str, now_ms: i64) -> Result<Option<Vec<u8>>, redb::Error> {
     use redb::ReadableDatabase;
@@ -71,14 +168,14 @@ pub(crate) fn stored(db: &Database, id: &str, now_ms: i64) -> Result<Option<Vec<
 }
 
 /// The folding thread: copies batches of durable reservations into the
-/// database, then tells the writer (which forgets its copies) and the
-/// checkpoint thread (which lets the log forget them). Stops when the
-/// writer is gone and what it sent is copied, or could not be: whatever
-/// is not copied stays in the log and is copied at the next start.
+/// database, then forgets them in memory and tells the checkpoint thread
+/// (which lets the log forget them). Stops when the writer is gone and what
+/// it sent is copied, or could not be: whatever is not copied stays in the
+/// log and is copied at the next start.
 pub(crate) fn fold(
     db: &Database,
     batches: &Receiver<Vec<(u64, Record)>>,
-    folded: &Sender<u64>,
+    holds: &Holds,
     checkpoints: &Sender<Request>,
 ) {
     let mut batch: Vec<(u64, Record)> = Vec::new();
@@ -98,12 +195,16 @@ pub(crate) fn fold(
                 let last = batch.iter().map(|(offset, _)| *offset).max();
                 batch.clear();
                 if let Some(last) = last {
-                    let _ = folded.send(last);
+                    holds.folded(last);
                     let _ = checkpoints.send(Request::Folded(last));
                 }
                 if closed {
                     return;
                 }
+                // Copies are batched: every database commit holds its readers
+                // (the gateway's lookups) for its fsync, so fewer commits keep
+                // named requests fast; memory holds the reservations meanwhile.
+                std::thread::sleep(FOLD_EVERY);
             }
             Err(e) => {
                 tracing::error!(error = %e, reservations = batch.len(), "Could not copy reservations into the database; they stay in the log and are tried again.");
@@ -134,7 +235,7 @@ fn write(db: &Database, batch: &[(u64, Record)]) -> Result<(), redb::Error> {
             reservations.insert(id, (record.expires_ms, record.body.as_slice()))?;
             expiry.insert((record.expires_ms, id), ())?;
         }
-        purge_expired(&mut reservations, &mut expiry, super::now_ms())?;
+        purge_expired(&mut reservations, &mut expiry, now_ms())?;
     }
     txn.commit()?;
     Ok(())

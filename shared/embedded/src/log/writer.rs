@@ -9,7 +9,7 @@
 //! fails, and the bytes it may have left are zeroed before the next commit
 //! is written, so nothing that was refused can come back at the next start.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
@@ -18,13 +18,12 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::Database;
 use skyport_runtime::metrics::{self, StreamLabels};
 use tokio::sync::{mpsc, oneshot};
 
 use super::faults::Faults;
 use super::frame::{self, END_OF_COMMIT};
-use super::reservations::{self, Record};
+use super::reservations::{self, Held, Holds, Record};
 use super::segment::{self, DATA_START};
 use super::{AppendError, Location, Shared, now_ms};
 use crate::committer::CommitStats;
@@ -39,21 +38,12 @@ pub(crate) enum Op {
         payload: Bytes,
         reply: oneshot::Sender<Result<u64, AppendError>>,
     },
-    Reserve {
-        record: Record,
-        reply: oneshot::Sender<Result<Option<Vec<u8>>, AppendError>>,
-    },
-    Release {
-        id: String,
-        body: Vec<u8>,
-        reply: oneshot::Sender<Result<(), AppendError>>,
-    },
 }
 
 /// The `stream` label of this stream's publish metrics.
 const STREAM: &str = "embedded";
 
-/// How often reservations that never became durable are checked for expiry.
+/// How often reservations that were never written are checked for expiry.
 const PURGE_EVERY: Duration = Duration::from_secs(10);
 
 /// The largest payload a segment of `segment_size` bytes takes: a commit
@@ -62,26 +52,16 @@ pub(crate) fn max_payload(segment_size: u64) -> usize {
     usize::try_from(segment_size / 8).unwrap_or(usize::MAX)
 }
 
-/// A reservation the writer knows of: not yet written, or written and not
-/// yet copied into the database (`written` is its record's offset).
-#[derive(Debug)]
-struct Held {
-    expires_ms: i64,
-    body: Vec<u8>,
-    written: Option<u64>,
-}
-
 /// What the writer starts from.
 pub(crate) struct Start {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) db: Arc<Database>,
+    pub(crate) holds: Arc<Holds>,
     pub(crate) active: (u64, u64),
     pub(crate) segment_size: u64,
     pub(crate) next_offsets: Vec<u64>,
     pub(crate) next_commit: u64,
     pub(crate) unfolded: Vec<(u64, Record)>,
     pub(crate) fold: Sender<Vec<(u64, Record)>>,
-    pub(crate) folded: Receiver<u64>,
     pub(crate) max_batch: usize,
     pub(crate) stats: Arc<CommitStats>,
     pub(crate) faults: Faults,
@@ -96,16 +76,14 @@ struct Active {
 
 pub(crate) struct Writer {
     shared: Arc<Shared>,
-    db: Arc<Database>,
+    holds: Arc<Holds>,
     active: Active,
     segment_size: u64,
     next_offsets: Vec<u64>,
     next_commit: u64,
     /// Bytes a failed commit may have left, to zero before the next one.
     scrub: Option<(Arc<File>, u64, usize)>,
-    held: HashMap<String, Held>,
     fold: Sender<Vec<(u64, Record)>>,
-    folded: Receiver<u64>,
     max_batch: usize,
     stats: Arc<CommitStats>,
     faults: Faults,
@@ -143,25 +121,25 @@ impl Writer {
                 }
             }
         };
-        let mut held = HashMap::new();
-        let mut unfolded = Vec::new();
-        for (offset, record) in start.unfolded {
-            held.insert(
-                record.id.clone(),
-                Held {
-                    expires_ms: record.expires_ms,
-                    body: record.body.clone(),
-                    written: Some(offset),
-                },
-            );
-            unfolded.push((offset, record));
+        {
+            let mut held = start.holds.lock();
+            for (offset, record) in &start.unfolded {
+                held.insert(
+                    record.id.clone(),
+                    Held {
+                        expires_ms: record.expires_ms,
+                        body: record.body.clone(),
+                        written: Some(*offset),
+                    },
+                );
+            }
         }
-        if !unfolded.is_empty() {
-            let _ = start.fold.send(unfolded);
+        if !start.unfolded.is_empty() {
+            let _ = start.fold.send(start.unfolded);
         }
         let writer = Self {
             shared: start.shared,
-            db: start.db,
+            holds: start.holds,
             active: Active {
                 id: start.active.0,
                 file,
@@ -171,9 +149,7 @@ impl Writer {
             next_offsets: start.next_offsets,
             next_commit: start.next_commit,
             scrub: None,
-            held,
             fold: start.fold,
-            folded: start.folded,
             max_batch: start.max_batch.max(1),
             stats: start.stats,
             faults: start.faults,
@@ -203,41 +179,18 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.forget_folded();
+            if self.last_purge.elapsed() >= PURGE_EVERY {
+                self.holds.purge_expired(now_ms());
+                self.last_purge = Instant::now();
+            }
             self.commit(&mut batch);
         }
         // Stops the segment maker.
         drop(self.prepare.take());
     }
 
-    /// Forgets the reservations the database now holds, and those that
-    /// expired without ever being written.
-    fn forget_folded(&mut self) {
-        while let Ok(folded) = self.folded.try_recv() {
-            self.held
-                .retain(|_, held| held.written.is_none_or(|offset| offset > folded));
-        }
-        if self.last_purge.elapsed() >= PURGE_EVERY {
-            let now = now_ms();
-            self.held
-                .retain(|_, held| held.written.is_some() || held.expires_ms > now);
-            self.last_purge = Instant::now();
-        }
-    }
-
-    /// The reservation holding `id`: this writer's, or the database's.
-    fn holder(&self, id: &str, now: i64) -> Result<Option<Vec<u8>>, redb::Error> {
-        if let Some(held) = self.held.get(id)
-            && held.expires_ms > now
-        {
-            return Ok(Some(held.body.clone()));
-        }
-        reservations::stored(&self.db, id, now)
-    }
-
     fn commit(&mut self, batch: &mut Vec<Op>) {
         let started = Instant::now();
-        let now = now_ms();
         let before = self.next_offsets.clone();
         let commit = self.next_commit;
         let reservation_slot = self.next_offsets.len() - 1;
@@ -245,78 +198,48 @@ impl Writer {
         // (partition, offset, position in the buffer, length) of each record framed.
         let mut framed: Vec<(u32, u64, usize, usize)> = Vec::new();
         let mut appends = Vec::new();
-        let mut written_reservations: Vec<(u64, String)> = Vec::new();
+        let mut written_reservations: Vec<(u64, Record)> = Vec::new();
         let mut newly_written: HashSet<String> = HashSet::new();
+        let held = self.holds.lock();
         for op in batch.drain(..) {
-            match op {
-                Op::Reserve { record, reply } => {
-                    let answer = match self.holder(&record.id, now) {
-                        Ok(Some(body)) => Ok(Some(body)),
-                        Ok(None) => {
-                            self.held.insert(
-                                record.id,
-                                Held {
-                                    expires_ms: record.expires_ms,
-                                    body: record.body,
-                                    written: None,
-                                },
-                            );
-                            Ok(None)
-                        }
-                        Err(e) => Err(AppendError::Io(Arc::new(std::io::Error::other(e)))),
-                    };
-                    let _ = reply.send(answer);
-                }
-                Op::Release { id, body, reply } => {
-                    if self
-                        .held
-                        .get(&id)
-                        .is_some_and(|held| held.written.is_none() && held.body == body)
-                        && !newly_written.contains(&id)
-                    {
-                        self.held.remove(&id);
-                    }
-                    let _ = reply.send(Ok(()));
-                }
-                Op::Append {
-                    partition,
-                    key,
-                    payload,
-                    reply,
-                } => {
-                    if let Some(held) = self.held.get(&key)
-                        && held.written.is_none()
-                        && !newly_written.contains(&key)
-                    {
-                        let record = Record {
-                            id: key.clone(),
-                            expires_ms: held.expires_ms,
-                            body: held.body.clone(),
-                        };
-                        let offset = self.next_offsets[reservation_slot];
-                        self.next_offsets[reservation_slot] += 1;
-                        let at = self.buffer.len();
-                        frame::encode(
-                            &mut self.buffer,
-                            reservations::STREAM,
-                            0,
-                            offset,
-                            commit,
-                            &record.encode(),
-                        );
-                        framed.push((reservations::STREAM, offset, at, self.buffer.len() - at));
-                        written_reservations.push((offset, key.clone()));
-                        newly_written.insert(key);
-                    }
-                    let offset = self.next_offsets[partition as usize];
-                    self.next_offsets[partition as usize] += 1;
-                    let at = self.buffer.len();
-                    frame::encode(&mut self.buffer, partition, 0, offset, commit, &payload);
-                    framed.push((partition, offset, at, self.buffer.len() - at));
-                    appends.push((reply, offset));
-                }
+            let Op::Append {
+                partition,
+                key,
+                payload,
+                reply,
+            } = op;
+            if let Some(holder) = held.get(&key)
+                && holder.written.is_none()
+                && !newly_written.contains(&key)
+            {
+                let record = Record {
+                    id: key.clone(),
+                    expires_ms: holder.expires_ms,
+                    body: holder.body.clone(),
+                };
+                let offset = self.next_offsets[reservation_slot];
+                self.next_offsets[reservation_slot] += 1;
+                let at = self.buffer.len();
+                frame::encode(
+                    &mut self.buffer,
+                    reservations::STREAM,
+                    0,
+                    offset,
+                    commit,
+                    &record.encode(),
+                );
+                framed.push((reservations::STREAM, offset, at, self.buffer.len() - at));
+                written_reservations.push((offset, record));
+                newly_written.insert(key);
             }
+            let offset = self.next_offsets[partition as usize];
+            self.next_offsets[partition as usize] += 1;
+            let at = self.buffer.len();
+            frame::encode(&mut self.buffer, partition, 0, offset, commit, &payload);
+            framed.push((partition, offset, at, self.buffer.len() - at));
+            appends.push((reply, offset));
         }
+        drop(held);
         let Some(&(_, _, last_at, _)) = framed.last() else {
             return;
         };
@@ -331,22 +254,19 @@ impl Writer {
                         self.shared.heads[partition].send_replace(*next);
                     }
                 }
-                let mut folding = Vec::with_capacity(written_reservations.len());
-                for (offset, id) in written_reservations {
-                    if let Some(held) = self.held.get_mut(&id) {
-                        held.written = Some(offset);
-                        folding.push((
-                            offset,
-                            Record {
-                                id,
-                                expires_ms: held.expires_ms,
-                                body: held.body.clone(),
-                            },
-                        ));
+                if !written_reservations.is_empty() {
+                    let mut held = self.holds.lock();
+                    for (offset, record) in &written_reservations {
+                        if let Some(holder) = held.get_mut(&record.id)
+                            && holder.written.is_none()
+                            && holder.body == record.body
+                        {
+                            holder.written = Some(*offset);
+                        }
                     }
-                }
-                if !folding.is_empty() {
-                    let _ = self.fold.send(folding);
+                    drop(held);
+                    // Copied even if released meanwhile: its event is durable, so its name stands.
+                    let _ = self.fold.send(written_reservations);
                 }
                 metrics.published(STREAM, appends.len(), started.elapsed().as_secs_f64());
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
