@@ -18,6 +18,12 @@
 //! 6. Memory: the peak RSS of the servers in each phase. Every phase runs in
 //!    a process of its own (this binary with `--phase NAME`), so no phase
 //!    inherits another's heap; the load and the services are other processes.
+//! 7. All in one: the whole system as users run it (`cargo run --release`),
+//!    gateway, worker and the simulated services at their defaults in one
+//!    process on a fresh embedded store: closed loop against the ceiling,
+//!    then open loop at the fixed rate while the worker drains behind it,
+//!    every accepted request followed to a terminal state, and the peak RSS
+//!    (the services' memory included, as in a user's process).
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `BENCHMARKS.json`. Without it (`cargo test` runs this target too) it is a
@@ -38,8 +44,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use load::{Load, Measured};
-use poster::Naming;
-use report::{Burst, EndToEnd, FixedRate, Ingest, Named, RateLimited, Results, Store};
+use poster::{Naming, Schedule};
+use report::{Burst, EndToEnd, FixedRate, Ingest, Named, RateLimited, Results, Store, WholeSystem};
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport::Backends;
 use skyport_core::event::{DeliveryRequested, Event};
@@ -126,7 +132,12 @@ impl Plan {
     }
 }
 
-const PHASES: [&str; 7] = [
+/// The connections the open-loop phases send over (oha or the poster): at
+/// 10,000 requests/s, answers may take 25 ms before a request waits for a
+/// connection (its wait counts in its latency either way).
+const OPEN_LOOP_CONNECTIONS: u32 = 256;
+
+const PHASES: [&str; 8] = [
     "ingest",
     "store",
     "named",
@@ -134,6 +145,7 @@ const PHASES: [&str; 7] = [
     "burst",
     "end-to-end",
     "rate-limit",
+    "all-in-one",
 ];
 
 fn main() -> anyhow::Result<()> {
@@ -175,6 +187,7 @@ fn main() -> anyhow::Result<()> {
             "fixed-rate" => results.fixed_rate = serde_json::from_value(result)?,
             "burst" => results.burst = serde_json::from_value(result)?,
             "end-to-end" => results.end_to_end = serde_json::from_value(result)?,
+            "all-in-one" => results.all_in_one = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -246,6 +259,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "burst" => serde_json::to_value(bench.burst().await?)?,
             "end-to-end" => serde_json::to_value(bench.end_to_end().await?)?,
             "rate-limit" => serde_json::to_value(bench.rate_limited().await?)?,
+            "all-in-one" => serde_json::to_value(bench.all_in_one().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;
@@ -393,7 +407,8 @@ impl Bench {
         for naming in [Naming::Unnamed, Naming::Keyed] {
             eprintln!("{naming:?} requests: {requests} at 64 connections, gateway alone");
             let gateway = GatewayOnly::start(&self.settings(&format!("{naming:?}"), &[])?).await?;
-            let posted = poster::post(&gateway.url, requests, 64, naming).await?;
+            let posted =
+                poster::post(&gateway.url, Schedule::Requests(requests), 64, naming, 0).await?;
             let published = gateway.published();
             gateway.stop().await?;
             anyhow::ensure!(
@@ -425,7 +440,7 @@ impl Bench {
             .load(
                 &gateway.url,
                 Load {
-                    connections: 256,
+                    connections: OPEN_LOOP_CONNECTIONS,
                     duration: plan.fixed_duration,
                     rate: Some(plan.fixed_rate),
                 },
@@ -478,9 +493,10 @@ impl Bench {
         let started = Instant::now();
         let measured = poster::post(
             &system.url,
-            plan.burst,
+            Schedule::Requests(plan.burst),
             plan.burst_connections,
             Naming::Unnamed,
+            0,
         )
         .await?;
         let sent = started.elapsed();
@@ -525,7 +541,13 @@ impl Bench {
         memory::reset_peak()?;
         let (system, services) = self.system("end-to-end", 0).await?;
         let started = Instant::now();
-        let post = poster::post(&system.url, plan.end_to_end, 64, Naming::Unnamed);
+        let post = poster::post(
+            &system.url,
+            Schedule::Requests(plan.end_to_end),
+            64,
+            Naming::Unnamed,
+            0,
+        );
         let sample = async {
             let mut samples = vec![0];
             let deadline = started + plan.drain_timeout;
@@ -568,7 +590,14 @@ impl Bench {
         let (system, services) = self.system("rate-limit", rate).await?;
         let window = plan.limited_window;
         let backlog = u64::from(rate) * (window.as_secs() + 4);
-        let posted = poster::post(&system.url, backlog, 64, Naming::Unnamed).await?;
+        let posted = poster::post(
+            &system.url,
+            Schedule::Requests(backlog),
+            64,
+            Naming::Unnamed,
+            0,
+        )
+        .await?;
         // Let the limiter settle after the posting, then count over the window.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = system.terminal();
@@ -585,5 +614,125 @@ impl Bench {
             achieved_per_s: completed as f64 / seconds,
             waiting_after: waiting,
         })
+    }
+
+    /// (7): the whole system as users run it (`cargo run --release`). No
+    /// `services.base_url`, so the process starts the simulated services
+    /// itself at their defaults (10 to 20 ms a call); they, the worker and the
+    /// gateway share this process, and the machine with the poster. Every
+    /// request has a package of its own, numbered on across the phase, since
+    /// every run posts to the same store.
+    ///
+    /// The ceiling is loaded by the poster too (its handler takes any valid
+    /// body), in rounds alternating with Skyport's as ingest's do, so that the
+    /// ratio compares like with like. Each Skyport round is drained before the
+    /// next ceiling round and before the open loop, which thus start on an
+    /// idle machine. The peak RSS covers the whole phase, the in-process
+    /// ceiling's few MiB included.
+    async fn all_in_one(&self) -> anyhow::Result<WholeSystem> {
+        let plan = &self.plan;
+        // Ingest's first connection count, so that the ratio compares with its row.
+        let connections = plan.connections[0];
+        let closed_loop = Schedule::For(plan.closed_loop);
+        memory::reset_peak()?;
+        let system = AllInOne::start(self.settings("all-in-one", &[])?).await?;
+        let (mut posted, mut accepted) = (0, 0);
+        let mut rounds = Vec::new();
+        for round in 1..=plan.rounds {
+            eprintln!(
+                "all in one: the ceiling, closed loop at {connections} connections (round {round})"
+            );
+            let ceiling = Ceiling::start().await?;
+            let bare =
+                poster::post(&ceiling.url, closed_loop, connections, Naming::Unnamed, 0).await?;
+            ceiling.stop().await?;
+            eprintln!("all in one: closed loop at {connections} connections (round {round})");
+            let skyport = poster::post(
+                &system.url,
+                closed_loop,
+                connections,
+                Naming::Unnamed,
+                posted,
+            )
+            .await?;
+            posted += skyport.requests;
+            accepted += skyport.status("202");
+            let drained = self.drain(&system, accepted).await?;
+            eprintln!(
+                "all in one: round {round} drained {:.1} s after its last answer",
+                drained.as_secs_f64()
+            );
+            rounds.push((skyport.requests_per_s / bare.requests_per_s, bare, skyport));
+        }
+        // The round of the median ratio stands for them all; every ratio is kept.
+        rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let ratios = rounds.iter().map(|r| r.0).collect();
+        let (ratio, ceiling, skyport) = rounds.swap_remove(rounds.len() / 2);
+
+        eprintln!(
+            "all in one: open loop at {}/s for {} s, the worker draining behind it",
+            plan.fixed_rate,
+            plan.fixed_duration.as_secs()
+        );
+        let open_loop = poster::post(
+            &system.url,
+            Schedule::Rate {
+                per_s: plan.fixed_rate,
+                duration: plan.fixed_duration,
+            },
+            OPEN_LOOP_CONNECTIONS,
+            Naming::Unnamed,
+            posted,
+        )
+        .await?;
+        accepted += open_loop.status("202");
+        let backlog = accepted.saturating_sub(system.terminal());
+        let drained = self.drain(&system, accepted).await?;
+        let peak_rss_mib = memory::peak_mib()?;
+        let result = WholeSystem {
+            connections,
+            ceiling,
+            skyport,
+            ratio,
+            ratios,
+            rate: plan.fixed_rate,
+            seconds: plan.fixed_duration.as_secs_f64(),
+            open_loop,
+            accepted,
+            published: system.published(),
+            backlog,
+            drain_s: drained.as_secs_f64(),
+            terminal: system.terminal(),
+            scheduled: system.scheduled(),
+            failed: system.failed(),
+            peak_rss_mib,
+        };
+        system.stop().await?;
+        Ok(result)
+    }
+
+    /// Waits until every request accepted so far, and every event in the
+    /// stream (a request whose answer was lost on the way still counts), is
+    /// terminal; how long that took. Accepted means durable: one still not
+    /// terminal after `plan.drain_timeout` counts as lost, and fails the phase.
+    async fn drain(&self, system: &AllInOne, accepted: u64) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        loop {
+            let durable = system.published().max(accepted);
+            let terminal = system.terminal();
+            if terminal >= durable {
+                return Ok(started.elapsed());
+            }
+            anyhow::ensure!(
+                started.elapsed() < self.plan.drain_timeout,
+                "all in one: {} of {durable} accepted requests lost (not terminal after {} s; \
+                 {} Scheduled, {} Failed)",
+                durable - terminal,
+                self.plan.drain_timeout.as_secs(),
+                system.scheduled(),
+                system.failed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }

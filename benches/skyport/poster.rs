@@ -3,17 +3,20 @@
 //! oha sends one body over and over (or picks lines of a file at random), and
 //! a workflow needs a package of its own: the same package under another
 //! delivery is a conflict at the Package service. So these phases post from
-//! this binary run again as another process (`--post URL REQUESTS
-//! CONNECTIONS`), each request with its own package and owner, as fast as
-//! `CONNECTIONS` connections allow, counting the answers.
+//! this binary run again as another process (`--post JOB`, a [`Job`] as
+//! JSON), each request with its own package and owner, counting the answers
+//! and timing each one. Closed loop, each connection sends its next request
+//! when the last is answered; open loop, requests are due at a fixed rate
+//! whether or not the answers keep up (see [`Schedule`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use crate::BODY;
 
@@ -23,6 +26,8 @@ pub(crate) struct Posted {
     pub(crate) requests: u64,
     pub(crate) seconds: f64,
     pub(crate) requests_per_s: f64,
+    /// Of the answered requests; `None` when none was.
+    pub(crate) latency: Option<Latency>,
     /// Answers by HTTP status.
     pub(crate) statuses: BTreeMap<String, u64>,
     /// Requests that got no answer, by kind of error.
@@ -39,29 +44,75 @@ impl Posted {
     }
 }
 
+/// From when a request was due (open loop) or sent (closed loop) until its
+/// answer was read, over every answered request: exact ranks of the sorted
+/// microseconds, no histogram buckets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Latency {
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) p99_9_ms: f64,
+    pub(crate) max_ms: f64,
+}
+
 /// Whether each request names its delivery with an `Idempotency-Key` of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Naming {
     Unnamed,
     Keyed,
 }
 
-/// Posts `requests` distinct delivery requests to `url` from another process.
-pub(crate) async fn post(
-    url: &str,
-    requests: u64,
+/// How much a run sends, and when.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) enum Schedule {
+    /// Closed loop: this many requests.
+    Requests(u64),
+    /// Closed loop until this much time has passed; the requests in flight
+    /// then are answered and counted.
+    For(Duration),
+    /// Open loop: request `n` is due `n / per_s` seconds after the start, for
+    /// `duration`. A request waits for a free connection when every one is
+    /// busy, and its latency counts from when it was due, so a stall shows in
+    /// every request it delays rather than only slowing the sending down
+    /// (coordinated omission, which oha's `--latency-correction` corrects too).
+    /// Every request due within `duration` is sent, however late: under
+    /// overload the run outlasts `duration` and the latencies grow with the
+    /// queue. Tokio's timer wakes a sender to the millisecond, as oha's
+    /// does: up to 1 ms of a request's latency can be the poster's.
+    Rate { per_s: u32, duration: Duration },
+}
+
+/// One posting run: the poster's arguments.
+#[derive(Debug, Serialize, Deserialize)]
+struct Job {
+    url: String,
+    schedule: Schedule,
     connections: u32,
     naming: Naming,
+    /// The number of the first request, which names its package and owner.
+    first: u64,
+}
+
+/// Posts distinct delivery requests to `url` from another process, over at
+/// most `connections` connections. They are numbered from `first` on, with
+/// no gap (the requests [`Posted`] counts): a run against a store that
+/// earlier runs posted to starts after their numbers, so that no package is
+/// posted twice.
+pub(crate) async fn post(
+    url: &str,
+    schedule: Schedule,
+    connections: u32,
+    naming: Naming,
+    first: u64,
 ) -> anyhow::Result<Posted> {
-    let mut args = vec![
-        "--post".to_owned(),
-        url.to_owned(),
-        requests.to_string(),
-        connections.to_string(),
-    ];
-    if naming == Naming::Keyed {
-        args.push("--keyed".to_owned());
-    }
+    let job = Job {
+        url: url.to_owned(),
+        schedule,
+        connections,
+        naming,
+        first,
+    };
+    let args = vec!["--post".to_owned(), serde_json::to_string(&job)?];
     tokio::task::spawn_blocking(move || crate::rerun(&args, "the poster"))
         .await
         .context("the poster's thread panicked")?
@@ -69,62 +120,86 @@ pub(crate) async fn post(
 
 /// The poster's side: posts, then prints [`Posted`] as JSON on stdout.
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let (naming, args) = match args {
-        [rest @ .., last] if last == "--keyed" => (Naming::Keyed, rest),
-        _ => (Naming::Unnamed, args),
+    let [job] = args else {
+        anyhow::bail!("--post takes one argument, the job as JSON");
     };
-    let [url, requests, connections] = args else {
-        bail!("--post takes URL REQUESTS CONNECTIONS [--keyed]");
-    };
-    let requests: u64 = requests.parse().context("REQUESTS")?;
-    let connections: usize = connections.parse().context("CONNECTIONS")?;
+    let job: Job = serde_json::from_str(job).context("--post JOB")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let posted = runtime.block_on(post_all(url, requests, connections, naming))?;
+    let posted = runtime.block_on(post_all(job))?;
     println!("{}", serde_json::to_string(&posted)?);
     Ok(())
 }
 
-async fn post_all(
-    url: &str,
-    requests: u64,
-    connections: usize,
-    naming: Naming,
-) -> anyhow::Result<Posted> {
+/// What one connection's sender counted.
+#[derive(Debug, Default)]
+struct Counts {
+    statuses: HashMap<u16, u64>,
+    errors: HashMap<String, u64>,
+    /// Microseconds, of each answered request.
+    latencies: Vec<u32>,
+}
+
+async fn post_all(job: Job) -> anyhow::Result<Posted> {
+    let connections = usize::try_from(job.connections)?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(connections)
         .build()?;
     let next = Arc::new(AtomicU64::new(0));
+    let job = Arc::new(job);
     let started = Instant::now();
     let mut senders = tokio::task::JoinSet::new();
     for _ in 0..connections {
-        let (client, next, url) = (client.clone(), Arc::clone(&next), url.to_owned());
+        let (client, next, job) = (client.clone(), Arc::clone(&next), Arc::clone(&job));
         senders.spawn(async move {
-            let mut statuses = HashMap::<u16, u64>::new();
-            let mut errors = HashMap::<String, u64>::new();
+            let mut counts = Counts::default();
             loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                if n >= requests {
-                    return (statuses, errors);
+                // Time is up before a number is taken, so that the numbers
+                // sent run on without a gap (see [`post`]).
+                if let Schedule::For(duration) = job.schedule
+                    && started.elapsed() >= duration
+                {
+                    return counts;
                 }
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let due = match job.schedule {
+                    Schedule::Requests(requests) if n >= requests => return counts,
+                    Schedule::Requests(_) | Schedule::For(_) => Instant::now(),
+                    Schedule::Rate { per_s, duration } => {
+                        let after =
+                            Duration::from_nanos(n * 1_000_000_000 / u64::from(per_s.max(1)));
+                        if after >= duration {
+                            return counts;
+                        }
+                        let due = started + after;
+                        if due > Instant::now() {
+                            tokio::time::sleep_until(due).await;
+                        }
+                        due
+                    }
+                };
+                let n = job.first + n;
                 let body = BODY
                     .replace("\"pkg-1\"", &format!("\"pkg-{n}\""))
                     .replace("\"owner-1\"", &format!("\"owner-{n}\""));
                 let mut post = client
-                    .post(&url)
+                    .post(&job.url)
                     .header("content-type", "application/json")
                     .body(body);
-                if naming == Naming::Keyed {
+                if job.naming == Naming::Keyed {
                     post = post.header("idempotency-key", format!("bench-{n}"));
                 }
-                let sent = post.send().await;
-                match sent {
+                match post.send().await {
                     Ok(response) => {
                         let status = response.status().as_u16();
                         // Read the answer to the end so the connection is reused.
                         let _ = response.bytes().await;
-                        *statuses.entry(status).or_default() += 1;
+                        let micros = due.elapsed().as_micros();
+                        counts
+                            .latencies
+                            .push(u32::try_from(micros).unwrap_or(u32::MAX));
+                        *counts.statuses.entry(status).or_default() += 1;
                     }
                     Err(e) => {
                         let kind = if e.is_timeout() {
@@ -134,7 +209,7 @@ async fn post_all(
                         } else {
                             "request failed"
                         };
-                        *errors.entry(kind.to_owned()).or_default() += 1;
+                        *counts.errors.entry(kind.to_owned()).or_default() += 1;
                     }
                 }
             }
@@ -142,20 +217,44 @@ async fn post_all(
     }
     let mut statuses = BTreeMap::new();
     let mut errors = BTreeMap::new();
-    for (s, e) in senders.join_all().await {
-        for (status, n) in s {
+    let mut latencies = Vec::new();
+    for counts in senders.join_all().await {
+        for (status, n) in counts.statuses {
             *statuses.entry(status.to_string()).or_default() += n;
         }
-        for (kind, n) in e {
+        for (kind, n) in counts.errors {
             *errors.entry(kind).or_default() += n;
         }
+        latencies.extend(counts.latencies);
     }
     let seconds = started.elapsed().as_secs_f64();
+    let requests = statuses.values().chain(errors.values()).sum();
     Ok(Posted {
         requests,
         seconds,
         requests_per_s: requests as f64 / seconds,
+        latency: Latency::of(&mut latencies),
         statuses,
         errors,
     })
+}
+
+impl Latency {
+    /// The percentiles of `micros` (sorted here); `None` when it is empty.
+    fn of(micros: &mut [u32]) -> Option<Self> {
+        micros.sort_unstable();
+        let max = *micros.last()?;
+        let ms = |us: u32| f64::from(us) / 1_000.0;
+        // The smallest value at or above a fraction `q` of the requests.
+        let at = |q: f64| {
+            let rank = (q * micros.len() as f64).ceil() as usize;
+            ms(micros[rank.clamp(1, micros.len()) - 1])
+        };
+        Some(Self {
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            p99_9_ms: at(0.999),
+            max_ms: ms(max),
+        })
+    }
 }

@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::load::Measured;
-use crate::poster::Posted;
+use crate::poster::{Latency, Posted};
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Results {
@@ -22,6 +22,7 @@ pub(crate) struct Results {
     pub(crate) burst: Option<Burst>,
     pub(crate) end_to_end: Option<EndToEnd>,
     pub(crate) rate_limited: Option<RateLimited>,
+    pub(crate) all_in_one: Option<WholeSystem>,
 }
 
 #[derive(Debug, Serialize)]
@@ -133,6 +134,43 @@ pub(crate) struct RateLimited {
     pub(crate) waiting_after: u64,
 }
 
+/// The whole system as users run it (`cargo run --release`): gateway, worker
+/// and the simulated services at their defaults in one process on the
+/// embedded store, loaded by the poster (distinct requests).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WholeSystem {
+    /// Closed loop at this many connections: the ceiling and Skyport, both
+    /// loaded by the poster, in the round of the median ratio.
+    pub(crate) connections: u32,
+    pub(crate) ceiling: Posted,
+    pub(crate) skyport: Posted,
+    /// Skyport's requests/s over the ceiling's.
+    pub(crate) ratio: f64,
+    /// Every round's ratio, lowest first.
+    pub(crate) ratios: Vec<f64>,
+    /// Open loop: requests due per second, for how long, and what they got
+    /// (latency from when each was due).
+    pub(crate) rate: u32,
+    pub(crate) seconds: f64,
+    pub(crate) open_loop: Posted,
+    /// 202s over the phase, every round and the open loop.
+    pub(crate) accepted: u64,
+    /// Events in the stream at the end.
+    pub(crate) published: u64,
+    /// Accepted requests not yet terminal when the open loop ended.
+    pub(crate) backlog: u64,
+    /// From the open loop's end until every durable request was terminal.
+    pub(crate) drain_s: f64,
+    /// Deliveries that reached a terminal state: Scheduled, Failed (none
+    /// cancelled).
+    pub(crate) terminal: u64,
+    pub(crate) scheduled: u64,
+    /// Every request is valid and the services fail no call: must be 0.
+    pub(crate) failed: u64,
+    /// Of the whole phase.
+    pub(crate) peak_rss_mib: f64,
+}
+
 /// A target of the issue, and whether this run met it.
 struct Verdict {
     what: String,
@@ -154,6 +192,7 @@ impl Results {
             burst: None,
             end_to_end: None,
             rate_limited: None,
+            all_in_one: None,
         }
     }
 
@@ -268,6 +307,54 @@ impl Results {
                 met: Some(off.abs() <= 1.0 && r.waiting_after > 0),
             });
         }
+        if let Some(a) = &self.all_in_one {
+            verdicts.push(Verdict {
+                what: format!(
+                    "all in one, closed loop at {} connections (both from the poster)",
+                    a.connections
+                ),
+                measured: format!(
+                    "{:.0}/s against {:.0}/s: {:.2} × the ceiling (rounds: {}); {} (ceiling {})",
+                    a.skyport.requests_per_s,
+                    a.ceiling.requests_per_s,
+                    a.ratio,
+                    a.ratios
+                        .iter()
+                        .map(|r| format!("{r:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    latency(a.skyport.latency.as_ref()),
+                    latency(a.ceiling.latency.as_ref())
+                ),
+                target: "(ingest beside the worker and the services)",
+                met: None,
+            });
+            verdicts.push(Verdict {
+                what: format!("all in one, open loop {}/s for {:.0} s", a.rate, a.seconds),
+                measured: format!(
+                    "{:.0}/s (sent over {:.1} s); {}; not 202: {}; \
+                     {} accepted not yet terminal at its end",
+                    a.open_loop.requests_per_s,
+                    a.open_loop.seconds,
+                    latency(a.open_loop.latency.as_ref()),
+                    describe(&a.open_loop.other_than("202")),
+                    a.backlog
+                ),
+                target: "(the whole system)",
+                met: None,
+            });
+            let lost = a.published.max(a.accepted).saturating_sub(a.terminal);
+            verdicts.push(Verdict {
+                what: "all in one, every accepted request followed".into(),
+                measured: format!(
+                    "{} accepted, {} in the stream: {} terminal ({} Scheduled, {} Failed), \
+                     {lost} lost; drained {:.1} s after the open loop",
+                    a.accepted, a.published, a.terminal, a.scheduled, a.failed, a.drain_s
+                ),
+                target: "0 lost, 0 Failed",
+                met: Some(lost == 0 && a.failed == 0),
+            });
+        }
         let peaks: Vec<(String, f64)> = self
             .ingest
             .iter()
@@ -276,6 +363,11 @@ impl Results {
                 self.end_to_end
                     .iter()
                     .map(|e| ("end to end".into(), e.peak_rss_mib)),
+            )
+            .chain(
+                self.all_in_one
+                    .iter()
+                    .map(|a| ("all in one (services included)".into(), a.peak_rss_mib)),
             )
             .collect();
         if !peaks.is_empty() {
@@ -365,8 +457,33 @@ impl Results {
         {
             failures.push("rate limiter: nothing completed".into());
         }
+        if let Some(a) = &self.all_in_one {
+            // A request lost fails the phase itself, when its drain times out.
+            if a.failed > 0 {
+                failures.push(format!(
+                    "all in one: {} of {} accepted requests Failed",
+                    a.failed, a.accepted
+                ));
+            }
+            if !full && (a.skyport.status("202") == 0 || a.open_loop.status("202") == 0) {
+                failures.push("all in one: nothing accepted in the closed or the open loop".into());
+            }
+        }
         failures
     }
+}
+
+/// The percentiles of a run's answers, or that there were none.
+fn latency(latency: Option<&Latency>) -> String {
+    latency.map_or_else(
+        || "no answers".into(),
+        |l| {
+            format!(
+                "p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms",
+                l.p50_ms, l.p99_ms, l.p99_9_ms, l.max_ms
+            )
+        },
+    )
 }
 
 fn describe(counts: &BTreeMap<String, u64>) -> String {

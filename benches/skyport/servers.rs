@@ -119,7 +119,10 @@ impl GatewayOnly {
     }
 }
 
-/// Gateway and worker in this process, calling the services its settings name.
+/// Gateway and worker in this process, calling the services its settings
+/// name (`services.base_url`); with none, [`App`] starts the simulated
+/// services in this process too, at the settings' `simulator` values, as
+/// `cargo run --release` does.
 #[derive(Debug)]
 pub(crate) struct AllInOne {
     pub(crate) url: String,
@@ -140,6 +143,11 @@ impl AllInOne {
 
     pub(crate) fn published(&self) -> u64 {
         published(&self.app.backends)
+    }
+
+    /// Deliveries that ended Scheduled.
+    pub(crate) fn scheduled(&self) -> u64 {
+        self.app.tally.scheduled.load(Ordering::Relaxed)
     }
 
     /// Deliveries that ended Failed (every request posted is valid: none should).
