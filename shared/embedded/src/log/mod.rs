@@ -5,8 +5,8 @@
 //!   one `fdatasync` however many partitions its events go to; each record
 //!   is framed with its length, CRC-32C, partition, offset and commit number
 //!   ([`frame`]).
-//! - **Segments** of a fixed size, zero-filled ahead of time by a thread of
-//!   their own ([`segment`]), so a commit never waits for one to be made.
+//! - **Segments** of a fixed size, made ahead of time by a thread of their
+//!   own ([`segment`]), so a commit never waits for one to be made.
 //! - **An index in memory** per partition (offset → segment and position),
 //!   rebuilt at start by reading the segments ([`scan`]), the torn tail of
 //!   the last one cut off and zeroed; a damaged record that was acknowledged
@@ -207,49 +207,34 @@ impl Shared {
             files
         };
         let mut events = Vec::with_capacity(locations.len());
-        let mut i = 0;
-        while i < locations.len() {
-            // Records of one segment that lie close together are read with one `pread`.
-            let first = locations[i];
-            let mut j = i + 1;
-            while j < locations.len()
-                && locations[j].segment == first.segment
-                && locations[j].position + u64::from(locations[j].len) - first.position <= MAX_SPAN
-            {
-                j += 1;
-            }
-            let last = locations[j - 1];
-            let span = usize::try_from(last.position + u64::from(last.len) - first.position)
-                .unwrap_or(usize::MAX);
-            let mut buffer = vec![0; span];
-            files[i]
-                .read_exact_at(&mut buffer, first.position)
+        for (i, (location, file)) in locations.iter().zip(&files).enumerate() {
+            // One read per record, into a buffer of its own: the event owns
+            // exactly its bytes for as long as the worker holds it.
+            let mut buffer = vec![0; location.len as usize];
+            file.read_exact_at(&mut buffer, location.position)
                 .map_err(|source| ReadError::Io {
-                    path: self.segment_path(first.segment),
+                    path: self.segment_path(location.segment),
                     source,
                 })?;
-            let buffer = Bytes::from(buffer);
-            for (k, location) in locations[i..j].iter().enumerate() {
-                let at = usize::try_from(location.position - first.position).unwrap_or(usize::MAX);
-                let offset = start + (i + k) as u64;
-                let damaged = || ReadError::Damaged {
-                    path: self.segment_path(location.segment),
-                    position: location.position,
-                };
-                let Decoded::Frame(frame, _) = frame::decode(&buffer[at..]) else {
-                    return Err(damaged());
-                };
-                if frame.partition != partition || frame.offset != offset {
-                    return Err(damaged());
+            let offset = start + i as u64;
+            let len = match frame::decode(&buffer) {
+                Decoded::Frame(frame, _)
+                    if frame.partition == partition && frame.offset == offset =>
+                {
+                    frame.payload.len()
                 }
-                let payload_at = at + HEADER;
-                events.push(StreamEvent {
-                    partition,
-                    offset,
-                    payload: buffer.slice(payload_at..payload_at + frame.payload.len()),
-                });
-            }
-            i = j;
+                _ => {
+                    return Err(ReadError::Damaged {
+                        path: self.segment_path(location.segment),
+                        position: location.position,
+                    });
+                }
+            };
+            events.push(StreamEvent {
+                partition,
+                offset,
+                payload: Bytes::from(buffer).slice(HEADER..HEADER + len),
+            });
         }
         Ok(events)
     }
@@ -302,9 +287,6 @@ impl Shared {
         }
     }
 }
-
-/// The most bytes one `pread` of a reader takes.
-const MAX_SPAN: u64 = 4 << 20;
 
 /// Why records could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -1,11 +1,15 @@
 //! Segment files: their names, their header, and how a new one is made.
 //!
 //! A segment is `<id>.seg` (the id zero-padded to 20 digits, so names sort
-//! as ids do), a fixed size, zero-filled when it is made so that a commit
-//! never waits for the file system to allocate blocks (okaywal measured
-//! preallocation as the largest single gain). It is written under a
-//! temporary name, synced, renamed and the directory synced, so a segment
-//! that exists under its name is whole.
+//! as ids do), made at its full size ahead of time by a thread of its own
+//! (its unwritten bytes read as zeros), written under a temporary name,
+//! synced, renamed and the directory synced, so a segment that exists under
+//! its name is whole and a commit never waits for one to be made.
+//!
+//! The size is set, not zero-filled: on this project's disk, writing a
+//! segment's zeros while commits run (all at once, or a megabyte at a time
+//! with pauses) held the commits' fsyncs back more than the block
+//! allocation it saves them (BENCHMARKS.md, "The segment log").
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -18,7 +22,6 @@ pub(crate) const DATA_START: usize = 32;
 const MAGIC: &[u8; 8] = b"skyplog1";
 const SUFFIX: &str = ".seg";
 const TEMPORARY: &str = ".tmp";
-
 /// The path of segment `id` in `dir`.
 pub(crate) fn path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}{SUFFIX}"))
@@ -53,7 +56,7 @@ pub(crate) fn list(dir: &Path) -> std::io::Result<Vec<u64>> {
     Ok(ids)
 }
 
-/// Makes segment `id` of `size` bytes, zero-filled, and opens it for reading and writing.
+/// Makes segment `id` of `size` bytes and opens it for reading and writing.
 pub(crate) fn create(
     dir: &Path,
     id: u64,
@@ -70,13 +73,7 @@ pub(crate) fn create(
         .open(&temporary)?;
     faults.check()?;
     file.write_all(&header(id, partitions))?;
-    let zeros = vec![0; 1 << 20];
-    let mut left = size.saturating_sub(DATA_START as u64);
-    while left > 0 {
-        let chunk = usize::try_from(left.min(zeros.len() as u64)).unwrap_or(zeros.len());
-        file.write_all(&zeros[..chunk])?;
-        left -= chunk as u64;
-    }
+    file.set_len(size)?;
     file.sync_all()?;
     std::fs::rename(&temporary, path(dir, id))?;
     sync_dir(dir)?;

@@ -17,8 +17,8 @@ pub struct EmbeddedSettings {
     /// Most writes committed together (one fsync), in the stream and in the database.
     pub max_batch: usize,
     /// The size of each segment file of the stream, in MiB (made ahead of
-    /// time, zero-filled; deleted once every checkpoint has passed it). An
-    /// event may take up to an eighth of it.
+    /// time; deleted once every checkpoint has passed it). An event may take
+    /// up to an eighth of it.
     pub segment_size_mb: u64,
     /// Writes that may wait for the committer before writers wait to queue.
     pub queue_capacity: usize,
