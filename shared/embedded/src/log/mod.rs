@@ -311,7 +311,7 @@ pub(crate) struct SegmentLog {
     shared: Arc<Shared>,
     db: Arc<Database>,
     holds: Arc<reservations::Holds>,
-    writer: Option<mpsc::Sender<writer::Op>>,
+    writer: Option<mpsc::Sender<writer::Append>>,
     checkpoints: Option<std::sync::mpsc::Sender<checkpoints::Request>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     #[cfg(feature = "fault-injection")]
@@ -455,19 +455,6 @@ impl SegmentLog {
         self.writer.as_ref().is_some_and(|w| !w.is_closed())
     }
 
-    async fn submit<T>(
-        &self,
-        op: impl FnOnce(oneshot::Sender<Result<T, AppendError>>) -> writer::Op,
-    ) -> Result<T, AppendError> {
-        let (reply, answer) = oneshot::channel();
-        let writer = self.writer.as_ref().ok_or(AppendError::Closed)?;
-        writer
-            .send(op(reply))
-            .await
-            .map_err(|_| AppendError::Closed)?;
-        answer.await.map_err(|_| AppendError::Closed)?
-    }
-
     /// Appends `payload` to `partition` and waits until it is durable; an
     /// unwritten reservation of `key` becomes durable with it.
     pub(crate) async fn append(
@@ -482,13 +469,18 @@ impl SegmentLog {
                 max: self.max_payload,
             });
         }
-        self.submit(|reply| writer::Op::Append {
-            partition,
-            key,
-            payload,
-            reply,
-        })
-        .await
+        let (reply, answer) = oneshot::channel();
+        let writer = self.writer.as_ref().ok_or(AppendError::Closed)?;
+        writer
+            .send(writer::Append {
+                partition,
+                key,
+                payload,
+                reply,
+            })
+            .await
+            .map_err(|_| AppendError::Closed)?;
+        answer.await.map_err(|_| AppendError::Closed)?
     }
 
     /// Reserves `record.id` unless an unexpired reservation holds it; that

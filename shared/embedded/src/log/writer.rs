@@ -28,16 +28,14 @@ use super::segment::{self, DATA_START};
 use super::{AppendError, Location, Shared, now_ms};
 use crate::committer::CommitStats;
 
-/// What the writer is asked to do.
+/// An append the writer is asked for.
 #[derive(Debug)]
-pub(crate) enum Op {
-    Append {
-        partition: u32,
-        /// The delivery the event belongs to; its reservation, if unwritten, goes with it.
-        key: String,
-        payload: Bytes,
-        reply: oneshot::Sender<Result<u64, AppendError>>,
-    },
+pub(crate) struct Append {
+    pub(crate) partition: u32,
+    /// The delivery the event belongs to; its reservation, if unwritten, goes with it.
+    pub(crate) key: String,
+    pub(crate) payload: Bytes,
+    pub(crate) reply: oneshot::Sender<Result<u64, AppendError>>,
 }
 
 /// The `stream` label of this stream's publish metrics.
@@ -88,7 +86,7 @@ pub(crate) struct Writer {
     stats: Arc<CommitStats>,
     faults: Faults,
     prepare: Option<Sender<u64>>,
-    prepared: Option<Receiver<std::io::Result<(u64, File)>>>,
+    prepared: Receiver<std::io::Result<(u64, File)>>,
     last_purge: Instant,
     buffer: Vec<u8>,
 }
@@ -154,7 +152,7 @@ impl Writer {
             stats: start.stats,
             faults: start.faults,
             prepare: Some(prepare),
-            prepared: Some(prepared),
+            prepared,
             last_purge: Instant::now(),
             buffer: Vec::new(),
         };
@@ -169,7 +167,7 @@ impl Writer {
     }
 
     /// Runs until every sender of `ops` is gone and the queue is empty.
-    pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Op>) {
+    pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Append>) {
         let mut batch = Vec::with_capacity(self.max_batch);
         while let Some(op) = ops.blocking_recv() {
             batch.push(op);
@@ -189,7 +187,7 @@ impl Writer {
         drop(self.prepare.take());
     }
 
-    fn commit(&mut self, batch: &mut Vec<Op>) {
+    fn commit(&mut self, batch: &mut Vec<Append>) {
         let started = Instant::now();
         let before = self.next_offsets.clone();
         let commit = self.next_commit;
@@ -202,7 +200,7 @@ impl Writer {
         let mut newly_written: HashSet<String> = HashSet::new();
         let held = self.holds.lock();
         for op in batch.drain(..) {
-            let Op::Append {
+            let Append {
                 partition,
                 key,
                 payload,
@@ -332,11 +330,7 @@ impl Writer {
 
     /// Moves to the segment made ahead of time.
     fn rotate(&mut self) -> std::io::Result<()> {
-        let prepared = self
-            .prepared
-            .as_ref()
-            .ok_or_else(|| std::io::Error::other("the segment maker stopped"))?;
-        let (id, file) = match prepared.recv() {
+        let (id, file) = match self.prepared.recv() {
             Ok(Ok(spare)) => spare,
             Ok(Err(e)) => {
                 // Ask again: the next commit may find the disk has room.
