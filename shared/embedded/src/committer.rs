@@ -101,17 +101,27 @@ pub(crate) fn spawn(
         .spawn(move || committer.run(ops))
 }
 
+/// Group commit's intake, shared by the database's committer and the log's
+/// writer: waits for one operation, then takes every one queued behind it,
+/// up to `max` in all. False once every sender is gone and the queue is empty.
+pub(crate) fn next_batch<T>(ops: &mut mpsc::Receiver<T>, batch: &mut Vec<T>, max: usize) -> bool {
+    let Some(first) = ops.blocking_recv() else {
+        return false;
+    };
+    batch.push(first);
+    while batch.len() < max {
+        match ops.try_recv() {
+            Ok(op) => batch.push(op),
+            Err(_) => break,
+        }
+    }
+    true
+}
+
 impl Committer {
     fn run(self, mut ops: mpsc::Receiver<Op>) {
         let mut batch = Vec::with_capacity(self.max_batch);
-        while let Some(op) = ops.blocking_recv() {
-            batch.push(op);
-            while batch.len() < self.max_batch {
-                match ops.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
-                }
-            }
+        while next_batch(&mut ops, &mut batch, self.max_batch) {
             self.commit(&mut batch);
         }
     }

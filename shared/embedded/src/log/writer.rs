@@ -26,7 +26,7 @@ use super::frame::{self, END_OF_COMMIT};
 use super::reservations::{self, Held, Holds, Record};
 use super::segment::{self, DATA_START};
 use super::{AppendError, Location, Shared, now_ms};
-use crate::committer::CommitStats;
+use crate::committer::{self, CommitStats};
 
 /// An append the writer is asked for.
 #[derive(Debug)]
@@ -169,14 +169,7 @@ impl Writer {
     /// Runs until every sender of `ops` is gone and the queue is empty.
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Append>) {
         let mut batch = Vec::with_capacity(self.max_batch);
-        while let Some(op) = ops.blocking_recv() {
-            batch.push(op);
-            while batch.len() < self.max_batch {
-                match ops.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
-                }
-            }
+        while committer::next_batch(&mut ops, &mut batch, self.max_batch) {
             if self.last_purge.elapsed() >= PURGE_EVERY {
                 self.holds.purge_expired(now_ms());
                 self.last_purge = Instant::now();
