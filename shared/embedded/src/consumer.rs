@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use skyport_core::ports::{ConsumeError, Consumer, PartitionReader, StreamEvent};
 
+use crate::log::ReadError;
 use crate::store::EmbeddedStore;
 
 /// A consumer in one group that is assigned every partition of the store.
@@ -66,8 +68,20 @@ impl Consumer for EmbeddedConsumer {
             partition,
             next,
             head,
+            reading: None,
+            surplus: VecDeque::new(),
         }))
     }
+}
+
+/// A read of the log under way on the blocking pool: kept by the reader, so
+/// that a `next_batch` dropped while it runs (the worker's loop selects on
+/// it) finds it again rather than starting another.
+#[derive(Debug)]
+struct Reading {
+    /// Just past the last offset asked for.
+    end: u64,
+    task: JoinHandle<Result<Vec<StreamEvent>, ReadError>>,
 }
 
 #[derive(Debug)]
@@ -75,8 +89,12 @@ struct EmbeddedPartitionReader {
     store: Arc<EmbeddedStore>,
     group: String,
     partition: u32,
+    /// The first offset not yet read (or being read).
     next: u64,
     head: watch::Receiver<u64>,
+    reading: Option<Reading>,
+    /// Events read beyond what the last caller could take, handed out first.
+    surplus: VecDeque<StreamEvent>,
 }
 
 #[async_trait]
@@ -86,28 +104,51 @@ impl PartitionReader for EmbeddedPartitionReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        let max = max.max(1);
         loop {
-            let head = *self.head.borrow_and_update();
-            if self.next < head {
-                let end = head.min(self.next.saturating_add(max.max(1) as u64));
-                let events = self.read(self.next, end).await?;
-                // Entries below the group's checkpoint may have been deleted; skip past them.
-                self.next = events.last().map_or(end, |e| e.offset + 1);
-                if !events.is_empty() {
-                    return Ok(events);
+            if !self.surplus.is_empty() {
+                let take = max.min(self.surplus.len());
+                return Ok(self.surplus.drain(..take).collect());
+            }
+            let reading = match &mut self.reading {
+                Some(reading) => reading,
+                None => {
+                    let head = *self.head.borrow_and_update();
+                    if self.next >= head {
+                        if self.head.changed().await.is_err() {
+                            return Err(ConsumeError::Unavailable(
+                                "the embedded store is closed".into(),
+                            ));
+                        }
+                        continue;
+                    }
+                    let end = head.min(self.next.saturating_add(max as u64));
+                    let (stream, partition, from) =
+                        (self.store.stream(), self.partition, self.next);
+                    self.reading.insert(Reading {
+                        end,
+                        task: tokio::task::spawn_blocking(move || {
+                            stream.read(partition, from, end)
+                        }),
+                    })
                 }
-                continue;
-            }
-            if self.head.changed().await.is_err() {
-                return Err(ConsumeError::Unavailable(
-                    "the embedded store is closed".into(),
-                ));
-            }
+            };
+            // Cancel-safe: dropped here, the read stays in `self.reading`.
+            let joined = (&mut reading.task).await;
+            let end = reading.end;
+            self.reading = None;
+            let events = joined
+                .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?
+                .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
+            // Entries below the group's checkpoint may have been deleted; skip past them.
+            self.next = events.last().map_or(end, |e| e.offset + 1);
+            self.surplus.extend(events);
         }
     }
 
     fn unread(&self) -> Option<u64> {
-        Some(self.head.borrow().saturating_sub(self.next))
+        let surplus = self.surplus.len() as u64;
+        Some(self.head.borrow().saturating_sub(self.next) + surplus)
     }
 
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
@@ -115,17 +156,6 @@ impl PartitionReader for EmbeddedPartitionReader {
             .log
             .checkpoint(&self.group, self.partition, offset)
             .await
-            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))
-    }
-}
-
-impl EmbeddedPartitionReader {
-    async fn read(&self, from: u64, to: u64) -> Result<Vec<StreamEvent>, ConsumeError> {
-        let stream = self.store.stream();
-        let partition = self.partition;
-        tokio::task::spawn_blocking(move || stream.read(partition, from, to))
-            .await
-            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?
             .map_err(|e| ConsumeError::Unavailable(Box::new(e)))
     }
 }

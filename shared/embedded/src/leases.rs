@@ -18,7 +18,7 @@ use skyport_core::ports::{
 use time::OffsetDateTime;
 
 use crate::committer::{Applied, Expected, OpKind};
-use crate::store::{EmbeddedStore, blocking};
+use crate::store::EmbeddedStore;
 use crate::tables::LEASES;
 
 fn version(version: u64, modified_ms: i64) -> LeaseVersion {
@@ -34,23 +34,24 @@ impl LeaseStore for EmbeddedStore {
     async fn list(&self, group: &str, prefix: &str) -> Result<Vec<Lease>, LeaseError> {
         let db = Arc::clone(&self.db);
         let (group, prefix) = (group.to_owned(), prefix.to_owned());
-        let stored = blocking(move || {
-            let txn = db.begin_read()?;
-            let table = txn.open_table(LEASES)?;
-            let mut stored = Vec::new();
-            for entry in table.range((group.as_str(), prefix.as_str())..)? {
-                let (key, value) = entry?;
-                let (in_group, name) = key.value();
-                if in_group != group || !name.starts_with(&prefix) {
-                    break;
+        let stored = self
+            .blocking(move || {
+                let txn = db.begin_read()?;
+                let table = txn.open_table(LEASES)?;
+                let mut stored = Vec::new();
+                for entry in table.range((group.as_str(), prefix.as_str())..)? {
+                    let (key, value) = entry?;
+                    let (in_group, name) = key.value();
+                    if in_group != group || !name.starts_with(&prefix) {
+                        break;
+                    }
+                    let (version, modified_ms, body) = value.value();
+                    stored.push((name.to_owned(), version, modified_ms, body.to_vec()));
                 }
-                let (version, modified_ms, body) = value.value();
-                stored.push((name.to_owned(), version, modified_ms, body.to_vec()));
-            }
-            Ok(stored)
-        })
-        .await
-        .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;
+                Ok(stored)
+            })
+            .await
+            .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;
         stored
             .into_iter()
             .map(|(name, v, modified_ms, body)| {

@@ -18,7 +18,7 @@ use skyport_core::ports::{
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::EmbeddedSettings;
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::committer::{self, Applied, CommitFailed, CommitStats, Op, OpKind};
 use crate::log::{AppendError, Faults, LogError, ReservationRecord, SegmentLog, Shared};
@@ -81,7 +81,15 @@ pub struct EmbeddedStore {
     receipt_key: [u8; RECEIPT_KEY_LEN],
     stats: Arc<CommitStats>,
     committer: Mutex<Option<JoinHandle<()>>>,
+    /// Reads of the database on the blocking pool at once (see [`Self::blocking`]).
+    readers: Semaphore,
 }
+
+/// At most this many database reads run at once. A read can wait for a
+/// commit's fsync (redb's readers take the header lock that a commit holds),
+/// and a blocking-pool thread per waiting read would grow the pool, and the
+/// allocator's per-thread heaps, by hundreds under load.
+const MAX_CONCURRENT_READS: usize = 16;
 
 impl EmbeddedStore {
     /// Opens (or creates) the store in `settings.data_dir` with `partitions` stream partitions.
@@ -159,6 +167,7 @@ impl EmbeddedStore {
             receipt_key,
             stats,
             committer: Mutex::new(Some(committer)),
+            readers: Semaphore::new(MAX_CONCURRENT_READS),
         }))
     }
 
@@ -205,7 +214,7 @@ impl EmbeddedStore {
     /// [`DeadLetterError`] when the store cannot be read.
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
         let db = Arc::clone(&self.db);
-        blocking(move || -> Result<_, redb::Error> {
+        self.blocking(move || -> Result<_, redb::Error> {
             let txn = db.begin_read()?;
             let table = match txn.open_table(DEAD_LETTERS) {
                 Ok(table) => table,
@@ -230,6 +239,20 @@ impl EmbeddedStore {
         })
         .await
         .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))
+    }
+
+    /// Runs a read on the blocking pool, so that disk reads never stall the
+    /// async workers, once one of the read slots is free.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        read: impl FnOnce() -> Result<T, redb::Error> + Send + 'static,
+    ) -> Result<T, redb::Error> {
+        let closed =
+            |e: &dyn std::fmt::Display| redb::Error::Io(std::io::Error::other(e.to_string()));
+        let _slot = self.readers.acquire().await.map_err(|e| closed(&e))?;
+        tokio::task::spawn_blocking(read)
+            .await
+            .unwrap_or_else(|e| Err(closed(&e)))
     }
 
     /// Queues a write and waits until it is durable.
@@ -298,20 +321,21 @@ impl StatusStore for EmbeddedStore {
     async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
         let db = Arc::clone(&self.db);
         let key = id.to_owned();
-        let found = blocking(move || -> Result<_, redb::Error> {
-            let txn = db.begin_read()?;
-            let table = match txn.open_table(STATUS) {
-                Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            Ok(table.get(key.as_str())?.map(|guard| {
-                let (version, body) = guard.value();
-                (version, body.to_vec())
-            }))
-        })
-        .await
-        .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?;
+        let found = self
+            .blocking(move || -> Result<_, redb::Error> {
+                let txn = db.begin_read()?;
+                let table = match txn.open_table(STATUS) {
+                    Ok(table) => table,
+                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                };
+                Ok(table.get(key.as_str())?.map(|guard| {
+                    let (version, body) = guard.value();
+                    (version, body.to_vec())
+                }))
+            })
+            .await
+            .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?;
         let Some((version, body)) = found else {
             return Ok(None);
         };
@@ -454,13 +478,4 @@ fn initialize(db: &Database, partitions: u32) -> Result<[u8; RECEIPT_KEY_LEN], I
     };
     txn.commit()?;
     Ok(receipt_key)
-}
-
-/// Runs a read on the blocking pool so that disk reads never stall the async workers.
-pub(crate) async fn blocking<T: Send + 'static>(
-    read: impl FnOnce() -> Result<T, redb::Error> + Send + 'static,
-) -> Result<T, redb::Error> {
-    tokio::task::spawn_blocking(read)
-        .await
-        .unwrap_or_else(|e| Err(redb::Error::Io(std::io::Error::other(e.to_string()))))
 }

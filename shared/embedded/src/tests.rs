@@ -183,6 +183,36 @@ async fn a_reader_waits_for_new_events() {
     assert_eq!(events[0].offset, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_dropped_while_it_reads_loses_nothing_and_starts_no_second_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+    for i in 0..300 {
+        store.publish(event(&format!("k{i}"))).await.unwrap();
+    }
+    let mut reader = reader_for(&store, 0).await;
+    let mut offsets = Vec::new();
+    let mut polls = 0;
+    while offsets.len() < 300 {
+        // As the worker's loop does when another branch wins: poll once, then
+        // drop the future. The caller's room changes between calls.
+        let max = [100, 7, 1, 50][polls % 4];
+        polls += 1;
+        if let Ok(batch) = tokio::time::timeout(Duration::ZERO, reader.next_batch(max)).await {
+            let batch = batch.unwrap();
+            assert!(
+                !batch.is_empty() && batch.len() <= max,
+                "{} for {max}",
+                batch.len()
+            );
+            offsets.extend(batch.iter().map(|e| e.offset));
+            assert_eq!(reader.unread(), Some(300 - offsets.len() as u64));
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(offsets, (0..300).collect::<Vec<u64>>());
+}
+
 #[tokio::test]
 async fn a_checkpoint_resumes_the_next_reader_and_trims_the_log() {
     let dir = tempfile::tempdir().unwrap();
