@@ -231,7 +231,7 @@ pub(crate) fn simulate(args: &[String]) -> anyhow::Result<()> {
                 jitter: std::time::Duration::ZERO,
                 ..Behaviour::default()
             },
-            suspended_owners: Vec::new(),
+            ..SimulatorOptions::default()
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("http://{}/", listener.local_addr()?);

@@ -36,7 +36,7 @@ impl Services {
                 jitter: Duration::from_millis(10),
                 ..Behaviour::default()
             },
-            suspended_owners: Vec::new(),
+            ..SimulatorOptions::default()
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());

@@ -32,10 +32,13 @@ impl Simulator {
         let SimulatorOptions {
             behaviour,
             suspended_owners,
+            max_resources,
         } = options;
         Self {
             inner: Arc::new(Inner {
-                services: std::array::from_fn(|_| ServiceState::new(behaviour.clone())),
+                services: std::array::from_fn(|_| {
+                    ServiceState::new(behaviour.clone(), max_resources)
+                }),
                 suspended_owners: suspended_owners.into_iter().collect(),
                 next_drone: AtomicU64::new(1),
             }),
@@ -93,6 +96,7 @@ impl From<&SimulatorSettings> for SimulatorOptions {
                 ..Behaviour::default()
             },
             suspended_owners: settings.suspended_owners.clone(),
+            max_resources: settings.max_resources,
         }
     }
 }

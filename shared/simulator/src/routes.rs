@@ -101,7 +101,7 @@ async fn put_authorization(
         service,
         id,
         key,
-        Value::Null,
+        &Value::Null,
         || json!({ "ownerId": owner_id, "deliveryId": delivery_id, "active": true }),
     ))
 }
@@ -126,7 +126,7 @@ async fn put_package(
         service,
         id.clone(),
         key,
-        Value::Object(fields),
+        &Value::Object(fields),
         || json!({ "id": id, "deliveryId": delivery_id, "size": size, "weight": weight, "tag": tag }),
     ))
 }
@@ -142,7 +142,7 @@ async fn put_delivery(
     let key = idempotency_key(&headers)?;
     let fields = object(body)?;
     let request = Value::Object(fields.clone());
-    Ok(store_put(service, id.clone(), key, request, || {
+    Ok(store_put(service, id.clone(), key, &request, || {
         let mut resource = fields;
         // The path names the resource; a body "id" must not be able to contradict it.
         resource.insert("id".to_owned(), Value::String(id));
@@ -170,7 +170,7 @@ async fn put_assessment(
         service,
         delivery_id.clone(),
         key,
-        Value::Object(fields),
+        &Value::Object(fields),
         || {
             json!({
                 "deliveryId": delivery_id,
@@ -195,7 +195,7 @@ async fn put_booking(
         service,
         delivery_id.clone(),
         key,
-        request,
+        &request,
         || {
             // Drawn only on creation, so every replay reports the drone that was actually booked.
             let drone = inner.next_drone.fetch_add(1, Ordering::Relaxed);
@@ -280,7 +280,7 @@ fn store_put(
     state: &ServiceState,
     id: String,
     key: Option<String>,
-    request: Value,
+    request: &Value,
     create: impl FnOnce() -> Value,
 ) -> Response {
     if state.behaviour().rejected_ids.contains(&id) {

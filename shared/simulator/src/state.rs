@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use skyport_core::status::Step;
+use skyport_runtime::config::SimulatorSettings;
 
 use crate::store::Store;
 
@@ -44,12 +45,25 @@ impl Behaviour {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SimulatorOptions {
     /// Initial behaviour of all five services.
     pub behaviour: Behaviour,
     /// Owners whose account authorizations are refused with 403.
     pub suspended_owners: Vec<String>,
+    /// How many of its most recent resources each service remembers (at
+    /// least half of them, at most all): a PUT of a forgotten id creates it again.
+    pub max_resources: usize,
+}
+
+impl Default for SimulatorOptions {
+    fn default() -> Self {
+        Self {
+            behaviour: Behaviour::default(),
+            suspended_owners: Vec::new(),
+            max_resources: SimulatorSettings::default().max_resources,
+        }
+    }
 }
 
 pub(crate) struct Inner {
@@ -82,11 +96,11 @@ impl Inner {
 }
 
 impl ServiceState {
-    pub(crate) fn new(behaviour: Behaviour) -> Self {
+    pub(crate) fn new(behaviour: Behaviour, max_resources: usize) -> Self {
         Self {
             behaviour: RwLock::new(behaviour),
             counters: ServiceCounters::default(),
-            store: Store::new(),
+            store: Store::new(max_resources),
         }
     }
 

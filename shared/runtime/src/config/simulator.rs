@@ -22,6 +22,10 @@ pub struct SimulatorSettings {
     pub error_rate: f64,
     /// Owners whose accounts are suspended.
     pub suspended_owners: Vec<String>,
+    /// How many of its most recent resources each service remembers for
+    /// replays (at least half of them); older ones are forgotten, so that
+    /// memory stays bounded however long the services run.
+    pub max_resources: usize,
 }
 
 impl Default for SimulatorSettings {
@@ -32,6 +36,9 @@ impl Default for SimulatorSettings {
             jitter_ms: Millis::new(10),
             error_rate: 0.0,
             suspended_owners: Vec::new(),
+            // A few hundred bytes each, and several seconds of retries at
+            // thousands of deliveries a second.
+            max_resources: 20_000,
         }
     }
 }
@@ -43,5 +50,6 @@ impl SimulatorSettings {
             "error_rate",
             "must be from 0 to 1",
         );
+        checks.at_least(self.max_resources, 1, "max_resources");
     }
 }
