@@ -20,7 +20,8 @@ const RECEIPT_LEN: usize = 8 + MAC_LEN;
 /// Signs and verifies receipts with one key.
 #[derive(Clone)]
 pub struct Receipts {
-    key: Vec<u8>,
+    /// HMAC keyed once (its inner and outer pads hashed): each receipt clones it.
+    keyed: HmacSha256,
 }
 
 impl std::fmt::Debug for Receipts {
@@ -31,12 +32,14 @@ impl std::fmt::Debug for Receipts {
 
 impl Receipts {
     pub fn new(key: &[u8]) -> Self {
-        Self { key: key.to_vec() }
+        Self {
+            keyed: HmacSha256::new_from_slice(key)
+                .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length")),
+        }
     }
 
     fn mac(&self, id: &str, millis: i64) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.key)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        let mut mac = self.keyed.clone();
         mac.update(b"v1|");
         mac.update(id.as_bytes());
         mac.update(b"|");

@@ -14,8 +14,22 @@ use skyport_runtime::config::GatewaySettings;
 use crate::error::ApiError;
 use crate::receipt::Receipts;
 
+/// Cloned for every request (axum's `State`, each middleware's state), so
+/// one reference count rather than a copy of each field.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+#[derive(Debug)]
+pub struct Shared {
     pub publisher: Arc<dyn Publisher>,
     pub status: Arc<dyn StatusStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
@@ -73,7 +87,7 @@ impl AppState {
             status: Arc::clone(&ports.status),
             diagnostics,
         };
-        Self {
+        Self(Arc::new(Shared {
             publisher: Arc::clone(&ports.publisher),
             status: Arc::clone(&ports.status),
             idempotency: Arc::clone(&ports.idempotency),
@@ -88,7 +102,7 @@ impl AppState {
                 .as_ref()
                 .map(|url| url.as_str().trim_end_matches('/').to_owned()),
             admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
-        }
+        }))
     }
 
     /// The scheme and authority status URLs start with: the configured public
