@@ -38,6 +38,8 @@ pub struct App {
     simulator_shutdown: CancellationToken,
     parts: JoinSet<anyhow::Result<()>>,
     simulator_task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The worker's and the simulated services' threads; dropped last.
+    background: BackgroundRuntime,
 }
 
 impl App {
@@ -63,6 +65,12 @@ impl App {
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
         let auth = Auth::from_settings(&settings).await?;
+        // The worker yields the CPU to the gateway: a spike is accepted first
+        // and worked off behind it (`worker.nice`). The simulated services
+        // stand in for the backends' machines, so their work is the
+        // workflow's too and runs on the same threads.
+        let runtime = BackgroundRuntime::new("skyport-worker", settings.worker.nice)
+            .context("cannot start the worker's threads")?;
         let simulator_shutdown = CancellationToken::new();
         let (services_url, simulator, simulator_task) = match &settings.services.base_url {
             Some(url) => (url.clone(), None, None),
@@ -77,7 +85,7 @@ impl App {
                         )
                     })?;
                 let url = Url::parse(&format!("http://{}/", listener.local_addr()?))?;
-                let task = tokio::spawn(
+                let task = runtime.spawn(
                     simulator
                         .clone()
                         .serve(listener, simulator_shutdown.clone()),
@@ -101,15 +109,10 @@ impl App {
         .await?;
         let gateway_addr = gateway.local_addr()?;
         let mut parts = JoinSet::new();
-        // The worker yields the CPU to the gateway: a spike is accepted first
-        // and worked off behind it (`worker.nice`).
-        let runtime = BackgroundRuntime::new("skyport-worker", settings.worker.nice)
-            .context("cannot start the worker's threads")?;
         let worker = runtime.spawn(worker.run(shutdown.clone()));
         parts.spawn(async move {
-            let result = worker.await;
-            drop(runtime);
-            result
+            worker
+                .await
                 .context("the worker panicked")?
                 .context("the worker stopped")
         });
@@ -128,6 +131,7 @@ impl App {
             simulator_shutdown,
             parts,
             simulator_task,
+            background: runtime,
         })
     }
 
@@ -158,6 +162,8 @@ impl App {
         if let Some(task) = self.simulator_task.take() {
             task.await.context("the simulated services panicked")??;
         }
+        // Every task on it has finished: stop its threads.
+        drop(self.background);
         result
     }
 

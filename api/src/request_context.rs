@@ -19,6 +19,7 @@ use axum::http::{HeaderName, HeaderValue, Method, Response};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use futures_util::FutureExt;
+use skyport_runtime::foreground;
 use skyport_runtime::metrics::{self, HttpLabels, RouteLabels};
 use skyport_runtime::{telemetry, trace_span};
 use tracing::Instrument;
@@ -105,7 +106,11 @@ pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
         .into_response()
     });
     let status = response.status();
-    let seconds = started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed();
+    if route.starts_with("/api/") {
+        foreground::global().record(elapsed);
+    }
+    let seconds = elapsed.as_secs_f64();
     span.record("http.response.status_code", status.as_u16());
     if status.is_server_error() {
         let request_id = id.to_str().unwrap_or_default();

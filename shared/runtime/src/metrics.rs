@@ -136,6 +136,7 @@ pub struct Metrics {
     pub publish_failures: Family<StreamLabels, Counter>,
     pub consumer_lag: Family<PartitionLabels, Gauge>,
     pub events_in_flight: Family<PartitionLabels, Gauge>,
+    pub worker_window: Gauge,
     pub step_duration: Histograms<StepLabels>,
     pub step_errors: Family<StepErrorLabels, Counter>,
     pub breaker_state: Family<ServiceLabels, Gauge>,
@@ -210,6 +211,12 @@ impl Metrics {
             "Events of a partition pulled and not yet completed",
             events_in_flight.clone(),
         );
+        let worker_window = Gauge::default();
+        registry.register(
+            "worker_window",
+            "Events each partition may have in flight now (worker.max_in_flight, narrowed while a gateway in the same process answers slower than worker.gateway_latency_goal_ms)",
+            worker_window.clone(),
+        );
         let step_duration = Family::new_with_constructor(latency as fn() -> Histogram);
         registry.register(
             "step_call_duration_seconds",
@@ -265,6 +272,7 @@ impl Metrics {
             publish_failures,
             consumer_lag,
             events_in_flight,
+            worker_window,
             step_duration,
             step_errors,
             breaker_state,

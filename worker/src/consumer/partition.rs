@@ -65,7 +65,10 @@ pub async fn run(
             let events = unread.saturating_add(pending as u64);
             lag.set(i64::try_from(events).unwrap_or(i64::MAX));
         }
-        let room = settings.max_in_flight.saturating_sub(partition.tasks.len());
+        let room = context
+            .intake
+            .window()
+            .saturating_sub(partition.tasks.len());
         let pulling = room > 0 && !*paused.borrow_and_update();
         tokio::select! {
             () = shutdown.cancelled() => break,

@@ -1,12 +1,14 @@
 //! Everything that decides whether a partition may pull events and start
 //! them: pauses held by name ([`pauses`]: an open circuit, a backlog past its
 //! limit), the backlog guard ([`backlog`]), and the rate limiter
-//! ([`rate_limit`]) whose slot each event waits for before it starts.
-//! In-flight events are never touched.
+//! ([`rate_limit`]) whose slot each event waits for before it starts, and
+//! the in-flight window ([`window`]), narrowed while a gateway beside the
+//! worker answers slowly. In-flight events are never touched.
 
 pub mod backlog;
 pub mod pauses;
 pub mod rate_limit;
+pub mod window;
 
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use self::backlog::{BacklogExceeded, BacklogGuard};
 use self::pauses::Pauses;
 use self::rate_limit::RateLimiter;
+use self::window::Window;
 
 /// How often the backlog guard looks at the partitions.
 const BACKLOG_CHECK_PERIOD: Duration = Duration::from_secs(1);
@@ -27,6 +30,7 @@ pub struct Intake {
     pauses: Pauses,
     backlog: BacklogGuard,
     limiter: Option<RateLimiter>,
+    window: Window,
 }
 
 impl Intake {
@@ -38,6 +42,7 @@ impl Intake {
             backlog: BacklogGuard::new(settings),
             limiter: (settings.rate_limit_per_s > 0)
                 .then(|| RateLimiter::new(settings.rate_limit_per_s)),
+            window: Window::new(settings),
         }
     }
 
@@ -49,6 +54,11 @@ impl Intake {
     /// The events per second this worker starts, when limited.
     pub fn rate(&self) -> Option<u32> {
         self.limiter.as_ref().map(RateLimiter::rate)
+    }
+
+    /// Events each partition may have in flight now.
+    pub fn window(&self) -> usize {
+        self.window.get()
     }
 
     /// A partition's pending events and when the oldest of them began.
@@ -70,7 +80,8 @@ impl Intake {
         }
     }
 
-    /// Checks the backlog and refills the rate limiter until `stop` fires.
+    /// Checks the backlog, refills the rate limiter and adjusts the window
+    /// until `stop` fires.
     ///
     /// # Errors
     /// [`BacklogExceeded`] when the backlog stayed over its limit past its
@@ -90,7 +101,10 @@ impl Intake {
             refill_stop.cancel();
             result
         };
-        let ((), result) = tokio::join!(refill, guard);
+        let window = self
+            .window
+            .run(skyport_runtime::foreground::global(), &refill_stop);
+        let ((), (), result) = tokio::join!(refill, window, guard);
         result
     }
 }

@@ -37,6 +37,12 @@ pub struct WorkerSettings {
     /// or on a shared node), so a spike is accepted at the gateway's rate and
     /// drained afterwards; with the CPU otherwise idle it costs nothing.
     pub nice: i32,
+    /// Beside a gateway in the same process (the all-in-one): while the
+    /// gateway's slowest API answer in each 50 ms is slower than this, the
+    /// worker halves its in-flight window (down to an eighth of
+    /// `max_in_flight`), and widens it again step by step while it is not.
+    /// 0 keeps the whole window always.
+    pub gateway_latency_goal_ms: Millis,
 }
 
 impl Default for WorkerSettings {
@@ -55,6 +61,7 @@ impl Default for WorkerSettings {
             backlog_grace_period_ms: Millis::new(60_000),
             http: HttpSettings::default(),
             nice: 10,
+            gateway_latency_goal_ms: Millis::new(5),
         }
     }
 }
