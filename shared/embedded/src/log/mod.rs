@@ -90,11 +90,12 @@ pub enum AppendError {
     TooLarge { len: usize, max: usize },
 }
 
-/// Where a record lies.
+/// Where a record lies: 16 bytes for each event in the stream (a segment
+/// is smaller than 4 GiB, `embedded.segment_size_mb` ≤ 4095).
 #[derive(Debug, Clone, Copy)]
 struct Location {
     segment: u64,
-    position: u64,
+    position: u32,
     len: u32,
 }
 
@@ -211,7 +212,7 @@ impl Shared {
             // One read per record, into a buffer of its own: the event owns
             // exactly its bytes for as long as the worker holds it.
             let mut buffer = vec![0; location.len as usize];
-            file.read_exact_at(&mut buffer, location.position)
+            file.read_exact_at(&mut buffer, u64::from(location.position))
                 .map_err(|source| ReadError::Io {
                     path: self.segment_path(location.segment),
                     source,
@@ -226,7 +227,7 @@ impl Shared {
                 _ => {
                     return Err(ReadError::Damaged {
                         path: self.segment_path(location.segment),
-                        position: location.position,
+                        position: u64::from(location.position),
                     });
                 }
             };
@@ -615,7 +616,7 @@ fn recover(
                 record.offset,
                 Location {
                     segment: id,
-                    position: record.position,
+                    position: u32::try_from(record.position).map_err(|_| damaged())?,
                     len: record.len,
                 },
             );

@@ -355,7 +355,9 @@ impl Writer {
                 offset,
                 Location {
                     segment: self.active.id,
-                    position: position + at as u64,
+                    position: u32::try_from(position + at as u64).unwrap_or_else(|_| {
+                        unreachable!("a segment is smaller than 4 GiB (segment_size_mb ≤ 4095)")
+                    }),
                     len: u32::try_from(len).unwrap_or(u32::MAX),
                 },
             );

@@ -28,7 +28,7 @@ impl Default for EmbeddedSettings {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("./data"),
-            cache_size_mb: 64,
+            cache_size_mb: 16,
             max_batch: 4096,
             segment_size_mb: 64,
             queue_capacity: 65_536,

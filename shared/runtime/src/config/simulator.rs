@@ -36,9 +36,10 @@ impl Default for SimulatorSettings {
             jitter_ms: Millis::new(10),
             error_rate: 0.0,
             suspended_owners: Vec::new(),
-            // A few hundred bytes each, and several seconds of retries at
+            // About a kilobyte each (the delivery's answer holds its
+            // request): 50 MB for the five, and seconds of retries at
             // thousands of deliveries a second.
-            max_resources: 20_000,
+            max_resources: 10_000,
         }
     }
 }
