@@ -14,6 +14,17 @@ use std::future::Future;
 use tokio::runtime::{Builder, Runtime};
 use tokio::task::JoinHandle;
 
+/// Sets the calling thread's niceness to `nice` (0 to 19; raising it needs
+/// no privilege). Linux schedules threads by their own niceness, so this
+/// touches no other thread.
+///
+/// # Errors
+/// When the kernel refuses.
+pub fn lower_this_thread(nice: i32) -> std::io::Result<()> {
+    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
+        .map_err(std::io::Error::from)
+}
+
 /// A multi-threaded runtime whose threads run at `nice`, named `name`.
 #[derive(Debug)]
 pub struct BackgroundRuntime {
@@ -29,8 +40,7 @@ impl BackgroundRuntime {
         let runtime = Builder::new_multi_thread()
             .thread_name(name)
             .on_thread_start(move || {
-                let tid = rustix::thread::gettid();
-                if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
+                if let Err(e) = lower_this_thread(nice) {
                     tracing::warn!(error = %e, nice, "Could not lower a worker thread's priority; it competes with the gateway as an equal.");
                 }
             })

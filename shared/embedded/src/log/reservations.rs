@@ -30,6 +30,12 @@ pub(crate) const STREAM: u32 = u32::MAX;
 /// The shortest time between two copies into the database.
 const FOLD_EVERY: Duration = Duration::from_millis(100);
 
+/// The niceness of the folding thread. The log has made each reservation
+/// durable already; copying it into the database is deferred work (B-tree
+/// inserts, a commit), so under a spike it yields the CPU to the requests
+/// and catches up after, the reservations waiting in memory and in the log.
+const FOLD_NICE: i32 = 10;
+
 /// How many expired reservations a fold also forgets.
 const PURGE_PER_FOLD: usize = 256;
 
@@ -178,6 +184,9 @@ pub(crate) fn fold(
     holds: &Holds,
     checkpoints: &Sender<Request>,
 ) {
+    if let Err(e) = skyport_runtime::priority::lower_this_thread(FOLD_NICE) {
+        tracing::warn!(error = %e, "Could not lower the reservation folder's priority; it competes with requests as an equal.");
+    }
     let mut batch: Vec<(u64, Record)> = Vec::new();
     let mut closed = false;
     loop {
