@@ -62,10 +62,11 @@ impl Window {
 
     /// Adjusts the window to what `foreground` reports until `stop` fires.
     pub async fn run(&self, foreground: &Foreground, stop: &CancellationToken) {
+        let gauge = &metrics::global().worker_window;
+        gauge.set(i64::try_from(self.get()).unwrap_or(i64::MAX));
         let Some(goal) = self.goal else {
             return;
         };
-        let gauge = &metrics::global().worker_window;
         let mut ticks = tokio::time::interval(PERIOD);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // What piled up before this worker started is not its doing.
