@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use skyport_api::Gateway;
 use skyport_api::auth::Auth;
-use skyport_runtime::config::Settings;
+use skyport_runtime::config::{ServicesProtocol, Settings};
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
 use skyport_worker::Worker;
@@ -93,10 +93,16 @@ impl App {
                 (url, Some(simulator), Some(task))
             }
         };
+        // The simulated services speak HTTP/2 over cleartext: under `auto`,
+        // the workflow's calls to them share one connection.
+        let mut services = settings.services.clone();
+        if simulator.is_some() && services.protocol == ServicesProtocol::Auto {
+            services.protocol = ServicesProtocol::H2c;
+        }
         let worker = Worker::new(
             &backends.ports,
             services_url.clone(),
-            &settings.services,
+            &services,
             settings.worker.clone(),
         )?;
         let tally = worker.tally();

@@ -9,17 +9,28 @@ mod store;
 mod tests;
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use anyhow::Context;
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use skyport_core::status::Step;
 use skyport_runtime::config::SimulatorSettings;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 pub use self::state::{Behaviour, ServiceStats, SimulatorOptions, SimulatorStats};
 use self::state::{Inner, ServiceState};
+
+/// Calls one HTTP/2 connection may carry at once: enough for every workflow
+/// a worker runs (hyper's default of 200 would queue the rest behind them).
+pub const MAX_STREAMS: u32 = 10_000;
 
 /// The simulated services; cloning shares the same state.
 #[derive(Clone)]
@@ -41,6 +52,7 @@ impl Simulator {
                 }),
                 suspended_owners: suspended_owners.into_iter().collect(),
                 next_drone: AtomicU64::new(1),
+                connections: AtomicU64::new(0),
             }),
         }
     }
@@ -50,15 +62,56 @@ impl Simulator {
         routes::router(Arc::clone(&self.inner))
     }
 
-    /// Serves the router until `shutdown` is cancelled, then drains in-flight requests.
+    /// Serves the router until `shutdown` is cancelled, then drains in-flight
+    /// requests. Each connection speaks HTTP/1.1 or, when it opens with
+    /// HTTP/2's preface, HTTP/2 (cleartext, prior knowledge) with up to
+    /// [`MAX_STREAMS`] calls at once.
+    ///
+    /// # Errors
+    /// Never today; kept for callers that join it as a fallible task.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> std::io::Result<()> {
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder.http2().max_concurrent_streams(MAX_STREAMS);
+        let graceful = GracefulShutdown::new();
+        let router = self.router();
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "The simulated services cannot accept a connection; trying again in 100 ms.");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = shutdown.cancelled() => break,
+            };
+            self.inner.connections.fetch_add(1, Ordering::Relaxed);
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%peer, %error, "Cannot set TCP_NODELAY.");
+            }
+            let router = router.clone();
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                router.clone().oneshot(request)
+            });
+            let connection = graceful.watch(
+                builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned(),
+            );
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%peer, %error, "A connection to the simulated services ended with an error.");
+                }
+            });
+        }
+        drop(listener);
+        graceful.shutdown().await;
+        Ok(())
     }
 
     pub fn stats(&self) -> SimulatorStats {

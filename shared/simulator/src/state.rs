@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     pub(crate) services: [ServiceState; Step::ALL.len()],
     pub(crate) suspended_owners: HashSet<String>,
     pub(crate) next_drone: AtomicU64,
+    /// Connections accepted since start.
+    pub(crate) connections: AtomicU64,
 }
 
 pub(crate) struct ServiceState {
@@ -91,6 +93,7 @@ impl Inner {
             delivery: snapshot(Step::Delivery),
             third_party: snapshot(Step::ThirdParty),
             drone: snapshot(Step::Drone),
+            connections: self.connections.load(Ordering::Relaxed),
         }
     }
 }
@@ -121,6 +124,8 @@ pub struct SimulatorStats {
     pub delivery: ServiceStats,
     pub third_party: ServiceStats,
     pub drone: ServiceStats,
+    /// Connections accepted since start (HTTP/2 callers share one).
+    pub connections: u64,
 }
 
 impl SimulatorStats {

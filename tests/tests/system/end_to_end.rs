@@ -33,6 +33,10 @@ async fn a_thousand_concurrent_requests_are_all_scheduled_exactly_once() {
         assert_eq!(counters.created, 1_000, "{service:?}: {counters:?}");
         assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
     }
+    assert_eq!(
+        stats.connections, 1,
+        "the workflow's calls to the simulated services share one HTTP/2 connection"
+    );
     app.app.stop().await.unwrap();
 }
 

@@ -14,7 +14,7 @@ use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use skyport_core::status::Step;
-use skyport_runtime::config::ServicesSettings;
+use skyport_runtime::config::{ServicesProtocol, ServicesSettings};
 use skyport_runtime::metrics::{self, StepErrorLabels, StepLabels};
 use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
@@ -82,8 +82,12 @@ impl ServiceClient {
             .timeout(settings.timeout_ms.duration())
             .connect_timeout(settings.timeout_ms.duration())
             .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(30));
+        let http = match settings.protocol {
+            ServicesProtocol::Auto | ServicesProtocol::Http1 => http.http1_only(),
+            ServicesProtocol::H2c => http.http2_prior_knowledge(),
+        }
+        .build()?;
         Ok(Self {
             http,
             base,

@@ -40,7 +40,7 @@ pub use self::gateway::GatewaySettings;
 pub use self::http::HttpSettings;
 pub use self::load::{Cli, ENV_PREFIX, EXIT_CONFIG};
 pub use self::profile::Profile;
-pub use self::services::ServicesSettings;
+pub use self::services::{ServicesProtocol, ServicesSettings};
 pub use self::simulator::SimulatorSettings;
 pub use self::stream::{StoreBackend, StoreSettings, StreamBackend, StreamSettings};
 pub use self::telemetry::{LogFormat, TelemetrySettings};

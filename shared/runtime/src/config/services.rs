@@ -7,6 +7,21 @@ use url::Url;
 use super::checks::Checks;
 use super::duration::Millis;
 
+/// The HTTP version the workflow's calls use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServicesProtocol {
+    /// HTTP/2 to the simulated services the all-in-one process starts (it
+    /// knows they speak it); HTTP/1.1 to a configured `base_url`.
+    #[default]
+    Auto,
+    /// HTTP/1.1, one call per connection at a time.
+    Http1,
+    /// HTTP/2 over cleartext with prior knowledge: every call shares one
+    /// connection. Only for `http://` services that speak it.
+    H2c,
+}
+
 /// The five backend services the workflow calls.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -14,6 +29,8 @@ pub struct ServicesSettings {
     /// Base URL that serves `/account`, `/package`, `/delivery`, `/thirdparty` and `/drone`.
     /// Unset: the all-in-one process starts the simulated services and uses them.
     pub base_url: Option<Url>,
+    /// HTTP/1.1, or HTTP/2 over cleartext (see [`ServicesProtocol`]).
+    pub protocol: ServicesProtocol,
     /// Time limit of one call.
     pub timeout_ms: Millis,
     /// First wait before retrying a transient failure; doubles up to `retry_max_backoff_ms`.
@@ -34,6 +51,7 @@ impl Default for ServicesSettings {
     fn default() -> Self {
         Self {
             base_url: None,
+            protocol: ServicesProtocol::Auto,
             timeout_ms: Millis::new(5_000),
             retry_initial_backoff_ms: Millis::new(50),
             retry_max_backoff_ms: Millis::new(5_000),
@@ -49,6 +67,15 @@ impl Default for ServicesSettings {
 impl ServicesSettings {
     pub(super) fn validate(&self, checks: &mut Checks<'_>) {
         checks.http_url(self.base_url.as_ref(), "base_url");
+        checks.check(
+            self.protocol != ServicesProtocol::H2c
+                || self
+                    .base_url
+                    .as_ref()
+                    .is_none_or(|url| url.scheme() == "http"),
+            "protocol",
+            "h2c (HTTP/2 with prior knowledge) needs an http:// services.base_url",
+        );
         checks.at_least(self.timeout_ms.count(), 1, "timeout_ms");
         checks.at_least(
             self.retry_initial_backoff_ms.count(),

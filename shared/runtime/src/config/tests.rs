@@ -170,6 +170,24 @@ fn attempts_that_run_out_before_the_circuit_opens_are_refused() {
 }
 
 #[test]
+fn h2c_is_refused_for_services_over_tls() {
+    let errors = Settings::load(&cli(&[
+        "services.protocol=h2c",
+        "services.base_url=https://services.example/",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "services.protocol");
+    let errors = Settings::load(&cli(&["services.protocol=http3"])).expect_err("invalid");
+    assert_named(&errors, "services.protocol");
+    let settings = Settings::load(&cli(&[
+        "services.protocol=h2c",
+        "services.base_url=http://127.0.0.1:9000/",
+    ]))
+    .expect("valid");
+    assert_eq!(settings.services.protocol, ServicesProtocol::H2c);
+}
+
+#[test]
 fn the_azure_profile_needs_a_cosmos_endpoint_and_key() {
     let errors = Settings::load(&cli(&["profile=azure"])).expect_err("invalid");
     assert_named(&errors, "cosmos.endpoint");
