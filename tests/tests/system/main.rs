@@ -20,6 +20,7 @@ mod fuzz;
 mod helm_chart;
 mod idempotency;
 mod images;
+mod kafka;
 mod load_shedding;
 mod openapi_clients;
 mod slow_clients;

@@ -17,6 +17,7 @@ mod embedded;
 mod eventhubs;
 mod gateway;
 mod http;
+mod kafka;
 mod load;
 mod profile;
 mod services;
@@ -38,6 +39,7 @@ pub use self::embedded::EmbeddedSettings;
 pub use self::eventhubs::{EventHubsAuth, EventHubsSettings};
 pub use self::gateway::GatewaySettings;
 pub use self::http::HttpSettings;
+pub use self::kafka::{KafkaSaslMechanism, KafkaSecurity, KafkaSettings, MANAGED_PROPERTIES};
 pub use self::load::{Cli, ENV_PREFIX, EXIT_CONFIG};
 pub use self::profile::Profile;
 pub use self::services::{ServicesProtocol, ServicesSettings};
@@ -58,6 +60,7 @@ pub struct Settings {
     pub embedded: EmbeddedSettings,
     pub cosmos: CosmosSettings,
     pub eventhubs: EventHubsSettings,
+    pub kafka: KafkaSettings,
     pub worker: WorkerSettings,
     pub services: ServicesSettings,
     pub simulator: SimulatorSettings,
@@ -70,6 +73,7 @@ impl Settings {
         self.store.backend.unwrap_or(match self.profile {
             Profile::Embedded => StoreBackend::Embedded,
             Profile::Azure => StoreBackend::Cosmos,
+            Profile::Kafka => StoreBackend::Embedded,
         })
     }
 
@@ -78,6 +82,7 @@ impl Settings {
         self.stream.backend.unwrap_or(match self.profile {
             Profile::Embedded => StreamBackend::Embedded,
             Profile::Azure => StreamBackend::EventHubs,
+            Profile::Kafka => StreamBackend::Kafka,
         })
     }
 
@@ -85,7 +90,7 @@ impl Settings {
     pub fn log_format(&self) -> LogFormat {
         self.telemetry.log_format.unwrap_or(match self.profile {
             Profile::Embedded => LogFormat::Human,
-            Profile::Azure => LogFormat::Json,
+            Profile::Azure | Profile::Kafka => LogFormat::Json,
         })
     }
 
@@ -93,7 +98,7 @@ impl Settings {
     pub fn auth_enabled(&self) -> bool {
         self.gateway.auth.enabled.unwrap_or(match self.profile {
             Profile::Embedded => false,
-            Profile::Azure => true,
+            Profile::Azure | Profile::Kafka => true,
         })
     }
 
@@ -112,8 +117,12 @@ impl Settings {
             &mut checks.section("cosmos"),
             self.store_backend() == StoreBackend::Cosmos,
         );
-        if self.stream_backend() == StreamBackend::EventHubs {
-            self.eventhubs.validate(&mut checks.section("eventhubs"));
+        match self.stream_backend() {
+            StreamBackend::Embedded => {}
+            StreamBackend::EventHubs => self.eventhubs.validate(&mut checks.section("eventhubs")),
+            StreamBackend::Kafka => self.kafka.validate(&mut checks.section("kafka")),
+        }
+        if self.stream_backend() != StreamBackend::Embedded {
             checks.check(
                 self.store_backend() == StoreBackend::Embedded
                     || self.gateway.receipt_key.is_some(),

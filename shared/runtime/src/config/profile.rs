@@ -11,4 +11,6 @@ pub enum Profile {
     Embedded,
     /// Azure: status, checkpoints and dead letters in Cosmos DB.
     Azure,
+    /// The stream on Kafka; status in the embedded store unless `store.backend` says otherwise.
+    Kafka,
 }

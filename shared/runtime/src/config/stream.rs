@@ -13,12 +13,14 @@ pub enum StreamBackend {
     Embedded,
     /// Azure Event Hubs, sharded over `eventhubs.hubs`.
     EventHubs,
+    /// A Kafka cluster or Event Hubs' Kafka endpoint, sharded over `kafka.topics`.
+    Kafka,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamSettings {
-    /// Unset: the profile's (embedded → embedded, azure → eventhubs).
+    /// Unset: the profile's (embedded → embedded, azure → eventhubs, kafka → kafka).
     pub backend: Option<StreamBackend>,
     /// Partitions of the embedded stream; fixed once the embedded store holds data.
     pub partitions: u32,
@@ -54,6 +56,6 @@ pub enum StoreBackend {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
-    /// Unset: the profile's (embedded → embedded, azure → cosmos).
+    /// Unset: the profile's (embedded → embedded, azure → cosmos, kafka → embedded).
     pub backend: Option<StoreBackend>,
 }

@@ -404,3 +404,47 @@ fn jwt_settings_name_their_key() {
         assert_named(&errors, key);
     }
 }
+
+#[test]
+fn the_kafka_profile_needs_brokers_and_checks_its_keys() {
+    let errors = Settings::load(&cli(&["profile=kafka"])).expect_err("invalid");
+    assert_named(&errors, "kafka.brokers");
+    let errors = Settings::load(&cli(&[
+        "stream.backend=kafka",
+        "kafka.brokers=[\"localhost\"]",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "kafka.brokers");
+    let errors = Settings::load(&cli(&[
+        "stream.backend=kafka",
+        "kafka.brokers=[\"b:9092\"]",
+        "kafka.security=sasl_ssl",
+        "kafka.properties.acks=1",
+        "kafka.drain_timeout_ms=60000",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "kafka.sasl_password");
+    assert_named(&errors, "kafka.properties.acks");
+    assert_named(&errors, "kafka.drain_timeout_ms");
+    let settings = Settings::load(&cli(&[
+        "profile=kafka",
+        "gateway.auth.enabled=false",
+        "kafka.brokers=[\"ns.servicebus.windows.net:9093\"]",
+        "kafka.security=sasl_ssl",
+        "kafka.connection_string=Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s",
+        "kafka.properties.request.timeout.ms=60000",
+    ]))
+    .expect("valid");
+    assert_eq!(
+        settings
+            .kafka
+            .properties
+            .get("request.timeout.ms")
+            .map(String::as_str),
+        Some("60000")
+    );
+    assert_eq!(settings.stream_backend(), StreamBackend::Kafka);
+    assert_eq!(settings.store_backend(), StoreBackend::Embedded);
+    let (user, _) = settings.kafka.sasl_credentials().expect("credentials");
+    assert_eq!(user, "$ConnectionString");
+}

@@ -1,0 +1,150 @@
+//! What the producer and the consumer share: the client configuration built
+//! from `[kafka]`, and the topics with their partitions in the worker's
+//! numbering.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::client::{Client, ClientContext};
+use rdkafka::error::KafkaError;
+use secrecy::ExposeSecret;
+use skyport_runtime::config::{ConfigError, KafkaSettings};
+
+use crate::KafkaOpenError;
+
+/// The librdkafka configuration common to the producer and the consumer:
+/// brokers, client id, security, then the pass-through properties.
+pub(crate) fn base_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", settings.brokers.join(","))
+        .set("client.id", &settings.client_id)
+        .set("security.protocol", settings.security.as_str())
+        // Topics are created by their operators, with the partitions they
+        // choose; a missing one is a configuration error, not a new topic.
+        .set("allow.auto.create.topics", "false");
+    if let Some((user, password)) = settings.sasl_credentials() {
+        config
+            .set("sasl.mechanism", settings.sasl_mechanism.as_str())
+            .set("sasl.username", user)
+            .set("sasl.password", password.expose_secret());
+    }
+    for (key, value) in &settings.properties {
+        config.set(key, value);
+    }
+    config
+}
+
+/// A client that librdkafka refused to create: a pass-through property it
+/// does not know or a value it does not take is a configuration error that
+/// names the key (exit 64); anything else is not.
+pub(crate) fn creation_error(settings: &KafkaSettings, error: KafkaError) -> KafkaOpenError {
+    if let KafkaError::ClientConfig(_, description, key, _) = &error {
+        let name = if settings.properties.contains_key(key) {
+            format!("kafka.properties.{key}")
+        } else {
+            format!("kafka ({key})")
+        };
+        return KafkaOpenError::Config(ConfigError::new(name, description.clone()));
+    }
+    if let KafkaError::ClientCreation(description) = &error
+        && let Some(key) = settings
+            .properties
+            .keys()
+            .find(|key| description.contains(key.as_str()))
+    {
+        return KafkaOpenError::Config(ConfigError::new(
+            format!("kafka.properties.{key}"),
+            description.clone(),
+        ));
+    }
+    KafkaOpenError::Client(error)
+}
+
+/// A topic the stream is sharded over.
+#[derive(Debug, Clone)]
+pub(crate) struct Topic {
+    pub(crate) name: String,
+    pub(crate) partitions: u32,
+    /// The worker's number of this topic's partition 0: the partitions of
+    /// the topics listed before it.
+    pub(crate) first: u32,
+}
+
+/// The configured topics, in order, with their partition counts.
+#[derive(Debug, Clone)]
+pub(crate) struct Topics(pub(crate) Vec<Topic>);
+
+impl Topics {
+    /// Reads every topic's partition count from the brokers (a blocking call:
+    /// run it off the async threads).
+    pub(crate) fn fetch<C: ClientContext>(
+        client: &Client<C>,
+        names: &[String],
+        timeout: Duration,
+    ) -> Result<Self, KafkaOpenError> {
+        let mut topics = Vec::with_capacity(names.len());
+        let mut first = 0u32;
+        for name in names {
+            let metadata = client
+                .fetch_metadata(Some(name), timeout)
+                .map_err(|source| KafkaOpenError::Metadata {
+                    topic: name.clone(),
+                    source,
+                })?;
+            let found = metadata.topics().iter().find(|t| t.name() == name);
+            let partitions = match found {
+                Some(topic) if topic.error().is_none() && !topic.partitions().is_empty() => {
+                    u32::try_from(topic.partitions().len()).unwrap_or(u32::MAX)
+                }
+                _ => return Err(KafkaOpenError::NoTopic(name.clone())),
+            };
+            topics.push(Topic {
+                name: name.clone(),
+                partitions,
+                first,
+            });
+            first = first.saturating_add(partitions);
+        }
+        Ok(Self(topics))
+    }
+
+    /// The worker's number of `topic`'s `partition`.
+    pub(crate) fn number(&self, topic: &str, partition: i32) -> Option<u32> {
+        let topic = self.0.iter().find(|t| t.name == topic)?;
+        let within = u32::try_from(partition).ok()?;
+        (within < topic.partitions).then(|| topic.first + within)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topics() -> Topics {
+        Topics(vec![
+            Topic {
+                name: "a".into(),
+                partitions: 3,
+                first: 0,
+            },
+            Topic {
+                name: "b".into(),
+                partitions: 2,
+                first: 3,
+            },
+        ])
+    }
+
+    #[test]
+    fn partitions_are_numbered_across_topics_in_order() {
+        let topics = topics();
+        assert_eq!(topics.number("a", 0), Some(0));
+        assert_eq!(topics.number("a", 2), Some(2));
+        assert_eq!(topics.number("b", 0), Some(3));
+        assert_eq!(topics.number("b", 1), Some(4));
+        assert_eq!(topics.number("a", 3), None);
+        assert_eq!(topics.number("b", 2), None);
+        assert_eq!(topics.number("c", 0), None);
+    }
+}

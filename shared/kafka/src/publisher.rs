@@ -1,0 +1,272 @@
+//! The Kafka publisher: an idempotent producer (`acks=all`), each event sent
+//! to the partition Skyport's own key mapping chooses, the request answered
+//! once the brokers have acknowledged its record.
+//!
+//! While no broker is reachable, requests are refused at once (503) instead
+//! of waiting out the delivery timeout; the producer's statistics tell when
+//! a broker is back. A producer that cannot go on — a fatal error, a state
+//! the brokers no longer know (fenced, out of sequence), or records left
+//! unacknowledged past the delivery timeout while a broker is up — is
+//! replaced by a new one.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::statistics::Statistics;
+use skyport_core::event::{CONTENT_TYPE, SCHEMA_VERSION};
+use skyport_core::partitioning::shard_for;
+use skyport_core::ports::{OutboundEvent, Position, PublishError, Publisher};
+use skyport_runtime::config::KafkaSettings;
+
+use crate::client::{Topics, base_config, creation_error};
+use crate::{KafkaOpenError, headers};
+
+/// How often the producer reports its brokers' states.
+const STATISTICS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the producer's callbacks tell the publisher.
+#[derive(Debug, Default)]
+struct Health {
+    /// Every broker is down (librdkafka said so, and no statistics since
+    /// showed one up).
+    brokers_down: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+struct ProducerContext {
+    health: Arc<Health>,
+}
+
+impl ClientContext for ProducerContext {
+    fn stats(&self, statistics: Statistics) {
+        let up = statistics
+            .brokers
+            .values()
+            .any(|broker| broker.state == "UP");
+        if up {
+            self.health.brokers_down.store(false, Ordering::Relaxed);
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.health.brokers_down.store(true, Ordering::Relaxed);
+        }
+        tracing::warn!(%error, reason, "The Kafka producer reported an error.");
+    }
+}
+
+type Inner = FutureProducer<ProducerContext>;
+
+/// Publishes to Kafka, sharded over the configured topics.
+pub struct KafkaPublisher {
+    config: ClientConfig,
+    context: ProducerContext,
+    producer: RwLock<Arc<Inner>>,
+    /// Held while a failed producer is being replaced, so only one caller does it.
+    rebuilding: Mutex<()>,
+    topics: Topics,
+    delivery_timeout: Duration,
+    rebuilt: AtomicU64,
+}
+
+impl std::fmt::Debug for KafkaPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaPublisher")
+            .field("topics", &self.topics)
+            .field("rebuilt", &self.rebuilt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaPublisher {
+    /// Creates the producer and reads the topics' partitions.
+    ///
+    /// # Errors
+    /// [`KafkaOpenError`]: a property librdkafka refuses (naming its key), a
+    /// topic that does not exist, or brokers that do not answer within
+    /// `kafka.delivery_timeout_ms`.
+    pub async fn open(settings: &KafkaSettings) -> Result<Self, KafkaOpenError> {
+        let mut config = base_config(settings);
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", settings.linger_ms.count().to_string())
+            .set("batch.size", settings.batch_size.to_string())
+            .set(
+                "message.timeout.ms",
+                settings.delivery_timeout_ms.count().to_string(),
+            )
+            .set(
+                "statistics.interval.ms",
+                STATISTICS_INTERVAL.as_millis().to_string(),
+            );
+        let context = ProducerContext {
+            health: Arc::new(Health::default()),
+        };
+        let producer: Inner = config
+            .create_with_context(context.clone())
+            .map_err(|e| creation_error(settings, e))?;
+        let names = settings.topics.clone();
+        let timeout = settings.delivery_timeout_ms.duration();
+        let (producer, topics) = tokio::task::spawn_blocking(move || {
+            let topics = Topics::fetch(producer.client(), &names, timeout);
+            (producer, topics)
+        })
+        .await?;
+        let topics = topics?;
+        for topic in &topics.0 {
+            tracing::info!(topic = %topic.name, partitions = topic.partitions, "Publishing to the Kafka topic.");
+        }
+        Ok(Self {
+            config,
+            context,
+            producer: RwLock::new(Arc::new(producer)),
+            rebuilding: Mutex::new(()),
+            topics,
+            delivery_timeout: settings.delivery_timeout_ms.duration(),
+            rebuilt: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times a failed producer has been replaced.
+    pub fn rebuilt(&self) -> u64 {
+        self.rebuilt.load(Ordering::Relaxed)
+    }
+
+    fn current(&self) -> Arc<Inner> {
+        Arc::clone(&self.producer.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces `failed` with a new producer, unless another caller already has.
+    fn rebuild(&self, failed: &Arc<Inner>) {
+        let _one = self
+            .rebuilding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !Arc::ptr_eq(&self.current(), failed) {
+            return;
+        }
+        match self
+            .config
+            .create_with_context::<_, Inner>(self.context.clone())
+        {
+            Ok(producer) => {
+                *self
+                    .producer
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = Arc::new(producer);
+                self.rebuilt.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("Replaced the Kafka producer after a fatal error.");
+            }
+            Err(error) => {
+                tracing::error!(%error, "Cannot replace the failed Kafka producer; trying again on the next request.");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Publisher for KafkaPublisher {
+    async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
+        if self.context.health.brokers_down.load(Ordering::Relaxed) {
+            return Err(PublishError::Unavailable(
+                "no Kafka broker is reachable".into(),
+            ));
+        }
+        let topics = u32::try_from(self.topics.0.len()).unwrap_or(u32::MAX);
+        let (index, partition) = shard_for(&event.key, topics, |topic| {
+            self.topics.0[topic as usize].partitions
+        });
+        let topic = &self.topics.0[index as usize];
+        let schema_version = SCHEMA_VERSION.to_string();
+        let mut record_headers = OwnedHeaders::new_with_capacity(4)
+            .insert(Header {
+                key: headers::CONTENT_TYPE,
+                value: Some(CONTENT_TYPE),
+            })
+            .insert(Header {
+                key: headers::SCHEMA_VERSION,
+                value: Some(&schema_version),
+            });
+        if let Some(traceparent) = &event.properties.traceparent {
+            record_headers = record_headers.insert(Header {
+                key: headers::TRACEPARENT,
+                value: Some(traceparent),
+            });
+        }
+        if let Some(key) = &event.properties.idempotency_key {
+            record_headers = record_headers.insert(Header {
+                key: headers::IDEMPOTENCY_KEY,
+                value: Some(key),
+            });
+        }
+        let record = FutureRecord::to(&topic.name)
+            .partition(i32::try_from(partition).unwrap_or(i32::MAX))
+            .key(&event.key)
+            .payload(event.payload.as_ref())
+            .headers(record_headers);
+        let producer = self.current();
+        let delivery = match producer.send_result(record) {
+            Ok(delivery) => delivery,
+            Err((error, _)) => return Err(self.failed(&producer, error)),
+        };
+        // librdkafka cannot time out a record already sent on a connection
+        // that died until the request times out; the caller waits no longer
+        // than the delivery timeout, and the record's fate is then unknown
+        // (a request answered 503 is one the client retries).
+        match tokio::time::timeout(self.delivery_timeout, delivery).await {
+            Ok(Ok(Ok(delivered))) => Ok(Position {
+                partition: topic.first + partition,
+                offset: u64::try_from(delivered.offset).ok(),
+            }),
+            Ok(Ok(Err((error, _)))) => Err(self.failed(&producer, error)),
+            Ok(Err(_)) => Err(PublishError::Closed),
+            Err(_) => {
+                // With a broker up, a record left unacknowledged this long
+                // means the producer is stuck (its in-flight requests died
+                // with a broker that came back without their state).
+                if !self.context.health.brokers_down.load(Ordering::Relaxed) {
+                    self.rebuild(&producer);
+                }
+                Err(PublishError::Unavailable(
+                    "the Kafka brokers did not acknowledge the record within kafka.delivery_timeout_ms"
+                        .into(),
+                ))
+            }
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        !self.context.health.brokers_down.load(Ordering::Relaxed)
+    }
+}
+
+impl KafkaPublisher {
+    /// Why a record was not acknowledged; replaces the producer when
+    /// librdkafka says it cannot go on.
+    fn failed(&self, producer: &Arc<Inner>, error: KafkaError) -> PublishError {
+        let lost_state = matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::OutOfOrderSequenceNumber
+                    | RDKafkaErrorCode::UnknownProducerId
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::InvalidProducerIdMapping
+            )
+        );
+        if lost_state || producer.client().fatal_error().is_some() {
+            self.rebuild(producer);
+        }
+        tracing::debug!(%error, "A record was not acknowledged; its request is refused.");
+        PublishError::Unavailable(Box::new(error))
+    }
+}

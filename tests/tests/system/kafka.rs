@@ -1,0 +1,331 @@
+//! The stream on Kafka, against a real Kafka-compatible broker (tansu, on
+//! 127.0.0.1 and a free port; `skyport_tests::kafka`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use skyport::backends::{BackendError, Backends};
+use skyport_core::ports::{
+    Consumer, EventProperties, OutboundEvent, Ports, PublishError, Publisher,
+};
+use skyport_core::status::{DeliveryState, Step};
+use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
+use skyport_runtime::config::Millis;
+use skyport_tests::kafka::Broker;
+use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
+use skyport_worker::Worker;
+use skyport_worker::workflow::Tally;
+use tokio_util::sync::CancellationToken;
+
+const TOPIC: &str = "deliveries";
+const PARTITIONS: u32 = 6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_requests_reach_scheduled_through_kafka() {
+    let broker = Broker::start(&[TOPIC], PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    broker.configure(&mut settings, &[TOPIC]);
+    settings.kafka.session_timeout_ms = Millis::new(10_000);
+    settings.kafka.drain_timeout_ms = Millis::new(5_000);
+    let app = TestApp::spawn_with(settings).await;
+    let accepted = app.client.post_many(2_000).await;
+    assert_eq!(accepted.len(), 2_000);
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(180))
+        .await;
+    for document in &documents {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+    }
+    let stats = app.simulator().stats();
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(counters.created, 2_000, "{service:?}: {counters:?}");
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_spread_evenly_over_six_partitions_and_a_keys_events_keep_their_order() {
+    let broker = Broker::start(&[TOPIC], PARTITIONS).await;
+    let publisher = KafkaPublisher::open(&broker.settings(&[TOPIC]))
+        .await
+        .unwrap();
+    let publishes = (0..2_000).map(|n| publisher.publish(event(&format!("delivery-{n}"), n)));
+    let positions = futures_util::future::join_all(publishes).await;
+    let mut per_partition: BTreeMap<u32, u64> = BTreeMap::new();
+    for position in positions {
+        *per_partition
+            .entry(position.unwrap().partition)
+            .or_default() += 1;
+    }
+    let even = 2_000.0 / f64::from(PARTITIONS);
+    assert_eq!(
+        per_partition.len(),
+        PARTITIONS as usize,
+        "{per_partition:?}"
+    );
+    for (partition, count) in &per_partition {
+        #[allow(clippy::cast_precision_loss)]
+        let off = (*count as f64 - even).abs() / even;
+        assert!(
+            off <= 0.10,
+            "partition {partition} took {count}, {off:.3} off an even {even:.0}: {per_partition:?}"
+        );
+    }
+    let mut last = None;
+    for n in 0..50 {
+        let position = publisher.publish(event("one-key", n)).await.unwrap();
+        let offset = position.offset.expect("Kafka tells the offset");
+        if let Some((partition, previous)) = last {
+            assert_eq!(
+                position.partition, partition,
+                "a key stays on its partition"
+            );
+            assert!(
+                offset > previous,
+                "offsets follow the order of the publishes"
+            );
+        }
+        last = Some((position.partition, offset));
+    }
+}
+
+fn event(key: &str, n: u32) -> OutboundEvent {
+    OutboundEvent {
+        key: key.to_owned(),
+        payload: Bytes::from(format!("{{\"n\":{n}}}")),
+        properties: EventProperties::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_property_librdkafka_refuses_is_a_configuration_error_naming_its_key() {
+    let broker = Broker::start(&[TOPIC], 1).await;
+    let mut settings = broker.settings(&[TOPIC]);
+    settings
+        .properties
+        .insert("no.such.property".into(), "1".into());
+    let error = KafkaPublisher::open(&settings).await.unwrap_err();
+    match error {
+        KafkaOpenError::Config(error) => {
+            assert_eq!(error.key, "kafka.properties.no.such.property", "{error}");
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let mut settings = broker.settings(&["no-such-topic"]);
+    settings.delivery_timeout_ms = Millis::new(2_000);
+    let error = KafkaPublisher::open(&settings).await.unwrap_err();
+    assert!(
+        matches!(error, KafkaOpenError::NoTopic(ref topic) if topic == "no-such-topic"),
+        "{error:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut app_settings = test_settings(dir.path());
+    broker.configure(&mut app_settings, &[TOPIC]);
+    app_settings
+        .kafka
+        .properties
+        .insert("request.timeout.ms".into(), "not a number".into());
+    let error = Backends::open(&app_settings).await.unwrap_err();
+    assert!(
+        matches!(&error, BackendError::Kafka(KafkaOpenError::Config(e)) if e.key == "kafka.properties.request.timeout.ms"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_is_down_refuses_within_the_delivery_timeout_and_publishing_resumes() {
+    let mut broker = Broker::start(&[TOPIC], 2).await;
+    let mut settings = broker.settings(&[TOPIC]);
+    settings.delivery_timeout_ms = Millis::new(3_000);
+    let publisher = KafkaPublisher::open(&settings).await.unwrap();
+    publisher.publish(event("delivery-0", 0)).await.unwrap();
+    broker.kill();
+    for n in 1..=5 {
+        let started = Instant::now();
+        let outcome = publisher.publish(event(&format!("delivery-{n}"), n)).await;
+        let took = started.elapsed();
+        assert!(
+            matches!(outcome, Err(PublishError::Unavailable(_))),
+            "{outcome:?}"
+        );
+        assert!(
+            took <= Duration::from_millis(3_000 + 1_000),
+            "a publish to a dead broker took {took:?}"
+        );
+    }
+    broker.restart(&[TOPIC], 2).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if publisher.publish(event("delivery-after", 0)).await.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "publishing did not resume within 60 s of the broker's return"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(publisher.ready().await);
+    assert!(
+        publisher.rebuilt() >= 1,
+        "the producer that lost its state was replaced"
+    );
+}
+
+/// Posts deliveries `range` at 32 at a time.
+async fn post_range(client: &Client, range: std::ops::Range<usize>) -> Vec<String> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut posts = tokio::task::JoinSet::new();
+    for n in range {
+        let client = client.clone();
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        posts.spawn(async move {
+            let accepted = client.post_delivery(&delivery_request(n)).await;
+            drop(permit);
+            accepted.status_url
+        });
+    }
+    posts.join_all().await
+}
+
+/// A second member of the app's consumer group, running a worker of its own
+/// over the app's stores and services.
+struct Member {
+    consumer: Arc<KafkaConsumer>,
+    tally: Arc<Tally>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Member {
+    fn start(app: &TestApp) -> Self {
+        let settings = &app.settings;
+        let consumer = Arc::new(KafkaConsumer::new(
+            &settings.kafka,
+            &settings.worker.consumer_group,
+        ));
+        let ports = Ports {
+            consumer: Arc::clone(&consumer) as Arc<dyn Consumer>,
+            ..app.app.backends.ports.clone()
+        };
+        let worker = Worker::new(
+            &ports,
+            app.app.services_url.clone(),
+            &settings.services,
+            settings.worker.clone(),
+        )
+        .unwrap();
+        let tally = worker.tally();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { worker.run(stop).await.unwrap() }
+        });
+        Self {
+            consumer,
+            tally,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_joining_and_leaving_mid_load_move_only_the_partitions_that_change_hands() {
+    let broker = Broker::start(&[TOPIC], PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    broker.configure(&mut settings, &[TOPIC]);
+    settings.kafka.session_timeout_ms = Millis::new(10_000);
+    settings.kafka.drain_timeout_ms = Millis::new(5_000);
+    settings.simulator.latency_ms = Millis::new(10);
+    settings.worker.max_in_flight = 16;
+    let app = TestApp::spawn_with(settings).await;
+    let b = Member::start(&app);
+    let mut urls = post_range(&app.client, 0..600).await;
+    eventually(
+        "the two members share the partitions",
+        Duration::from_secs(60),
+        || async { (b.consumer.assignment().len() == 3).then_some(()) },
+    )
+    .await;
+    let b_before = b.consumer.assignment();
+    // A third member joins while requests arrive.
+    let posting = tokio::spawn({
+        let client = app.client.clone();
+        async move { post_range(&client, 600..1_200).await }
+    });
+    let c = Member::start(&app);
+    eventually(
+        "the third member takes its share",
+        Duration::from_secs(60),
+        || async {
+            (c.consumer.assignment().len() == 2 && b.consumer.assignment().len() == 2).then_some(())
+        },
+    )
+    .await;
+    let b_after = b.consumer.assignment();
+    let lost: Vec<u32> = b_before
+        .iter()
+        .copied()
+        .filter(|p| !b_after.contains(p))
+        .collect();
+    assert_eq!(
+        b.consumer.revoked(),
+        lost.len() as u64,
+        "cooperative: B gave up only the partitions that moved ({b_before:?} → {b_after:?})"
+    );
+    urls.extend(posting.await.unwrap());
+    // One member leaves while more arrive.
+    let posting = tokio::spawn({
+        let client = app.client.clone();
+        async move { post_range(&client, 1_200..1_800).await }
+    });
+    let b_tally = Arc::clone(&b.tally);
+    b.stop().await;
+    urls.extend(posting.await.unwrap());
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(180))
+        .await;
+    for document in &documents {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+    }
+    let stats = app.simulator().stats();
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(counters.created, 1_800, "{service:?}: {counters:?}");
+    }
+    let replayed: u64 = [&app.app.tally, &b_tally, &c.tally]
+        .iter()
+        .map(|tally| tally.replayed.load(Ordering::Relaxed))
+        .sum();
+    let calls: u64 = Step::ALL.iter().map(|s| stats.get(*s).calls).sum();
+    println!(
+        "rebalances: B {b_before:?} → {b_after:?} → left; C {:?}; events read twice {replayed}; service calls {calls} for {} creations",
+        c.consumer.assignment(),
+        1_800 * Step::ALL.len()
+    );
+    // Only what was in flight on a moved partition may run twice.
+    assert!(
+        replayed <= 16 * u64::from(PARTITIONS),
+        "{replayed} events were read twice"
+    );
+    c.stop().await;
+    app.app.stop().await.unwrap();
+}
