@@ -329,3 +329,72 @@ async fn members_joining_and_leaving_mid_load_move_only_the_partitions_that_chan
     c.stop().await;
     app.app.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_slower_than_the_poll_interval_keep_their_partitions() {
+    let broker = Broker::start(&[TOPIC], 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    broker.configure(&mut settings, &[TOPIC]);
+    // Each workflow takes five calls of 1.5 s: 7.5 s, past the 6 s in which
+    // a member must poll or leave the group.
+    settings.kafka.session_timeout_ms = Millis::new(6_000);
+    settings.kafka.max_poll_interval_ms = Millis::new(6_000);
+    settings.kafka.drain_timeout_ms = Millis::new(3_000);
+    settings.simulator.latency_ms = Millis::new(1_500);
+    settings.simulator.jitter_ms = Millis::new(0);
+    let app = TestApp::spawn_with(settings).await;
+    let urls = post_range(&app.client, 0..20).await;
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    for document in &documents {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+        assert!(
+            document.steps.iter().all(|step| step.calls == 1),
+            "{document:?}"
+        );
+    }
+    let stats = app.simulator().stats();
+    let calls: u64 = Step::ALL.iter().map(|s| stats.get(*s).calls).sum();
+    assert_eq!(calls, 20 * Step::ALL.len() as u64, "no event ran twice");
+    assert_eq!(app.app.tally.replayed.load(Ordering::Relaxed), 0);
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_tells_how_far_behind_it_is_from_the_high_watermark() {
+    let broker = Broker::start(&[TOPIC], 1).await;
+    let settings = broker.settings(&[TOPIC]);
+    let publisher = KafkaPublisher::open(&settings).await.unwrap();
+    for n in 0..100 {
+        publisher
+            .publish(event(&format!("delivery-{n}"), n))
+            .await
+            .unwrap();
+    }
+    let consumer = KafkaConsumer::new(&settings, "lag-test");
+    let mut reader = tokio::time::timeout(Duration::from_secs(30), consumer.next_partition())
+        .await
+        .expect("a partition within 30 s")
+        .unwrap();
+    let mut read = Vec::new();
+    while read.len() < 10 {
+        read.extend(reader.next_batch(10 - read.len()).await.unwrap());
+    }
+    let offsets: Vec<u64> = read.iter().map(|e| e.offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<u64>>());
+    eventually(
+        "the lag from the statistics",
+        Duration::from_secs(10),
+        || {
+            let unread = reader.unread();
+            async move { (unread == Some(90)).then_some(()) }
+        },
+    )
+    .await;
+    reader.checkpoint(9).await.unwrap();
+    drop(reader);
+    consumer.stop().await;
+}
