@@ -38,10 +38,10 @@ app.kubernetes.io/part-of: skyport
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 
-{{/* "embedded" (the all-in-one) or "azure" (gateway + worker), from config.profile. */}}
+{{/* "embedded" (the all-in-one) or "split" (gateway + worker: profile azure or kafka), from config.profile. */}}
 {{- define "skyport.shape" -}}
 {{- $profile := (.Values.config | default dict).profile | default "embedded" }}
-{{- if eq $profile "azure" }}azure{{ else }}embedded{{ end }}
+{{- if or (eq $profile "azure") (eq $profile "kafka") }}split{{ else }}embedded{{ end }}
 {{- end }}
 
 {{- define "skyport.serviceAccountName" -}}
@@ -78,7 +78,7 @@ written back as integers (a float key takes an integer as well).
 {{- $gateway := get $config "gateway" | default dict }}
 {{- $_ := set $gateway "listen" "0.0.0.0:8080" }}
 {{- $_ := set $config "gateway" $gateway }}
-{{- if eq (include "skyport.shape" .) "azure" }}
+{{- if eq (include "skyport.shape" .) "split" }}
 {{- $worker := get $config "worker" | default dict }}
 {{- $_ := set $worker "listen" "0.0.0.0:9090" }}
 {{- $_ := set $config "worker" $worker }}
@@ -94,7 +94,7 @@ written back as integers (a float key takes an integer as well).
 {{/*
 The secret values and where they go, as JSON {"entries": [{key, env, value,
 optional}]}: with existingSecret every known key (optional but for the receipt
-key with profile azure and the listed API keys), else the values set in
+key with profile azure or kafka and the listed API keys), else the values set in
 `secrets`.
 */}}
 {{- define "skyport.secretEntries" -}}
@@ -102,12 +102,14 @@ key with profile azure and the listed API keys), else the values set in
   (list "receiptKey" "receipt-key" "SKYPORT__GATEWAY__RECEIPT_KEY")
   (list "cosmosKey" "cosmos-key" "SKYPORT__COSMOS__KEY")
   (list "eventhubsConnectionString" "eventhubs-connection-string" "SKYPORT__EVENTHUBS__CONNECTION_STRING")
+  (list "kafkaConnectionString" "kafka-connection-string" "SKYPORT__KAFKA__CONNECTION_STRING")
+  (list "kafkaSaslPassword" "kafka-sasl-password" "SKYPORT__KAFKA__SASL_PASSWORD")
   (list "jwtHs256Secret" "jwt-hs256-secret" "SKYPORT__GATEWAY__AUTH__JWT__HS256_SECRET") }}
-{{- $azure := eq (include "skyport.shape" .) "azure" }}
+{{- $split := eq (include "skyport.shape" .) "split" }}
 {{- $entries := list }}
 {{- if .Values.existingSecret }}
 {{- range $fixed }}
-{{- $required := and $azure (eq (index . 1) "receipt-key") }}
+{{- $required := and $split (eq (index . 1) "receipt-key") }}
 {{- $entries = append $entries (dict "key" (index . 1) "env" (index . 2) "value" "" "optional" (not $required)) }}
 {{- end }}
 {{- range .Values.existingSecretApiKeys }}
@@ -174,6 +176,8 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- $embedded := get $config "embedded" | default dict }}
 {{- $cosmos := get $config "cosmos" | default dict }}
 {{- $eventhubs := get $config "eventhubs" | default dict }}
+{{- $kafka := get $config "kafka" | default dict }}
+{{- $profile := get $config "profile" | default "embedded" }}
 {{- $stream := get $config "stream" | default dict }}
 {{- $store := get $config "store" | default dict }}
 {{- $services := get $config "services" | default dict }}
@@ -190,6 +194,12 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- end }}
 {{- if hasKey $eventhubs "connection_string" }}
 {{- fail "config.eventhubs.connection_string is a secret and would land in the ConfigMap: set secrets.eventhubsConnectionString or existingSecret (key eventhubs-connection-string) instead" }}
+{{- end }}
+{{- if hasKey $kafka "connection_string" }}
+{{- fail "config.kafka.connection_string is a secret and would land in the ConfigMap: set secrets.kafkaConnectionString or existingSecret (key kafka-connection-string) instead" }}
+{{- end }}
+{{- if hasKey $kafka "sasl_password" }}
+{{- fail "config.kafka.sasl_password is a secret and would land in the ConfigMap: set secrets.kafkaSaslPassword or existingSecret (key kafka-sasl-password) instead" }}
 {{- end }}
 {{- if hasKey $jwt "hs256_secret" }}
 {{- fail "config.gateway.auth.jwt.hs256_secret is a secret and would land in the ConfigMap: set secrets.jwtHs256Secret or existingSecret (key jwt-hs256-secret) instead" }}
@@ -212,19 +222,22 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- if and .Values.workloadIdentity.enabled .Values.serviceAccount.create (not .Values.workloadIdentity.clientId) }}
 {{- fail "workloadIdentity.enabled needs workloadIdentity.clientId (the managed identity's client id) for the ServiceAccount the chart creates" }}
 {{- end }}
-{{- if eq (include "skyport.shape" .) "azure" }}
+{{- if eq (include "skyport.shape" .) "split" }}
 {{- if not (get $services "base_url") }}
-{{- fail "config.services.base_url must be set with profile azure: skyport-worker calls the five services there (only the all-in-one runs simulated ones)" }}
+{{- fail (printf "config.services.base_url must be set with profile %s: skyport-worker calls the five services there (only the all-in-one runs simulated ones)" $profile) }}
 {{- end }}
 {{- if or (eq (toString (get $stream "backend")) "embedded") (eq (toString (get $store "backend")) "embedded") }}
-{{- fail "profile azure runs the gateway and the worker in separate pods, which cannot share an embedded stream or store: unset config.stream.backend and config.store.backend (or use profile embedded)" }}
+{{- fail (printf "profile %s runs the gateway and the worker in separate pods, which cannot share an embedded stream or store: unset config.stream.backend and config.store.backend (or use profile embedded)" $profile) }}
+{{- end }}
+{{- if and (eq $profile "kafka") (ne (toString (get $store "backend")) "cosmos") }}
+{{- fail "profile kafka runs the gateway and the worker in separate pods, which share status through Cosmos DB: set config.store.backend = \"cosmos\" and config.cosmos" }}
 {{- end }}
 {{- if not (or .Values.existingSecret .Values.secrets.receiptKey) }}
-{{- fail "profile azure needs gateway.receipt_key, shared by every gateway: set secrets.receiptKey (at least 32 characters) or existingSecret (key receipt-key)" }}
+{{- fail (printf "profile %s needs gateway.receipt_key, shared by every gateway: set secrets.receiptKey (at least 32 characters) or existingSecret (key receipt-key)" $profile) }}
 {{- end }}
 {{- $authOn := ternary (get $auth "enabled") true (hasKey $auth "enabled") }}
 {{- if and $authOn (not (or .Values.secrets.apiKeys .Values.existingSecretApiKeys (hasKey $auth "jwt"))) }}
-{{- fail "profile azure turns gateway auth on: give API keys (secrets.apiKeys, or existingSecret with existingSecretApiKeys) or bearer tokens (config.gateway.auth.jwt), or set config.gateway.auth.enabled = false" }}
+{{- fail (printf "profile %s turns gateway auth on: give API keys (secrets.apiKeys, or existingSecret with existingSecretApiKeys) or bearer tokens (config.gateway.auth.jwt), or set config.gateway.auth.enabled = false" $profile) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,7 +1,8 @@
 //! The Helm chart (`helm/skyport`) judged by outside tools and by the binaries'
 //! own configuration loader: `helm lint --strict` and `helm template` with the
 //! default values (profile embedded: the all-in-one) and with
-//! `helm/skyport/ci/azure-values.yaml` (profile azure: gateway and worker), each
+//! `helm/skyport/ci/azure-values.yaml` (profile azure: gateway and worker) and
+//! `helm/skyport/ci/kafka-values.yaml` (profile kafka: the same on Kafka), each
 //! rendering checked by `kubernetes-validate --strict` against the oldest and the
 //! newest Kubernetes version the chart supports, then read back (PyYAML → JSON →
 //! serde_json) and checked for what matters: the objects of each shape, non-root
@@ -24,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use skyport_runtime::config::{StoreBackend, StreamBackend};
 use skyport_tests::helm::*;
 use skyport_tests::workspace;
 use tokio::sync::OnceCell;
@@ -31,6 +33,7 @@ use tokio::sync::OnceCell;
 static DEFAULT: OnceCell<Shared> = OnceCell::const_new();
 static AZURE: OnceCell<Shared> = OnceCell::const_new();
 static SECRETS: OnceCell<Shared> = OnceCell::const_new();
+static KAFKA: OnceCell<Shared> = OnceCell::const_new();
 
 /// The chart's own values: the all-in-one.
 fn default_values(_: &Path) -> Vec<PathBuf> {
@@ -40,6 +43,11 @@ fn default_values(_: &Path) -> Vec<PathBuf> {
 /// `ci/azure-values.yaml`: gateway and worker on Azure.
 fn azure(_: &Path) -> Vec<PathBuf> {
     vec![azure_values()]
+}
+
+/// `ci/kafka-values.yaml`: gateway and worker on Event Hubs' Kafka endpoint.
+fn kafka(_: &Path) -> Vec<PathBuf> {
+    vec![kafka_values()]
 }
 
 const RECEIPT_KEY: &str = "receipt-key-from-values-0123456789abcdef";
@@ -349,6 +357,62 @@ async fn the_azure_config_takes_its_secrets_from_the_existing_secret_and_loads()
 }
 
 #[tokio::test]
+async fn the_kafka_values_install_a_gateway_and_a_worker_whose_config_loads() {
+    let shared = shared(&KAFKA, kafka).await;
+    let work = tempfile::tempdir().unwrap();
+    let rendering = &shared.rendering;
+    assert_eq!(
+        rendering.inventory(),
+        inventory(&[
+            ("ConfigMap", "skyport"),
+            ("Deployment", "skyport-gateway"),
+            ("Deployment", "skyport-worker"),
+            ("HorizontalPodAutoscaler", "skyport-gateway"),
+            ("PodDisruptionBudget", "skyport-gateway"),
+            ("PodDisruptionBudget", "skyport-worker"),
+            ("Service", "skyport"),
+            ("ServiceAccount", "skyport"),
+        ])
+    );
+    check_no_secret_keys(rendering, work.path()).await;
+    let mut secrets = secret_refs(rendering, "skyport-secrets", false);
+    secrets.insert("SKYPORT__KAFKA__CONNECTION_STRING".to_owned());
+    for workload in [
+        rendering.get("Deployment", "skyport-gateway"),
+        rendering.get("Deployment", "skyport-worker"),
+    ] {
+        let settings = load_settings(rendering, workload, &secrets, work.path());
+        assert_eq!(settings.stream_backend(), StreamBackend::Kafka);
+        assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
+        assert_eq!(
+            settings.kafka.brokers,
+            ["skyport-prod.servicebus.windows.net:9093"]
+        );
+        assert_eq!(
+            settings
+                .kafka
+                .properties
+                .get("request.timeout.ms")
+                .map(String::as_str),
+            Some("60000")
+        );
+        let (user, _) = settings.kafka.sasl_credentials().expect("SASL credentials");
+        assert_eq!(user, "$ConnectionString");
+    }
+    // Without Cosmos DB the pods would have no status store to share.
+    let without_cosmos = work.path().join("kafka-without-cosmos.yaml");
+    let values = std::fs::read_to_string(kafka_values()).unwrap();
+    let trimmed = values.replace("  store:\n    backend: cosmos\n", "");
+    assert_ne!(trimmed, values, "the example sets store.backend");
+    std::fs::write(&without_cosmos, trimmed).unwrap();
+    let printed = render_fails(&[&without_cosmos], &[], work.path()).await;
+    assert!(
+        printed.contains("profile kafka") && printed.contains("config.store.backend"),
+        "{printed}"
+    );
+}
+
+#[tokio::test]
 async fn a_worker_deployment_scales_with_an_hpa_and_has_no_stable_owner_id() {
     let shared = shared(&SECRETS, secrets_in_values).await;
     // Each test's tools write to a directory of its own: tests run at once.
@@ -542,7 +606,7 @@ async fn values_the_chart_refuses_fail_the_render() {
         output.stdout
     );
     for (set, says) in [
-        ("config.profile=kafka", "config.profile"),
+        ("config.profile=gcp", "config.profile"),
         ("gateway.autoscaling.minReplicas=0", "minReplicas"),
         (
             "secrets.apiKeys.Bad__Name=0123456789abcdef0123456789abcdef",
