@@ -1,6 +1,11 @@
 //! A real Kafka-compatible broker for the Kafka tests: tansu 0.6.0 on its
 //! memory engine (`tools::tansu`), on 127.0.0.1 and a free port, with the
 //! topics a test asks for; stopped (killed) when dropped.
+//!
+//! Clients reach it through a TCP relay of the test's own (the address the
+//! broker advertises), which a test can cut to make the broker unreachable
+//! for a while without losing what it holds (the memory engine keeps
+//! nothing across a restart).
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -14,9 +19,12 @@ use crate::tools;
 /// A running tansu broker.
 #[derive(Debug)]
 pub struct Broker {
-    /// `127.0.0.1:PORT`.
+    /// Where clients connect (the relay): `127.0.0.1:PORT`.
     pub address: String,
+    /// Where the broker itself listens.
+    listen: String,
     child: Child,
+    relay: Relay,
 }
 
 impl Broker {
@@ -25,9 +33,16 @@ impl Broker {
     /// # Panics
     /// When the broker cannot be installed, started or reached within 30 s.
     pub async fn start(topics: &[&str], partitions: u32) -> Self {
-        let address = format!("127.0.0.1:{}", free_port());
-        let child = spawn(&address).await;
-        let broker = Self { address, child };
+        let listen = format!("127.0.0.1:{}", free_port());
+        let relay = Relay::start(listen.clone()).await;
+        let address = relay.address.clone();
+        let child = spawn(&listen, &address).await;
+        let broker = Self {
+            address,
+            listen,
+            child,
+            relay,
+        };
         broker.wait_until_listening().await;
         broker.create_topics(topics, partitions).await;
         broker
@@ -37,7 +52,7 @@ impl Broker {
     /// nothing) with `topics` created again.
     pub async fn restart(&mut self, topics: &[&str], partitions: u32) {
         self.kill();
-        self.child = spawn(&self.address).await;
+        self.child = spawn(&self.listen, &self.address).await;
         self.wait_until_listening().await;
         self.create_topics(topics, partitions).await;
     }
@@ -53,11 +68,11 @@ impl Broker {
 
     async fn wait_until_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(&self.address).await.is_err() {
+        while tokio::net::TcpStream::connect(&self.listen).await.is_err() {
             assert!(
                 Instant::now() < deadline,
                 "tansu did not listen on {} within 30 s",
-                self.address
+                self.listen
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -67,7 +82,7 @@ impl Broker {
         let output = tokio::process::Command::new(binary)
             .args(["topic", "create", topic, "--partitions"])
             .arg(partitions.to_string())
-            .args(["--broker", &format!("tcp://{}", self.address)])
+            .args(["--broker", &format!("tcp://{}", self.listen)])
             .output();
         let output = tokio::time::timeout(Duration::from_secs(30), output)
             .await
@@ -95,6 +110,17 @@ impl Broker {
         settings.kafka = self.settings(topics);
     }
 
+    /// Makes the broker unreachable: open connections are cut and new ones
+    /// refused until [`Broker::reconnect`].
+    pub async fn disconnect(&self) {
+        self.relay.set(false).await;
+    }
+
+    /// Lets clients reach the broker again.
+    pub async fn reconnect(&self) {
+        self.relay.set(true).await;
+    }
+
     /// Stops the broker (a test of an outage starts another on the same port).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -108,19 +134,14 @@ impl Drop for Broker {
     }
 }
 
-async fn spawn(address: &str) -> Child {
+async fn spawn(listen: &str, advertised: &str) -> Child {
     let binary = tokio::task::spawn_blocking(tools::tansu)
         .await
         .expect("the install ran");
-    let url = format!("tcp://{address}");
+    let (listen, advertised) = (format!("tcp://{listen}"), format!("tcp://{advertised}"));
     Command::new(&binary)
-        .args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &url,
-        ])
+        .args(["broker", "--listener-url", &listen])
+        .args(["--advertised-listener-url", &advertised])
         .args(["--storage-engine", "memory://tansu/", "--silent"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -134,4 +155,81 @@ fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("a free port on 127.0.0.1")
+}
+
+/// A TCP relay from a port of its own to the broker, which can be cut: while
+/// it is down, its listener is closed (connections are refused) and the
+/// connections it relayed are dropped.
+#[derive(Debug)]
+struct Relay {
+    address: String,
+    up: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port on 127.0.0.1");
+        let address = listener.local_addr().expect("bound").to_string();
+        let (up, watch) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(relay(listener, address.clone(), upstream, watch));
+        Self { address, up, task }
+    }
+
+    async fn set(&self, up: bool) {
+        self.up.send_replace(up);
+        // Let the relay close or reopen its listener before the test goes on.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn relay(
+    listener: tokio::net::TcpListener,
+    address: String,
+    upstream: String,
+    mut up: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut listener = Some(listener);
+    loop {
+        let Some(open) = &listener else {
+            if up.wait_for(|up| *up).await.is_err() {
+                return;
+            }
+            listener = tokio::net::TcpListener::bind(&address).await.ok();
+            continue;
+        };
+        tokio::select! {
+            accepted = open.accept() => {
+                let Ok((client, _)) = accepted else { continue };
+                let upstream = upstream.clone();
+                let mut cut = up.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut client, mut server) = (client, server);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+            changed = up.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                if !*up.borrow_and_update() {
+                    listener = None;
+                }
+            }
+        }
+    }
 }

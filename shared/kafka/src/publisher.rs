@@ -34,8 +34,8 @@ const STATISTICS_INTERVAL: Duration = Duration::from_secs(1);
 /// What the producer's callbacks tell the publisher.
 #[derive(Debug, Default)]
 struct Health {
-    /// Every broker is down (librdkafka said so, and no statistics since
-    /// showed one up).
+    /// No broker is up: the latest statistics showed none, or librdkafka
+    /// reported every broker down since.
     brokers_down: AtomicBool,
 }
 
@@ -46,13 +46,11 @@ struct ProducerContext {
 
 impl ClientContext for ProducerContext {
     fn stats(&self, statistics: Statistics) {
-        let up = statistics
-            .brokers
-            .values()
-            .any(|broker| broker.state == "UP");
-        if up {
-            self.health.brokers_down.store(false, Ordering::Relaxed);
-        }
+        // librdkafka's own internal and logical brokers are always "UP".
+        let up = statistics.brokers.values().any(|broker| {
+            broker.state == "UP" && matches!(broker.source.as_str(), "configured" | "learned")
+        });
+        self.health.brokers_down.store(!up, Ordering::Relaxed);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

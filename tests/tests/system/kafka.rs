@@ -398,3 +398,123 @@ async fn a_reader_tells_how_far_behind_it_is_from_the_high_watermark() {
     drop(reader);
     consumer.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_are_dead_lettered_and_their_partitions_move_on() {
+    let broker = Broker::start(&[TOPIC], 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    broker.configure(&mut settings, &[TOPIC]);
+    let app = TestApp::spawn_with(settings).await;
+    let publisher = &app.app.backends.ports.publisher;
+    for (key, payload) in [
+        ("poison-1", Bytes::from_static(b"\xff\xfe not json")),
+        (
+            "poison-2",
+            Bytes::from_static(br#"{"schemaVersion":99,"deliveryId":"x"}"#),
+        ),
+        ("poison-3", Bytes::new()),
+    ] {
+        publisher
+            .publish(OutboundEvent {
+                key: key.into(),
+                payload,
+                properties: EventProperties::default(),
+            })
+            .await
+            .unwrap();
+    }
+    let urls = post_range(&app.client, 0..50).await;
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled)
+    );
+    let store = app.embedded();
+    eventually("three dead letters", Duration::from_secs(20), || async {
+        let letters = store.dead_letters().await.unwrap();
+        (letters.len() == 3).then_some(())
+    })
+    .await;
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_unreachable_for_ten_seconds_gets_fast_503s_and_both_sides_recover() {
+    let broker = Broker::start(&[TOPIC], 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    broker.configure(&mut settings, &[TOPIC]);
+    settings.kafka.delivery_timeout_ms = Millis::new(3_000);
+    let app = TestApp::spawn_with(settings).await;
+    let mut urls = post_range(&app.client, 0..100).await;
+    broker.disconnect().await;
+    let outage = Instant::now();
+    let mut refused = 0;
+    while outage.elapsed() < Duration::from_secs(10) {
+        let started = Instant::now();
+        let response = app
+            .client
+            .post_raw(
+                "application/json",
+                delivery_request(10_000 + refused).to_string(),
+            )
+            .await;
+        let took = started.elapsed();
+        assert_eq!(
+            response.status(),
+            503,
+            "a POST while the broker is unreachable"
+        );
+        assert!(response.headers().contains_key("retry-after"));
+        assert!(
+            took <= Duration::from_millis(3_000 + 1_000),
+            "a POST took {took:?} while the broker was unreachable"
+        );
+        refused += 1;
+    }
+    broker.reconnect().await;
+    let back = Instant::now();
+    // The gateway takes requests again once the producer sees the broker.
+    let first = eventually(
+        "a 202 after the outage",
+        Duration::from_secs(60),
+        || async {
+            let response = app
+                .client
+                .post_raw("application/json", delivery_request(200).to_string())
+                .await;
+            if response.status() != 202 {
+                return None;
+            }
+            let accepted: serde_json::Value = response.json().await.ok()?;
+            accepted["statusUrl"].as_str().map(str::to_owned)
+        },
+    )
+    .await;
+    urls.push(first);
+    println!(
+        "outage: {refused} POSTs refused in 10 s; accepting again {:?} after the broker came back",
+        back.elapsed()
+    );
+    urls.extend(post_range(&app.client, 100..200).await);
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled),
+        "every accepted request is Scheduled"
+    );
+    let stats = app.simulator().stats();
+    for service in Step::ALL {
+        assert_eq!(stats.get(service).created, 201, "{service:?}");
+    }
+    app.app.stop().await.unwrap();
+}
