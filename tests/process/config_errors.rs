@@ -155,3 +155,24 @@ fn a_partition_count_that_does_not_match_the_data_is_refused() {
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+#[test]
+fn kafka_settings_name_their_key_including_a_property_librdkafka_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    assert_names(
+        &run(&["--data-dir", data, "--set", "stream.backend=kafka"], &[]),
+        "kafka.brokers",
+    );
+    assert_names(
+        &run(
+            &["--data-dir", data],
+            &[
+                ("SKYPORT__STREAM__BACKEND", "kafka"),
+                ("SKYPORT__KAFKA__BROKERS", "[\"127.0.0.1:9\"]"),
+                ("SKYPORT__KAFKA__PROPERTIES__NO__SUCH__PROPERTY", "1"),
+            ],
+        ),
+        "kafka.properties.no.such.property",
+    );
+}

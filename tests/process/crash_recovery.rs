@@ -15,6 +15,7 @@ use std::sync::Arc;
 use skyport_core::status::DeliveryState;
 use skyport_core::status::Step;
 use skyport_simulator::{Behaviour, Simulator, SimulatorOptions};
+use skyport_tests::kafka::Broker;
 use skyport_tests::{ChildApp, Client, delivery_request};
 use tokio_util::sync::CancellationToken;
 
@@ -65,8 +66,8 @@ fn worker_summary(log: &str) -> String {
         .to_owned()
 }
 
-fn args(data_dir: &Path, services: &str) -> Vec<String> {
-    [
+fn args(data_dir: &Path, services: &str, extra: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
@@ -82,11 +83,37 @@ fn args(data_dir: &Path, services: &str) -> Vec<String> {
     ]
     .iter()
     .map(|s| (*s).to_owned())
-    .collect()
+    .collect();
+    for setting in extra {
+        args.extend(["--set".to_owned(), setting.clone()]);
+    }
+    args
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
+    killed_and_restarted("embedded", &[]).await;
+}
+
+/// The same on Kafka: the killed member's partitions go to the restarted
+/// process once the group's session timeout has passed, from the last
+/// committed offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_on_kafka_loses_nothing_and_duplicates_nothing() {
+    let broker = Broker::start(&["deliveries"], 4).await;
+    killed_and_restarted(
+        "kafka",
+        &[
+            "stream.backend=kafka".to_owned(),
+            format!("kafka.brokers=[\"{}\"]", broker.address),
+            "kafka.session_timeout_ms=6000".to_owned(),
+            "kafka.drain_timeout_ms=3000".to_owned(),
+        ],
+    )
+    .await;
+}
+
+async fn killed_and_restarted(stream: &str, extra: &[String]) {
     let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
     let dir = tempfile::tempdir().unwrap();
     let services = Services::start().await;
@@ -95,7 +122,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
     let data = dir.path().join("data");
     let first = ChildApp::spawn(
         binary,
-        &args(&data, &services.url),
+        &args(&data, &services.url, extra),
         dir.path().join("first.log"),
     )
     .await;
@@ -124,7 +151,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
 
     let second = ChildApp::spawn(
         binary,
-        &args(&data, &services.url),
+        &args(&data, &services.url, extra),
         dir.path().join("second.log"),
     )
     .await;
@@ -143,7 +170,7 @@ async fn a_killed_process_loses_nothing_and_duplicates_nothing() {
     let restarted = documents.iter().filter(|d| d.attempt > 1).count();
     let summary = worker_summary(&log);
     println!(
-        "crash recovery: {REQUESTS} accepted, killed after {done_at_kill} drone bookings; \
+        "crash recovery ({stream}): {REQUESTS} accepted, killed after {done_at_kill} drone bookings; \
          after restart {scheduled} Scheduled; {restarted} deliveries started again (attempt > 1); \
          restarted worker: {summary}; calls answered as replays: account={} package={} delivery={} thirdparty={} drone={}",
         stats.account.replayed,
@@ -212,7 +239,7 @@ async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
     let mut accepted = Vec::new();
     for round in 0..ROUNDS {
         let log = dir.path().join(format!("round-{round}.log"));
-        let child = ChildApp::spawn(binary, &args(&data, &services.url), log).await;
+        let child = ChildApp::spawn(binary, &args(&data, &services.url, &[]), log).await;
         let posting = tokio::spawn(post_until_killed(
             child.client.clone(),
             round * PER_ROUND,
@@ -232,7 +259,7 @@ async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
 
     let last = ChildApp::spawn(
         binary,
-        &args(&data, &services.url),
+        &args(&data, &services.url, &[]),
         dir.path().join("last.log"),
     )
     .await;

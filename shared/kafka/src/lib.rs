@@ -25,8 +25,9 @@ pub mod headers {
 /// Why the Kafka clients could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaOpenError {
-    /// A setting librdkafka refuses, named by its key (exit 64).
-    #[error(transparent)]
+    /// A setting librdkafka refuses, named by its key (exit 64: the
+    /// [`ConfigError`] is this error's source, where the binaries look for it).
+    #[error("{0}")]
     Config(#[from] ConfigError),
     #[error("cannot create the Kafka client")]
     Client(#[source] rdkafka::error::KafkaError),
