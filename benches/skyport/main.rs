@@ -24,6 +24,9 @@
 //!    then open loop at the fixed rate while the worker drains behind it,
 //!    every accepted request followed to a terminal state, and the peak RSS
 //!    (the services' memory included, as in a user's process).
+//! 8. Kafka: the gateway alone against the ceiling and end to end with the
+//!    stream on a local tansu broker (memory engine, installed as the tests
+//!    install it): Skyport's cost on Kafka, not a production broker's speed.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `BENCHMARKS.json`. Without it (`cargo test` runs this target too) it is a
@@ -45,7 +48,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use load::{Load, Measured};
 use poster::{Naming, Schedule};
-use report::{Burst, EndToEnd, FixedRate, Ingest, Named, RateLimited, Results, Store, WholeSystem};
+use report::{
+    Burst, EndToEnd, FixedRate, Ingest, KafkaIngest, KafkaRun, Named, RateLimited, Results, Store,
+    WholeSystem,
+};
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport::Backends;
 use skyport_core::event::{DeliveryRequested, Event};
@@ -53,6 +59,7 @@ use skyport_core::ports::PublishError;
 use skyport_core::request::DeliveryRequest;
 use skyport_runtime::config::{LogFormat, Settings};
 use skyport_runtime::telemetry::Telemetry;
+use skyport_tests::kafka::Broker;
 use time::OffsetDateTime;
 
 /// The allocator of every Skyport binary: the phases run Skyport in this
@@ -137,7 +144,10 @@ impl Plan {
 /// connection (its wait counts in its latency either way).
 const OPEN_LOOP_CONNECTIONS: u32 = 256;
 
-const PHASES: [&str; 8] = [
+/// Partitions of the Kafka phase's topic, as many as the embedded stream's.
+const KAFKA_PARTITIONS: u32 = 8;
+
+const PHASES: [&str; 9] = [
     "ingest",
     "store",
     "named",
@@ -146,6 +156,7 @@ const PHASES: [&str; 8] = [
     "end-to-end",
     "rate-limit",
     "all-in-one",
+    "kafka",
 ];
 
 fn main() -> anyhow::Result<()> {
@@ -188,6 +199,7 @@ fn main() -> anyhow::Result<()> {
             "burst" => results.burst = serde_json::from_value(result)?,
             "end-to-end" => results.end_to_end = serde_json::from_value(result)?,
             "all-in-one" => results.all_in_one = serde_json::from_value(result)?,
+            "kafka" => results.kafka = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -260,6 +272,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "end-to-end" => serde_json::to_value(bench.end_to_end().await?)?,
             "rate-limit" => serde_json::to_value(bench.rate_limited().await?)?,
             "all-in-one" => serde_json::to_value(bench.all_in_one().await?)?,
+            "kafka" => serde_json::to_value(bench.kafka().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;
@@ -467,16 +480,16 @@ impl Bench {
         &self,
         phase: &str,
         rate_limit_per_s: u32,
+        extra: &[(&str, String)],
     ) -> anyhow::Result<(AllInOne, Simulated)> {
         let services = Simulated::start(SERVICE_LATENCY_MS).await?;
-        let settings = self.settings(
-            phase,
-            &[
-                ("services.base_url", services.url.clone()),
-                ("worker.rate_limit_per_s", rate_limit_per_s.to_string()),
-                ("worker.nice", "0".to_owned()),
-            ],
-        )?;
+        let mut keys = vec![
+            ("services.base_url", services.url.clone()),
+            ("worker.rate_limit_per_s", rate_limit_per_s.to_string()),
+            ("worker.nice", "0".to_owned()),
+        ];
+        keys.extend_from_slice(extra);
+        let settings = self.settings(phase, &keys)?;
         Ok((AllInOne::start(settings).await?, services))
     }
 
@@ -495,7 +508,7 @@ impl Bench {
             plan.burst, plan.burst_connections, plan.burst_drain_rate
         );
         memory::reset_peak()?;
-        let (system, services) = self.system("burst", plan.burst_drain_rate).await?;
+        let (system, services) = self.system("burst", plan.burst_drain_rate, &[]).await?;
         let started = Instant::now();
         let measured = poster::post(
             &system.url,
@@ -539,13 +552,22 @@ impl Bench {
 
     /// (5) and (6): workflows completed per second, requests posted through the gateway.
     async fn end_to_end(&self) -> anyhow::Result<EndToEnd> {
+        self.end_to_end_on("end-to-end", &[]).await
+    }
+
+    /// End to end with the settings `extra` adds (another stream).
+    async fn end_to_end_on(
+        &self,
+        phase: &str,
+        extra: &[(&str, String)],
+    ) -> anyhow::Result<EndToEnd> {
         let plan = &self.plan;
         eprintln!(
-            "end to end: {} requests, 5 services at 20 ms per call, rate limiter off",
+            "{phase}: {} requests, 5 services at 20 ms per call, rate limiter off",
             plan.end_to_end
         );
         memory::reset_peak()?;
-        let (system, services) = self.system("end-to-end", 0).await?;
+        let (system, services) = self.system(phase, 0, extra).await?;
         let started = Instant::now();
         let post = poster::post(
             &system.url,
@@ -588,12 +610,70 @@ impl Bench {
         })
     }
 
+    /// The stream on Kafka: a local tansu broker (memory engine) with
+    /// [`KAFKA_PARTITIONS`] partitions; the gateway alone against the ceiling
+    /// at each connection count, then end to end.
+    async fn kafka(&self) -> anyhow::Result<KafkaRun> {
+        // A topic per measurement, so none reads what another wrote.
+        let topics: Vec<String> = self
+            .plan
+            .connections
+            .iter()
+            .map(|c| format!("ingest-{c}"))
+            .chain(std::iter::once("end-to-end".to_owned()))
+            .collect();
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let broker = Broker::start(&names, KAFKA_PARTITIONS).await;
+        let on_kafka = |topic: &str| -> (String, Vec<(&'static str, String)>) {
+            (
+                format!("kafka-{topic}"),
+                vec![
+                    ("stream.backend", "kafka".to_owned()),
+                    ("kafka.brokers", format!("[\"{}\"]", broker.address)),
+                    ("kafka.topics", format!("[\"{topic}\"]")),
+                ],
+            )
+        };
+        let mut ingest = Vec::new();
+        for connections in self.plan.connections {
+            eprintln!("Kafka: the ceiling, closed loop at {connections} connections");
+            let ceiling = Ceiling::start().await?;
+            let bare = self
+                .load(&ceiling.url, self.closed_loop(connections))
+                .await?;
+            ceiling.stop().await?;
+            eprintln!("Kafka: the gateway alone, closed loop at {connections} connections");
+            memory::reset_peak()?;
+            let (phase, keys) = on_kafka(&format!("ingest-{connections}"));
+            let gateway = GatewayOnly::start(&self.settings(&phase, &keys)?).await?;
+            let skyport = self
+                .load(&gateway.url, self.closed_loop(connections))
+                .await?;
+            let peak_rss_mib = memory::peak_mib()?;
+            gateway.stop().await?;
+            ingest.push(KafkaIngest {
+                connections,
+                ratio: skyport.requests_per_s / bare.requests_per_s,
+                ceiling: bare,
+                skyport,
+                peak_rss_mib,
+            });
+        }
+        let (phase, keys) = on_kafka("end-to-end");
+        let end_to_end = self.end_to_end_on(&phase, &keys).await?;
+        Ok(KafkaRun {
+            partitions: KAFKA_PARTITIONS,
+            ingest,
+            end_to_end,
+        })
+    }
+
     /// (5): the rate limiter at R with a backlog larger than R can clear.
     async fn rate_limited(&self) -> anyhow::Result<RateLimited> {
         let plan = &self.plan;
         let rate = plan.limited_rate;
         eprintln!("rate limiter at {rate}/s");
-        let (system, services) = self.system("rate-limit", rate).await?;
+        let (system, services) = self.system("rate-limit", rate, &[]).await?;
         let window = plan.limited_window;
         let backlog = u64::from(rate) * (window.as_secs() + 4);
         let posted = poster::post(

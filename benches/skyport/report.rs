@@ -23,6 +23,7 @@ pub(crate) struct Results {
     pub(crate) end_to_end: Option<EndToEnd>,
     pub(crate) rate_limited: Option<RateLimited>,
     pub(crate) all_in_one: Option<WholeSystem>,
+    pub(crate) kafka: Option<KafkaRun>,
 }
 
 #[derive(Debug, Serialize)]
@@ -124,6 +125,25 @@ pub(crate) struct EndToEnd {
     pub(crate) peak_rss_mib: f64,
 }
 
+/// The stream on Kafka (a local tansu broker on its memory engine: what
+/// Skyport costs on Kafka, not what a production broker does).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct KafkaRun {
+    pub(crate) partitions: u32,
+    pub(crate) ingest: Vec<KafkaIngest>,
+    pub(crate) end_to_end: EndToEnd,
+}
+
+/// The gateway alone on Kafka against the ceiling, at one connection count.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct KafkaIngest {
+    pub(crate) connections: u32,
+    pub(crate) ceiling: Measured,
+    pub(crate) skyport: Measured,
+    pub(crate) ratio: f64,
+    pub(crate) peak_rss_mib: f64,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct RateLimited {
     pub(crate) rate: u32,
@@ -193,6 +213,7 @@ impl Results {
             end_to_end: None,
             rate_limited: None,
             all_in_one: None,
+            kafka: None,
         }
     }
 
@@ -355,6 +376,43 @@ impl Results {
                 met: Some(lost == 0 && a.failed == 0),
             });
         }
+        if let Some(k) = &self.kafka {
+            for row in &k.ingest {
+                verdicts.push(Verdict {
+                    what: format!(
+                        "Kafka (tansu, memory engine, {} partitions): gateway alone at {} connections",
+                        k.partitions, row.connections
+                    ),
+                    measured: format!(
+                        "{:.0}/s against {:.0}/s: {:.2} × the ceiling; p50 {:.2} ms, p99 {:.2} ms; \
+                         not 202: {}; peak RSS {:.0} MiB",
+                        row.skyport.requests_per_s,
+                        row.ceiling.requests_per_s,
+                        row.ratio,
+                        row.skyport.p50_ms,
+                        row.skyport.p99_ms,
+                        describe(&crate::load::other_than(
+                            &row.skyport.statuses,
+                            &row.skyport.errors,
+                            "202"
+                        )),
+                        row.peak_rss_mib
+                    ),
+                    target: "(Skyport's cost on Kafka)",
+                    met: None,
+                });
+            }
+            let e = &k.end_to_end;
+            verdicts.push(Verdict {
+                what: "Kafka: end to end, 5 services at 20 ms".into(),
+                measured: format!(
+                    "{:.0} workflows/s Scheduled ({} in {:.1} s, {} Failed; best second {}); peak RSS {:.0} MiB",
+                    e.workflows_per_s, e.completed, e.seconds, e.failed, e.best_second, e.peak_rss_mib
+                ),
+                target: "(Skyport's cost on Kafka)",
+                met: None,
+            });
+        }
         let peaks: Vec<(String, f64)> = self
             .ingest
             .iter()
@@ -456,6 +514,15 @@ impl Results {
             && r.completed == 0
         {
             failures.push("rate limiter: nothing completed".into());
+        }
+        if let Some(k) = &self.kafka {
+            let e = &k.end_to_end;
+            if e.completed < e.accepted || e.failed > 0 || (!full && e.completed == 0) {
+                failures.push(format!(
+                    "Kafka end to end: {} of {} accepted completed, {} Failed",
+                    e.completed, e.accepted, e.failed
+                ));
+            }
         }
         if let Some(a) = &self.all_in_one {
             // A request lost fails the phase itself, when its drain times out.
