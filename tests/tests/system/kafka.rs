@@ -15,7 +15,7 @@ use skyport_core::ports::{
 };
 use skyport_core::status::{DeliveryState, Step};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
-use skyport_runtime::config::Millis;
+use skyport_runtime::config::{Millis, Settings};
 use skyport_tests::kafka::Broker;
 use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
 use skyport_worker::Worker;
@@ -25,12 +25,19 @@ use tokio_util::sync::CancellationToken;
 const TOPIC: &str = "deliveries";
 const PARTITIONS: u32 = 6;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_thousand_requests_reach_scheduled_through_kafka() {
-    let broker = Broker::start(&[TOPIC], PARTITIONS).await;
+/// A broker with [`TOPIC`] of `partitions` partitions, and test settings on
+/// it over a temporary directory (kept in the returned `TempDir`).
+async fn on_kafka(partitions: u32) -> (Broker, tempfile::TempDir, Settings) {
+    let broker = Broker::start(&[TOPIC], partitions).await;
     let dir = tempfile::tempdir().unwrap();
     let mut settings = test_settings(dir.path());
     broker.configure(&mut settings, &[TOPIC]);
+    (broker, dir, settings)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_requests_reach_scheduled_through_kafka() {
+    let (_broker, _dir, mut settings) = on_kafka(PARTITIONS).await;
     settings.kafka.session_timeout_ms = Millis::new(10_000);
     settings.kafka.drain_timeout_ms = Millis::new(5_000);
     let app = TestApp::spawn_with(settings).await;
@@ -247,10 +254,7 @@ impl Member {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_joining_and_leaving_mid_load_move_only_the_partitions_that_change_hands() {
-    let broker = Broker::start(&[TOPIC], PARTITIONS).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(dir.path());
-    broker.configure(&mut settings, &[TOPIC]);
+    let (_broker, _dir, mut settings) = on_kafka(PARTITIONS).await;
     settings.kafka.session_timeout_ms = Millis::new(10_000);
     settings.kafka.drain_timeout_ms = Millis::new(5_000);
     settings.simulator.latency_ms = Millis::new(10);
@@ -332,10 +336,7 @@ async fn members_joining_and_leaving_mid_load_move_only_the_partitions_that_chan
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workflows_slower_than_the_poll_interval_keep_their_partitions() {
-    let broker = Broker::start(&[TOPIC], 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(dir.path());
-    broker.configure(&mut settings, &[TOPIC]);
+    let (_broker, _dir, mut settings) = on_kafka(2).await;
     // Each workflow takes five calls of 1.5 s: 7.5 s, past the 6 s in which
     // a member must poll or leave the group.
     settings.kafka.session_timeout_ms = Millis::new(6_000);
@@ -401,10 +402,7 @@ async fn a_reader_tells_how_far_behind_it_is_from_the_high_watermark() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_are_dead_lettered_and_their_partitions_move_on() {
-    let broker = Broker::start(&[TOPIC], 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(dir.path());
-    broker.configure(&mut settings, &[TOPIC]);
+    let (_broker, _dir, settings) = on_kafka(2).await;
     let app = TestApp::spawn_with(settings).await;
     let publisher = &app.app.backends.ports.publisher;
     for (key, payload) in [
@@ -445,10 +443,7 @@ async fn poison_records_are_dead_lettered_and_their_partitions_move_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_unreachable_for_ten_seconds_gets_fast_503s_and_both_sides_recover() {
-    let broker = Broker::start(&[TOPIC], 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(dir.path());
-    broker.configure(&mut settings, &[TOPIC]);
+    let (broker, _dir, mut settings) = on_kafka(2).await;
     settings.kafka.delivery_timeout_ms = Millis::new(3_000);
     let app = TestApp::spawn_with(settings).await;
     let mut urls = post_range(&app.client, 0..100).await;
