@@ -136,8 +136,11 @@ impl Server {
         let io = TokioIo::new(Watched::new(stream, Arc::clone(&activity)));
         let connection = graceful.watch(self.builder.serve_connection(io, service));
         async move {
+            // Pinned outside the select so that an expired connection is
+            // counted before it is dropped, and so closed, for its client.
+            tokio::pin!(connection);
             tokio::select! {
-                served = connection => {
+                served = &mut connection => {
                     if let Err(error) = served {
                         tracing::debug!(%peer, %error, "A connection ended with an error.");
                     }
