@@ -26,8 +26,8 @@ use crate::intake::pauses::Pauses;
 use crate::resilience::backoff::Backoff;
 use crate::resilience::breaker::{BreakerSettings, Breakers};
 use crate::resilience::client::ServiceClient;
-use crate::workflow::Workflow;
 use crate::workflow::status::StatusWriter;
+use crate::workflow::{RetryPolicy, Workflow};
 
 /// The worker, ready to run.
 #[derive(Debug)]
@@ -48,10 +48,13 @@ impl Worker {
         services: &ServicesSettings,
         settings: WorkerSettings,
     ) -> Result<Self, reqwest::Error> {
-        let backoff = Backoff::new(
-            services.retry_initial_backoff_ms.duration(),
-            services.retry_max_backoff_ms.duration(),
-        );
+        let retries = RetryPolicy {
+            backoff: Backoff::new(
+                services.retry_initial_backoff_ms.duration(),
+                services.retry_max_backoff_ms.duration(),
+            ),
+            redeliver_after: Some(settings.redeliver_after_failures).filter(|&n| n > 0),
+        };
         let intake = Intake::new(&settings);
         let breakers = Arc::new(Breakers::new(
             BreakerSettings::from(services),
@@ -59,9 +62,9 @@ impl Worker {
         ));
         let workflow = Workflow::new(
             ServiceClient::new(services_url, services, breakers)?,
-            StatusWriter::new(Arc::clone(&ports.status), backoff),
+            StatusWriter::new(Arc::clone(&ports.status), retries),
             Arc::clone(&ports.dead_letters),
-            backoff,
+            retries,
         );
         Ok(Self {
             consumer: Arc::clone(&ports.consumer),

@@ -17,6 +17,7 @@ use redb::{Database, ReadableTable};
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::log::Faults;
 use crate::tables::{DEAD_LETTERS, LEASES, STATUS};
 use skyport_core::ports::DeadLetter;
 
@@ -84,6 +85,7 @@ pub struct CommitStats {
 struct Committer {
     db: Arc<Database>,
     max_batch: usize,
+    faults: Faults,
 }
 
 /// Starts the committer thread; it stops when every sender of `ops` is gone and the queue is empty.
@@ -91,10 +93,12 @@ pub(crate) fn spawn(
     db: Arc<Database>,
     ops: mpsc::Receiver<Op>,
     max_batch: usize,
+    faults: Faults,
 ) -> std::io::Result<JoinHandle<()>> {
     let committer = Committer {
         db,
         max_batch: max_batch.max(1),
+        faults,
     };
     std::thread::Builder::new()
         .name("skyport-committer".into())
@@ -146,6 +150,7 @@ impl Committer {
 
     /// Applies `batch` in one transaction.
     fn apply(&self, batch: &[Op]) -> Result<Vec<Applied>, redb::Error> {
+        self.faults.check().map_err(redb::Error::Io)?;
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
         {

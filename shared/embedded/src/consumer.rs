@@ -151,6 +151,15 @@ impl PartitionReader for EmbeddedPartitionReader {
         Some(self.head.borrow().saturating_sub(self.next) + surplus)
     }
 
+    async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError> {
+        // A read under way is dropped with its task; the log keeps every
+        // entry past the group's checkpoint, so `offset` can be read again.
+        self.reading = None;
+        self.surplus.clear();
+        self.next = offset;
+        Ok(())
+    }
+
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
         self.store
             .log

@@ -142,22 +142,22 @@ impl EmbeddedStore {
         }
         let db = Arc::new(db);
         let stats = Arc::new(CommitStats::default());
+        let faults = Faults::default();
         let log = SegmentLog::open(
             &stream,
             partitions,
             settings,
             Arc::clone(&db),
             Arc::clone(&stats),
-            Faults::default(),
+            faults.clone(),
         )?;
         let (ops, rx) = mpsc::channel(settings.queue_capacity);
-        let committer =
-            committer::spawn(Arc::clone(&db), rx, settings.max_batch).map_err(|source| {
-                OpenError::Storage {
-                    path: path.clone(),
-                    source: Box::new(source),
-                }
-            })?;
+        let committer = committer::spawn(Arc::clone(&db), rx, settings.max_batch, faults).map_err(
+            |source| OpenError::Storage {
+                path: path.clone(),
+                source: Box::new(source),
+            },
+        )?;
         tracing::info!(path = %path.display(), partitions, "Opened the embedded store.");
         Ok(Arc::new(Self {
             db,
@@ -185,7 +185,8 @@ impl EmbeddedStore {
         self.partitions
     }
 
-    /// The switch that makes the stream's writes fail as a full disk does.
+    /// The switch that makes the store's writes (the stream's, and the
+    /// database's commits) fail as a full disk does.
     #[cfg(feature = "fault-injection")]
     pub fn faults(&self) -> &Faults {
         self.log.faults()

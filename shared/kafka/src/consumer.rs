@@ -511,6 +511,26 @@ impl PartitionReader for KafkaPartitionReader {
         Some(u64::try_from(high.saturating_sub(next)).unwrap_or(0))
     }
 
+    async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError> {
+        if self.revoked.is_cancelled() {
+            return Err(ConsumeError::Revoked);
+        }
+        let offset = i64::try_from(offset)
+            .map_err(|_| ConsumeError::Unavailable("offset out of range".into()))?;
+        // Without a timeout the seek is queued at once and what was fetched
+        // before it is discarded; the partition's queue then starts at `offset`.
+        self.consumer
+            .seek(
+                &self.topic,
+                self.partition,
+                rdkafka::Offset::Offset(offset),
+                Duration::ZERO,
+            )
+            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
+        self.next = Some(offset);
+        Ok(())
+    }
+
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
         let offset = i64::try_from(offset)
             .map_err(|_| ConsumeError::Unavailable("offset out of range".into()))?;

@@ -136,6 +136,7 @@ pub struct Metrics {
     pub publish_failures: Family<StreamLabels, Counter>,
     pub consumer_lag: Family<PartitionLabels, Gauge>,
     pub events_in_flight: Family<PartitionLabels, Gauge>,
+    pub consumer_rewinds: Family<PartitionLabels, Counter>,
     pub worker_window: Gauge,
     pub step_duration: Histograms<StepLabels>,
     pub step_errors: Family<StepErrorLabels, Counter>,
@@ -211,6 +212,12 @@ impl Metrics {
             "Events of a partition pulled and not yet completed",
             events_in_flight.clone(),
         );
+        let consumer_rewinds = Family::default();
+        registry.register(
+            "consumer_rewinds",
+            "Times a partition was read again from an event handed back to the stream (a nack)",
+            consumer_rewinds.clone(),
+        );
         let worker_window = Gauge::default();
         registry.register(
             "worker_window",
@@ -272,6 +279,7 @@ impl Metrics {
             publish_failures,
             consumer_lag,
             events_in_flight,
+            consumer_rewinds,
             worker_window,
             step_duration,
             step_errors,

@@ -1,14 +1,20 @@
-//! A disk that fails under the embedded stream (no space left, injected in
-//! the log's file layer): the gateway answers 503 with `Retry-After` and a
+//! A disk that fails under the embedded store (no space left, injected in
+//! its file layer): the gateway answers 503 with `Retry-After` and a
 //! problem, never a panic or a hang; appends resume when the fault clears,
-//! and what was refused never reappears.
+//! and what was refused never reappears. The worker's status writes that
+//! keep failing hand their events back to the stream, which reads them
+//! again (the same scenario runs on Kafka, where that is a seek, and on
+//! Event Hubs).
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use skyport_core::status::DeliveryState;
-use skyport_tests::{TestApp, delivery_request};
+use skyport_core::status::{DeliveryState, StatusDocument, Step};
+use skyport_runtime::config::{Millis, Settings};
+use skyport_runtime::metrics::{self, PartitionLabels};
+use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_disk_answers_503_with_retry_after_and_appends_resume_when_it_clears() {
@@ -39,5 +45,80 @@ async fn a_failing_disk_answers_503_with_retry_after_and_appends_resume_when_it_
         )
         .await;
     assert_eq!(app.published(), before + 1);
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_whose_status_writes_keep_failing_are_read_again_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    handed_back_events_are_read_again_and_end_scheduled(test_settings(dir.path())).await;
+}
+
+/// Times the partitions of this process were read again from a handed-back event.
+fn rewinds(partitions: u32) -> u64 {
+    (0..partitions)
+        .map(|partition| {
+            metrics::global()
+                .consumer_rewinds
+                .get_or_create(&PartitionLabels { partition })
+                .get()
+        })
+        .sum()
+}
+
+/// Twenty deliveries are under way when the disk under the embedded store
+/// fills: their status writes fail, and after
+/// `worker.redeliver_after_failures` failures in a row each event is handed
+/// back to the stream (a nack) and read again from there. Once the disk
+/// recovers every one ends Scheduled, each service having created each
+/// delivery once.
+pub(crate) async fn handed_back_events_are_read_again_and_end_scheduled(mut settings: Settings) {
+    settings.worker.redeliver_after_failures = 3;
+    // Five calls of 1 s: the deliveries are still running when the disk fills.
+    settings.simulator.latency_ms = Millis::new(1_000);
+    settings.simulator.jitter_ms = Millis::new(0);
+    let app = TestApp::spawn_with(settings).await;
+    let partitions = app.embedded().partitions();
+    let rewinds_before = rewinds(partitions);
+    let accepted = app.client.post_many(20).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    eventually(
+        "every delivery Processing",
+        Duration::from_secs(30),
+        || async {
+            for url in &urls {
+                let document: StatusDocument = app.client.status(url).await.json().await.ok()?;
+                (document.state == DeliveryState::Processing).then_some(())?;
+            }
+            Some(())
+        },
+    )
+    .await;
+    app.embedded().faults().fail_writes(true);
+    let tally = &app.app.tally;
+    eventually(
+        "every event handed back at least once",
+        Duration::from_secs(60),
+        || async { (tally.nacked.load(Ordering::Relaxed) >= 20).then_some(()) },
+    )
+    .await;
+    app.embedded().faults().fail_writes(false);
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    for document in &documents {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+    }
+    let stats = app.simulator().stats();
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(counters.created, 20, "{service:?}: {counters:?}");
+        assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+    }
+    let nacked = tally.nacked.load(Ordering::Relaxed);
+    let rewound = rewinds(partitions) - rewinds_before;
+    println!("handed back {nacked} times; partitions read again {rewound} times (in this process)");
+    assert!(rewound >= 1, "the partitions were read again");
     app.app.stop().await.unwrap();
 }

@@ -190,6 +190,15 @@ async fn two_thousand_requests_reach_scheduled_through_event_hubs() {
     broker.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_whose_status_writes_keep_failing_are_handed_out_again_from_the_reader() {
+    let broker = EventHubsBroker::start(&[("deliveries", 2)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = settings_on(&broker, &dir, &["deliveries"]);
+    crate::disk_faults::handed_back_events_are_read_again_and_end_scheduled(settings).await;
+    broker.stop().await;
+}
+
 /// A lease store whose first `failures` listings of ownerships fail, as a
 /// store that is briefly unreachable does.
 #[derive(Debug)]

@@ -365,6 +365,12 @@ async fn workflows_slower_than_the_poll_interval_keep_their_partitions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_whose_status_writes_keep_failing_are_redelivered_by_seeking_back() {
+    let (_broker, _dir, settings) = on_kafka(2).await;
+    crate::disk_faults::handed_back_events_are_read_again_and_end_scheduled(settings).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_tells_how_far_behind_it_is_from_the_high_watermark() {
     let broker = Broker::start(&[TOPIC], 1).await;
     let settings = broker.settings(&[TOPIC]);

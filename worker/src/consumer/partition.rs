@@ -5,23 +5,31 @@
 //! checkpoint.
 //!
 //! Events run as they arrive, never batch by batch: a slow event holds back
-//! only the checkpoint, not the events behind it.
+//! only the checkpoint, not the events behind it. An event handed back (its
+//! writes failed `worker.redeliver_after_failures` times in a row, or its
+//! processing panicked) is read again from the stream: the reader is rewound
+//! to it (a Kafka seek), and of what comes again only the handed-back events
+//! run. One that panics `MAX_PANICS` times goes to the dead letters.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyport_core::ports::{ConsumeError, PartitionReader};
+use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
 use skyport_runtime::metrics::{self, PartitionLabels};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::PartitionContext;
-use super::tracker::Tracker;
+use super::tracker::{Begin, Tracker};
 use crate::workflow::Outcome;
 
+/// Runs of one event that may panic before it is dead-lettered.
+const MAX_PANICS: u32 = 3;
+
 struct Partition {
+    context: Arc<PartitionContext>,
     reader: Box<dyn PartitionReader>,
     tracker: Tracker,
     tasks: JoinSet<(u64, Outcome)>,
@@ -37,6 +45,7 @@ pub async fn run(
     let mut paused = context.intake.pauses().subscribe();
     let id = reader.partition();
     let mut partition = Partition {
+        context: Arc::clone(&context),
         reader,
         tracker: Tracker::default(),
         tasks: JoinSet::new(),
@@ -69,6 +78,32 @@ pub async fn run(
             .intake
             .window()
             .saturating_sub(partition.tasks.len());
+        if let Some(offset) = partition.tracker.rewind_to() {
+            match partition.reader.rewind(offset).await {
+                Ok(()) => {
+                    tracing::info!(
+                        offset,
+                        "Reading the partition again from a handed-back event."
+                    );
+                    partition.tracker.rewound();
+                    metrics.consumer_rewinds.get_or_create(&labels).inc();
+                }
+                Err(ConsumeError::Revoked) => {
+                    tracing::info!(
+                        in_flight = partition.tasks.len(),
+                        "The partition was taken over; draining what is in flight."
+                    );
+                    break;
+                }
+                Err(e @ ConsumeError::Unavailable(_)) => {
+                    tracing::error!(error = %e, "Cannot read the partition again from a handed-back event; retrying in 1 s.");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            }
+        }
         let pulling = room > 0 && !*paused.borrow_and_update();
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -81,22 +116,10 @@ pub async fn run(
                 Ok(events) => {
                     let now = Instant::now();
                     for event in events {
-                        partition.tracker.begin(event.offset, now);
-                        let context = Arc::clone(&context);
-                        let abandon = abandon.clone();
-                        let stop = shutdown.clone();
-                        let offset = event.offset;
-                        let handle = partition.tasks.spawn(async move {
-                            // An event still waiting for a rate-limit slot when the worker
-                            // stops gives up at once: it has done nothing, and is read again.
-                            let outcome = if context.intake.admit(&stop, &abandon).await {
-                                context.workflow.process(&event, &abandon).await
-                            } else {
-                                context.workflow.record(Outcome::Abandoned)
-                            };
-                            (offset, outcome)
-                        });
-                        partition.offsets.insert(handle.id(), offset);
+                        match partition.tracker.begin(event.offset, now) {
+                            Begin::Run { panics } => partition.start(event, panics, &shutdown, &abandon),
+                            Begin::Skip => {}
+                        }
                     }
                 }
                 Err(ConsumeError::Revoked) => {
@@ -120,18 +143,52 @@ pub async fn run(
 }
 
 impl Partition {
+    /// Runs `event` in a task of its own; one whose runs panicked
+    /// [`MAX_PANICS`] times goes to the dead letters instead.
+    fn start(
+        &mut self,
+        event: StreamEvent,
+        panics: u32,
+        shutdown: &CancellationToken,
+        abandon: &CancellationToken,
+    ) {
+        let context = Arc::clone(&self.context);
+        let abandon = abandon.clone();
+        let stop = shutdown.clone();
+        let offset = event.offset;
+        let handle = self.tasks.spawn(async move {
+            let workflow = &context.workflow;
+            let outcome = if panics >= MAX_PANICS {
+                let reason = format!("processing the event panicked {panics} times");
+                workflow.give_up(&event, reason, &abandon).await
+            } else if context.intake.admit(&stop, &abandon).await {
+                workflow.process(&event, &abandon).await
+            } else {
+                // An event still waiting for a rate-limit slot when the worker
+                // stops gives up at once: it has done nothing, and is read again.
+                workflow.record(Outcome::Abandoned)
+            };
+            (offset, outcome)
+        });
+        self.offsets.insert(handle.id(), offset);
+    }
+
     fn finished(&mut self, joined: Result<(Id, (u64, Outcome)), JoinError>) {
         match joined {
             Ok((id, (offset, outcome))) => {
                 self.offsets.remove(&id);
                 if outcome.is_completed() {
                     self.tracker.complete(offset);
+                } else if outcome == Outcome::Nacked {
+                    self.tracker.nack(offset, false);
                 }
             }
             Err(e) => {
                 let offset = self.offsets.remove(&e.id());
-                if e.is_panic() {
-                    tracing::error!(?offset, error = %e, "Processing an event panicked; it stays unacknowledged.");
+                if let (Some(offset), true) = (offset, e.is_panic()) {
+                    tracing::error!(offset, error = %e, "Processing an event panicked; it will be read again.");
+                    self.context.workflow.record(Outcome::Nacked);
+                    self.tracker.nack(offset, true);
                 }
             }
         }

@@ -5,28 +5,79 @@
 //! begun and 0,1,2,5,6,7 done it is 2; once 3 and 4 finish it is 7. An event
 //! that never completes (abandoned at shutdown) holds the checkpoint where it
 //! is, so it is read again after a restart.
+//!
+//! An event handed back (a nack: its writes failed too often in a row, or its
+//! processing panicked) holds the checkpoint too, and the partition is read
+//! again from the lowest such offset: of what comes again, only the nacked
+//! events run; those running or done are skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::time::Instant;
 
+/// What to do with an event the reader handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begin {
+    /// Run it (new, or nacked and read again); `panics` counts the earlier
+    /// runs of it that panicked.
+    Run { panics: u32 },
+    /// Read again after a rewind, but running or done already.
+    Skip,
+}
+
 #[derive(Debug, Default)]
 pub struct Tracker {
-    /// Begun, not yet completed, with when they began.
+    /// Begun, not yet completed, with when they first began.
     in_flight: BTreeMap<u64, Instant>,
     highest_begun: Option<u64>,
     /// The last checkpoint made durable.
     committed: Option<u64>,
+    /// Nacked, waiting to be read again.
+    nacked: BTreeSet<u64>,
+    /// How many runs of each offset in flight panicked.
+    panics: BTreeMap<u64, u32>,
+    /// Whether the reader has been rewound to the lowest nacked offset.
+    rewound: bool,
 }
 
 impl Tracker {
-    pub fn begin(&mut self, offset: u64, now: Instant) {
-        self.in_flight.insert(offset, now);
-        self.highest_begun = self.highest_begun.max(Some(offset));
+    pub fn begin(&mut self, offset: u64, now: Instant) -> Begin {
+        if Some(offset) <= self.highest_begun {
+            if !self.nacked.remove(&offset) {
+                return Begin::Skip;
+            }
+        } else {
+            self.highest_begun = Some(offset);
+        }
+        self.in_flight.entry(offset).or_insert(now);
+        Begin::Run {
+            panics: self.panics.get(&offset).copied().unwrap_or(0),
+        }
     }
 
     pub fn complete(&mut self, offset: u64) {
         self.in_flight.remove(&offset);
+        self.panics.remove(&offset);
+    }
+
+    /// Hands `offset` back to be read again; `panicked` when its run panicked.
+    pub fn nack(&mut self, offset: u64, panicked: bool) {
+        if panicked {
+            *self.panics.entry(offset).or_default() += 1;
+        }
+        if self.nacked.insert(offset) {
+            self.rewound = false;
+        }
+    }
+
+    /// Where the reader must be rewound to before it reads on, if anywhere.
+    pub fn rewind_to(&self) -> Option<u64> {
+        self.nacked.first().copied().filter(|_| !self.rewound)
+    }
+
+    /// Records that the reader reads again from [`Tracker::rewind_to`].
+    pub fn rewound(&mut self) {
+        self.rewound = true;
     }
 
     /// The furthest offset at or below which every begun event has completed.
@@ -47,6 +98,7 @@ impl Tracker {
         self.committed = self.committed.max(Some(offset));
     }
 
+    /// Events begun and not completed, the nacked among them.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
@@ -146,5 +198,44 @@ mod tests {
                 assert_eq!(tracker.safe_offset(), expected, "order {order:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_nacked_event_holds_the_checkpoint_and_alone_runs_again_when_read_again() {
+        let mut tracker = begun(0..=5);
+        let now = Instant::now();
+        for offset in [0, 1, 3, 5] {
+            tracker.complete(offset);
+        }
+        tracker.nack(2, false);
+        tracker.nack(4, true);
+        assert_eq!(tracker.rewind_to(), Some(2));
+        tracker.rewound();
+        assert_eq!(tracker.rewind_to(), None);
+        assert_eq!(tracker.safe_offset(), Some(1));
+        // Read again from 2: 2 and 4 run, 3 and 5 (done) are skipped; 6 is new.
+        let begun: Vec<Begin> = (2..=6).map(|o| tracker.begin(o, now)).collect();
+        assert_eq!(
+            begun,
+            [
+                Begin::Run { panics: 0 },
+                Begin::Skip,
+                Begin::Run { panics: 1 },
+                Begin::Skip,
+                Begin::Run { panics: 0 },
+            ]
+        );
+        // A nack below where the reader was rewound to rewinds it again.
+        tracker.nack(4, true);
+        tracker.nack(2, false);
+        assert_eq!(tracker.rewind_to(), Some(2));
+        tracker.rewound();
+        assert_eq!(tracker.begin(2, now), Begin::Run { panics: 0 });
+        assert_eq!(tracker.begin(4, now), Begin::Run { panics: 2 });
+        for offset in [2, 4, 6] {
+            tracker.complete(offset);
+        }
+        assert_eq!(tracker.safe_offset(), Some(6));
+        assert_eq!(tracker.in_flight(), 0);
     }
 }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::compensate::succeeded_latest_first;
 use super::engine::Workflow;
 use super::outcome::Outcome;
-use super::retry::Abandoned;
+use super::retry::Interrupted;
 use super::status::Decision;
 use super::steps::ORDER;
 
@@ -25,7 +25,7 @@ impl Workflow {
         &self,
         cancel: &CancellationRequested,
         abandon: &CancellationToken,
-    ) -> Result<Outcome, Abandoned> {
+    ) -> Result<Outcome, Interrupted> {
         let id = &cancel.delivery_id;
         let (found, stored) = self
             .status
@@ -86,7 +86,7 @@ impl Workflow {
         undo_all: bool,
         traceparent: Option<&str>,
         abandon: &CancellationToken,
-    ) -> Result<Outcome, Abandoned> {
+    ) -> Result<Outcome, Interrupted> {
         let id = current.document.id.clone();
         let undo: Vec<Step> = if undo_all {
             ORDER.into_iter().rev().map(|step| step.id()).collect()

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::engine::Workflow;
-use super::retry::Abandoned;
+use super::retry::Interrupted;
 use super::steps::{self, UndoTarget};
 use crate::resilience::client::StepError;
 
@@ -23,7 +23,7 @@ impl Workflow {
         outcomes: &mut Vec<StepOutcome>,
         traceparent: Option<&str>,
         abandon: &CancellationToken,
-    ) -> Result<(), Abandoned> {
+    ) -> Result<(), Interrupted> {
         let target = UndoTarget {
             delivery_id,
             package_id,
@@ -61,7 +61,7 @@ impl Workflow {
             outcome.at = OffsetDateTime::now_utc();
             match answer.result {
                 Ok(_) => outcome.result = StepResult::Compensated,
-                Err(StepError::Abandoned) => return Err(Abandoned),
+                Err(StepError::Abandoned) => return Err(Interrupted::Abandoned),
                 Err(StepError::Permanent { code, message }) => {
                     tracing::error!(%delivery_id, step = step.as_str(), %code, %message, "Could not undo a step; it needs a person.");
                     outcome.detail = Some(format!("compensation failed: {code}: {message}"));

@@ -25,14 +25,14 @@ impl Workflow {
             payload: event.payload.clone(),
             at: OffsetDateTime::now_utc(),
         };
-        let stored = Retries::new(self.backoff, abandon)
+        let stored = Retries::new(self.retries, abandon)
             .until_done("Storing a dead letter", || {
                 self.dead_letters.put(letter.clone())
             })
             .await;
         match stored {
             Ok(()) => Outcome::DeadLettered,
-            Err(_) => Outcome::Abandoned,
+            Err(interrupted) => interrupted.into(),
         }
     }
 }

@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::compensate::succeeded_latest_first;
 use super::engine::Workflow;
 use super::outcome::Outcome;
-use super::retry::Abandoned;
+use super::retry::Interrupted;
 use super::status::Decision;
 use super::steps::{ORDER, Progress};
 use crate::resilience::client::StepError;
@@ -33,7 +33,7 @@ impl Workflow {
         &self,
         request: &DeliveryRequested,
         abandon: &CancellationToken,
-    ) -> Result<Outcome, Abandoned> {
+    ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
         let package_id = &request.request.package_info.package_id;
         let (begun, current) = self
@@ -98,7 +98,7 @@ impl Workflow {
                 .and_then(|body| step.record(&body, &mut progress));
             let (result, detail) = match recorded {
                 Ok(detail) => (StepResult::Succeeded, detail),
-                Err(StepError::Abandoned) => return Err(Abandoned),
+                Err(StepError::Abandoned) => return Err(Interrupted::Abandoned),
                 Err(StepError::Permanent { code, message }) => {
                     tracing::info!(delivery_id = %id, step = name.as_str(), %code, %message, "A delivery failed.");
                     failure = Some(Failure {

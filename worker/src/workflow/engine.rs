@@ -14,8 +14,8 @@ use tracing::Instrument;
 
 use super::cancellations::Cancellations;
 use super::outcome::{Outcome, Tally};
+use super::retry::RetryPolicy;
 use super::status::StatusWriter;
-use crate::resilience::backoff::Backoff;
 use crate::resilience::client::ServiceClient;
 
 /// The span of one event's workflow: a consumer span continuing the trace of
@@ -43,7 +43,7 @@ pub struct Workflow {
     pub(super) client: ServiceClient,
     pub(super) status: StatusWriter,
     pub(super) dead_letters: Arc<dyn DeadLetterStore>,
-    pub(super) backoff: Backoff,
+    pub(super) retries: RetryPolicy,
     pub(super) cancellations: Cancellations,
     pub(super) tally: Arc<Tally>,
 }
@@ -53,13 +53,13 @@ impl Workflow {
         client: ServiceClient,
         status: StatusWriter,
         dead_letters: Arc<dyn DeadLetterStore>,
-        backoff: Backoff,
+        retries: RetryPolicy,
     ) -> Self {
         Self {
             client,
             status,
             dead_letters,
-            backoff,
+            retries,
             cancellations: Cancellations::default(),
             tally: Arc::default(),
         }
@@ -75,6 +75,17 @@ impl Workflow {
         self.record(outcome)
     }
 
+    /// Dead-letters `event` with `reason` without running it, and counts that.
+    pub async fn give_up(
+        &self,
+        event: &StreamEvent,
+        reason: String,
+        abandon: &CancellationToken,
+    ) -> Outcome {
+        let outcome = self.dead_letter(event, reason, abandon).await;
+        self.record(outcome)
+    }
+
     /// Counts `outcome` in the tally and the metrics, and answers it.
     pub fn record(&self, outcome: Outcome) -> Outcome {
         let (counter, label) = match outcome {
@@ -85,6 +96,7 @@ impl Workflow {
             Outcome::AlreadyTerminal => (&self.tally.replayed, "already_terminal"),
             Outcome::DeadLettered => (&self.tally.dead_lettered, "dead_lettered"),
             Outcome::Abandoned => (&self.tally.abandoned, "abandoned"),
+            Outcome::Nacked => (&self.tally.nacked, "nacked"),
         };
         counter.fetch_add(1, Ordering::Relaxed);
         metrics::global()
@@ -118,6 +130,6 @@ impl Workflow {
             }
             Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
         };
-        result.unwrap_or(Outcome::Abandoned)
+        result.unwrap_or_else(Outcome::from)
     }
 }

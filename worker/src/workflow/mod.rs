@@ -22,4 +22,4 @@ pub mod steps;
 
 pub use self::engine::Workflow;
 pub use self::outcome::{Outcome, Tally};
-pub use self::retry::Abandoned;
+pub use self::retry::{Interrupted, RetryPolicy};

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::retry::Interrupted;
+
 /// What became of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -15,12 +17,24 @@ pub enum Outcome {
     DeadLettered,
     /// Given up at shutdown before completing; it will be read again.
     Abandoned,
+    /// Handed back to the stream (a nack) after its writes failed too often
+    /// in a row: this worker reads it again from there.
+    Nacked,
 }
 
 impl Outcome {
     /// Whether the event is done with, so that the checkpoint may pass it.
     pub fn is_completed(self) -> bool {
-        !matches!(self, Self::Abandoned)
+        !matches!(self, Self::Abandoned | Self::Nacked)
+    }
+}
+
+impl From<Interrupted> for Outcome {
+    fn from(interrupted: Interrupted) -> Self {
+        match interrupted {
+            Interrupted::Abandoned => Self::Abandoned,
+            Interrupted::Redeliver => Self::Nacked,
+        }
     }
 }
 
@@ -35,6 +49,8 @@ pub struct Tally {
     pub replayed: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub abandoned: AtomicU64,
+    /// Events handed back to the stream to be read again (nacks and panics).
+    pub nacked: AtomicU64,
 }
 
 impl std::fmt::Display for Tally {
@@ -42,14 +58,15 @@ impl std::fmt::Display for Tally {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         write!(
             f,
-            "scheduled={} failed={} cancelled={} cancel_requested={} replayed={} dead_lettered={} abandoned={}",
+            "scheduled={} failed={} cancelled={} cancel_requested={} replayed={} dead_lettered={} abandoned={} nacked={}",
             get(&self.scheduled),
             get(&self.failed),
             get(&self.cancelled),
             get(&self.cancel_requested),
             get(&self.replayed),
             get(&self.dead_lettered),
-            get(&self.abandoned)
+            get(&self.abandoned),
+            get(&self.nacked)
         )
     }
 }

@@ -5,7 +5,7 @@
 //! on the document's version (or [`StatusWriter::update_likely_new`], which
 //! decides on "absent" before reading): a conflict re-reads and decides again;
 //! a store outage is retried with backoff until it passes or the event is
-//! given up (it is then read again after a restart).
+//! given up (it is then read again: see [`super::retry`]).
 
 use std::sync::Arc;
 
@@ -15,8 +15,7 @@ use skyport_runtime::trace_span;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::retry::{Abandoned, Retries};
-use crate::resilience::backoff::Backoff;
+use super::retry::{Interrupted, Retries, RetryPolicy};
 
 /// What a failed status write or read is logged as.
 const STORE: &str = "The status store";
@@ -37,24 +36,25 @@ pub enum Decision<T> {
 #[derive(Debug, Clone)]
 pub struct StatusWriter {
     store: Arc<dyn StatusStore>,
-    backoff: Backoff,
+    retries: RetryPolicy,
 }
 
 impl StatusWriter {
-    pub fn new(store: Arc<dyn StatusStore>, backoff: Backoff) -> Self {
-        Self { store, backoff }
+    pub fn new(store: Arc<dyn StatusStore>, retries: RetryPolicy) -> Self {
+        Self { store, retries }
     }
 
     /// Reads the document of `id`, retrying while the store is unavailable.
     ///
     /// # Errors
-    /// [`Abandoned`] when `abandon` fires first.
+    /// [`Interrupted`] when `abandon` fires first, or (while retrying) when
+    /// the event is to be read again.
     pub async fn current(
         &self,
         id: &str,
         abandon: &CancellationToken,
-    ) -> Result<Option<Versioned>, Abandoned> {
-        Retries::new(self.backoff, abandon)
+    ) -> Result<Option<Versioned>, Interrupted> {
+        Retries::new(self.retries, abandon)
             .until_done(STORE, || self.store.get(id))
             .await
     }
@@ -65,14 +65,15 @@ impl StatusWriter {
     /// the document as it now stands.
     ///
     /// # Errors
-    /// [`Abandoned`] when `abandon` fires before the write is durable.
+    /// [`Interrupted`] when `abandon` fires before the write is durable, or
+    /// when the event is to be read again.
     pub async fn update<T>(
         &self,
         id: &str,
         known: Option<Versioned>,
         abandon: &CancellationToken,
         decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
-    ) -> Result<(T, Option<Versioned>), Abandoned> {
+    ) -> Result<(T, Option<Versioned>), Interrupted> {
         async {
             let current = match known {
                 Some(known) => Some(known),
@@ -91,13 +92,14 @@ impl StatusWriter {
     /// the write finds one, or when the decision is to keep what is there.
     ///
     /// # Errors
-    /// [`Abandoned`] when `abandon` fires before the write is durable.
+    /// [`Interrupted`] when `abandon` fires before the write is durable, or
+    /// when the event is to be read again.
     pub async fn update_likely_new<T>(
         &self,
         id: &str,
         abandon: &CancellationToken,
         decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
-    ) -> Result<(T, Option<Versioned>), Abandoned> {
+    ) -> Result<(T, Option<Versioned>), Interrupted> {
         self.decide_and_write(id, None, false, abandon, decide)
             .instrument(trace_span!("status write"))
             .await
@@ -111,8 +113,8 @@ impl StatusWriter {
         mut read: bool,
         abandon: &CancellationToken,
         mut decide: impl FnMut(Option<&StatusDocument>) -> Decision<T>,
-    ) -> Result<(T, Option<Versioned>), Abandoned> {
-        let mut retries = Retries::new(self.backoff, abandon);
+    ) -> Result<(T, Option<Versioned>), Interrupted> {
+        let mut retries = Retries::new(self.retries, abandon);
         loop {
             let (document, answer) = match decide(current.as_ref().map(|c| &c.document)) {
                 Decision::Keep(answer) if read => return Ok((answer, current)),
@@ -161,6 +163,7 @@ mod tests {
     use time::OffsetDateTime;
 
     use super::*;
+    use crate::resilience::backoff::Backoff;
 
     /// The embedded store on disk, counting reads.
     #[derive(Debug)]
@@ -199,8 +202,11 @@ mod tests {
             store: EmbeddedStore::open(&settings, 1).unwrap(),
             reads: AtomicU32::new(0),
         });
-        let backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(10));
-        (StatusWriter::new(store.clone(), backoff), store)
+        let retries = RetryPolicy {
+            backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(10)),
+            redeliver_after: None,
+        };
+        (StatusWriter::new(store.clone(), retries), store)
     }
 
     /// Starts processing: a new document, or the stored one with one more attempt.

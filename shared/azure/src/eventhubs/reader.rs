@@ -3,7 +3,7 @@
 //! channel, and [`EventHubsReader`] hands them to the worker and writes its
 //! checkpoints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,14 +110,18 @@ fn stream_event(
 
 /// One Event Hubs partition as the worker reads it: offsets are sequence
 /// numbers, and a checkpoint records the sequence number and the service's
-/// offset of the last completed event.
+/// offset of the last completed event. The SDK's receiver cannot seek, so
+/// the reader keeps what it handed out until it is checkpointed and reads
+/// it again from there when rewound.
 pub(crate) struct EventHubsReader {
     pub(crate) partition: u32,
     context: HubContext,
     partition_id: String,
     events: mpsc::Receiver<Fed>,
-    /// The service's offset of each event handed out and not yet checkpointed.
-    offsets: BTreeMap<u64, Option<String>>,
+    /// Each event handed out and not yet checkpointed, with the service's offset.
+    handed: BTreeMap<u64, (StreamEvent, Option<String>)>,
+    /// Handed out before, to hand out again (after a rewind) before what is new.
+    again: VecDeque<StreamEvent>,
     store: Checkpoints,
     ended: bool,
 }
@@ -152,7 +156,8 @@ impl EventHubsReader {
                 context: context.clone(),
                 partition_id: partition_id.to_owned(),
                 events: rx,
-                offsets: BTreeMap::new(),
+                handed: BTreeMap::new(),
+                again: VecDeque::new(),
                 store,
                 ended: false,
             },
@@ -163,7 +168,7 @@ impl EventHubsReader {
     fn take(&mut self, fed: Fed, batch: &mut Vec<StreamEvent>) {
         match fed {
             Fed::Event(event, offset) => {
-                self.offsets.insert(event.offset, offset);
+                self.handed.insert(event.offset, (event.clone(), offset));
                 batch.push(event);
             }
             Fed::Ended => self.ended = true,
@@ -178,6 +183,10 @@ impl PartitionReader for EventHubsReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if !self.again.is_empty() {
+            let take = max.clamp(1, self.again.len());
+            return Ok(self.again.drain(..take).collect());
+        }
         if self.ended {
             return Err(ConsumeError::Revoked);
         }
@@ -199,20 +208,32 @@ impl PartitionReader for EventHubsReader {
         }
     }
 
+    async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError> {
+        self.again = self
+            .handed
+            .range(offset..)
+            .map(|(_, (event, _))| event.clone())
+            .collect();
+        Ok(())
+    }
+
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
         let checkpoint = Checkpoint {
             fully_qualified_namespace: self.context.namespace.clone(),
             event_hub_name: self.context.hub.clone(),
             consumer_group: self.context.consumer_group.clone(),
             partition_id: self.partition_id.clone(),
-            offset: self.offsets.get(&offset).cloned().flatten(),
+            offset: self
+                .handed
+                .get(&offset)
+                .and_then(|(_, offset)| offset.clone()),
             sequence_number: i64::try_from(offset).ok(),
         };
         self.store
             .update_checkpoint(checkpoint)
             .await
             .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
-        self.offsets = self.offsets.split_off(&(offset + 1));
+        self.handed = self.handed.split_off(&(offset + 1));
         Ok(())
     }
 }

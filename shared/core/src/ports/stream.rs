@@ -109,6 +109,16 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
         None
     }
 
+    /// Reads again from `offset`, an event handed out and not checkpointed:
+    /// the next batch starts with it, and the events after it come again
+    /// (the worker skips those it is running or has done). This is how a
+    /// handed-back event (a nack) is redelivered.
+    ///
+    /// # Errors
+    /// [`ConsumeError::Revoked`] when the partition is no longer this reader's;
+    /// [`ConsumeError::Unavailable`] when the stream cannot be read now.
+    async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError>;
+
     /// Records that every event up to and including `offset` is complete.
     ///
     /// # Errors

@@ -1,8 +1,9 @@
-//! Faults injected into the log's file layer, so that tests can see what a
-//! full or failing disk does to an append (the `fault-injection` feature;
-//! without it every check passes and costs nothing).
+//! Faults injected into the store's file layer, so that tests can see what a
+//! full or failing disk does to an append or a status write (the
+//! `fault-injection` feature; without it every check passes and costs
+//! nothing).
 
-/// A switch that makes the log's writes fail as a full disk does.
+/// A switch that makes the store's writes fail as a full disk does.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     #[cfg(feature = "fault-injection")]
@@ -23,7 +24,8 @@ impl Faults {
         Ok(())
     }
 
-    /// Turns the fault on (every write and sync of the log fails) or off.
+    /// Turns the fault on (every write and sync of the log, and every commit
+    /// of the database, fails) or off.
     #[cfg(feature = "fault-injection")]
     pub fn fail_writes(&self, failing: bool) {
         self.failing

@@ -30,6 +30,11 @@ pub struct WorkerSettings {
     pub allow_backlog_to_ms: Millis,
     /// How long a backlog breach may last before the worker exits to be restarted.
     pub backlog_grace_period_ms: Millis,
+    /// Failures in a row of one status or dead-letter write after which the
+    /// event is handed back to the stream (a nack) and read again from there
+    /// (a Kafka seek), instead of waiting once more; 0 waits until the store
+    /// answers.
+    pub redeliver_after_failures: u32,
     /// What the admin listener allows a connection (timeouts, head size, connections).
     pub http: HttpSettings,
     /// The OS scheduling niceness (0 to 19) of the worker's threads. Above 0
@@ -59,6 +64,7 @@ impl Default for WorkerSettings {
             allow_backlog_of: 320_000,
             allow_backlog_to_ms: Millis::new(600_000),
             backlog_grace_period_ms: Millis::new(60_000),
+            redeliver_after_failures: 20,
             http: HttpSettings::default(),
             nice: 10,
             gateway_latency_goal_ms: Millis::new(5),
