@@ -233,3 +233,40 @@ async fn relay(
         }
     }
 }
+
+/// Commits for `group` the end of every partition of `settings`' topics, so
+/// that the group reads only what is published from now on (on a shared
+/// topic, earlier runs' events stay unread).
+///
+/// # Panics
+/// When the brokers cannot be reached or refuse the commit within 60 s.
+pub async fn start_group_at_the_end(settings: &KafkaSettings, group: &str) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let timeout = Duration::from_secs(60);
+    let mut config = skyport_kafka::client_config(settings);
+    config.set("group.id", group);
+    let consumer: BaseConsumer = config.create().expect("a Kafka client");
+    let topics = settings.topics.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut ends = TopicPartitionList::new();
+        for topic in &topics {
+            let metadata = consumer
+                .fetch_metadata(Some(topic), timeout)
+                .expect("the topic's metadata");
+            for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, partition.id(), timeout)
+                    .expect("the partition's watermarks");
+                ends.add_partition_offset(topic, partition.id(), Offset::Offset(high))
+                    .expect("an offset for the partition");
+            }
+        }
+        consumer
+            .commit(&ends, CommitMode::Sync)
+            .expect("the group's offsets at the topic's end");
+    })
+    .await
+    .expect("the commit's task");
+}

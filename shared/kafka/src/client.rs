@@ -13,8 +13,9 @@ use skyport_runtime::config::{ConfigError, KafkaSettings};
 use crate::KafkaOpenError;
 
 /// The librdkafka configuration common to the producer and the consumer:
-/// brokers, client id, security, then the pass-through properties.
-pub(crate) fn base_config(settings: &KafkaSettings) -> ClientConfig {
+/// brokers, client id, security, then the pass-through properties (for
+/// tools that reach the same cluster as Skyport does).
+pub fn client_config(settings: &KafkaSettings) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", settings.brokers.join(","))

@@ -9,7 +9,10 @@
 //! callbacks: an assigned partition gets its queue before its first fetch; a
 //! revoked one is told to stop, and the revocation completes once its
 //! in-flight work has drained and its offsets are committed, or after
-//! `kafka.drain_timeout_ms`. The partitions kept go on meanwhile.
+//! `kafka.drain_timeout_ms`. The partitions kept go on meanwhile. A
+//! partition whose work is saturated (the worker's in-flight window full, or
+//! its intake paused) is paused: not fetched, while the poll thread keeps the
+//! membership alive; it resumes as soon as the worker takes events again.
 //!
 //! The consumer joins the group on the first [`Consumer::next_partition`],
 //! so a process that only publishes never becomes a member.
@@ -38,7 +41,7 @@ use tokio::sync::{Mutex as AsyncMutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::KafkaOpenError;
-use crate::client::{Topics, base_config, creation_error};
+use crate::client::{Topics, client_config, creation_error};
 
 /// How often the poll thread polls the consumer when nothing wakes it, and
 /// how often librdkafka reports the partitions' high watermarks.
@@ -159,6 +162,7 @@ impl Context {
                 revoked,
                 high,
                 next: None,
+                paused: false,
                 _done: done_tx,
             };
             if self.shared.readers.send(reader).is_err() {
@@ -295,7 +299,7 @@ impl KafkaConsumer {
 
     async fn join(&self) -> Result<Member, KafkaOpenError> {
         let settings = &self.settings;
-        let mut config = base_config(settings);
+        let mut config = client_config(settings);
         config
             .set("group.id", &self.group)
             .set("partition.assignment.strategy", "cooperative-sticky")
@@ -324,7 +328,7 @@ impl KafkaConsumer {
             config.set("auto.offset.reset", "earliest");
         }
         let (readers_tx, readers_rx) = mpsc::unbounded_channel();
-        let probe: BaseProducer = base_config(settings)
+        let probe: BaseProducer = client_config(settings)
             .create()
             .map_err(|e| creation_error(settings, e))?;
         let names = settings.topics.clone();
@@ -352,7 +356,12 @@ impl KafkaConsumer {
         let stop = CancellationToken::new();
         let poller = {
             let (consumer, stop) = (Arc::clone(&consumer), stop.clone());
-            let runtime = tokio::runtime::Handle::current();
+            // A runtime of its own: the thread outlives no runtime it borrows,
+            // and the rebalance callbacks may block it.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(KafkaOpenError::Thread)?;
             std::thread::Builder::new()
                 .name("skyport-kafka-poll".into())
                 .spawn(move || runtime.block_on(poll(&consumer, &stop)))
@@ -450,6 +459,8 @@ struct KafkaPartitionReader {
     high: Arc<AtomicI64>,
     /// The offset after the last event handed out.
     next: Option<i64>,
+    /// Whether fetching the partition is paused (the worker takes no more now).
+    paused: bool,
     /// Dropped with the reader: tells a revocation that this partition is done.
     _done: std_mpsc::SyncSender<()>,
 }
@@ -462,6 +473,16 @@ impl std::fmt::Debug for KafkaPartitionReader {
             .field("number", &self.number)
             .field("next", &self.next)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for KafkaPartitionReader {
+    /// A paused partition is resumed before it goes (before a revocation
+    /// completes), so that it is fetched when this member gets it again.
+    fn drop(&mut self) {
+        if self.paused {
+            self.set_paused(false);
+        }
     }
 }
 
@@ -509,6 +530,25 @@ impl PartitionReader for KafkaPartitionReader {
         let high = self.high.load(Ordering::Relaxed);
         let next = self.next.unwrap_or(high);
         Some(u64::try_from(high.saturating_sub(next)).unwrap_or(0))
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+        let mut partition = TopicPartitionList::new();
+        partition.add_partition(&self.topic, self.partition);
+        let done = if paused {
+            self.consumer.pause(&partition)
+        } else {
+            self.consumer.resume(&partition)
+        };
+        match done {
+            Ok(()) => {
+                tracing::debug!(topic = %self.topic, partition = self.partition, paused, "Fetching of the partition paused or resumed.")
+            }
+            Err(error) => {
+                tracing::warn!(topic = %self.topic, partition = self.partition, paused, %error, "Cannot pause or resume fetching the partition.")
+            }
+        }
     }
 
     async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError> {

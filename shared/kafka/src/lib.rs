@@ -9,6 +9,7 @@ mod client;
 mod consumer;
 mod publisher;
 
+pub use self::client::client_config;
 pub use self::consumer::KafkaConsumer;
 pub use self::publisher::KafkaPublisher;
 

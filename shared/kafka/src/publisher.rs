@@ -25,7 +25,7 @@ use skyport_core::partitioning::shard_for;
 use skyport_core::ports::{OutboundEvent, Position, PublishError, Publisher};
 use skyport_runtime::config::KafkaSettings;
 
-use crate::client::{Topics, base_config, creation_error};
+use crate::client::{Topics, client_config, creation_error};
 use crate::{KafkaOpenError, headers};
 
 /// How often the producer reports its brokers' states.
@@ -92,7 +92,7 @@ impl KafkaPublisher {
     /// topic that does not exist, or brokers that do not answer within
     /// `kafka.delivery_timeout_ms`.
     pub async fn open(settings: &KafkaSettings) -> Result<Self, KafkaOpenError> {
-        let mut config = base_config(settings);
+        let mut config = client_config(settings);
         config
             .set("enable.idempotence", "true")
             .set("acks", "all")

@@ -15,8 +15,8 @@ use skyport_core::ports::{
 };
 use skyport_core::status::{DeliveryState, Step};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
-use skyport_runtime::config::{Millis, Settings};
-use skyport_tests::kafka::Broker;
+use skyport_runtime::config::{KafkaSettings, Millis, Settings};
+use skyport_tests::kafka::{Broker, start_group_at_the_end};
 use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
 use skyport_worker::Worker;
 use skyport_worker::workflow::Tally;
@@ -40,6 +40,12 @@ async fn two_thousand_requests_reach_scheduled_through_kafka() {
     let (_broker, _dir, mut settings) = on_kafka(PARTITIONS).await;
     settings.kafka.session_timeout_ms = Millis::new(10_000);
     settings.kafka.drain_timeout_ms = Millis::new(5_000);
+    two_thousand_requests_reach_scheduled(settings).await;
+}
+
+/// 2,000 POSTs through the gateway on Kafka, every one Scheduled, each
+/// service creating each delivery once.
+pub(crate) async fn two_thousand_requests_reach_scheduled(settings: Settings) {
     let app = TestApp::spawn_with(settings).await;
     let accepted = app.client.post_many(2_000).await;
     assert_eq!(accepted.len(), 2_000);
@@ -63,10 +69,17 @@ async fn two_thousand_requests_reach_scheduled_through_kafka() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_spread_evenly_over_six_partitions_and_a_keys_events_keep_their_order() {
     let broker = Broker::start(&[TOPIC], PARTITIONS).await;
-    let publisher = KafkaPublisher::open(&broker.settings(&[TOPIC]))
-        .await
-        .unwrap();
-    let publishes = (0..2_000).map(|n| publisher.publish(event(&format!("delivery-{n}"), n)));
+    keys_spread_evenly_and_keep_their_order(&broker.settings(&[TOPIC]), "delivery").await;
+}
+
+/// 2,000 keys (`{prefix}-{n}`) spread over the topic's six partitions within
+/// 10 % of even; 50 events of one key stay on its partition, in order.
+pub(crate) async fn keys_spread_evenly_and_keep_their_order(
+    settings: &KafkaSettings,
+    prefix: &str,
+) {
+    let publisher = KafkaPublisher::open(settings).await.unwrap();
+    let publishes = (0..2_000).map(|n| publisher.publish(event(&format!("{prefix}-{n}"), n)));
     let positions = futures_util::future::join_all(publishes).await;
     let mut per_partition: BTreeMap<u32, u64> = BTreeMap::new();
     for position in positions {
@@ -90,7 +103,10 @@ async fn keys_spread_evenly_over_six_partitions_and_a_keys_events_keep_their_ord
     }
     let mut last = None;
     for n in 0..50 {
-        let position = publisher.publish(event("one-key", n)).await.unwrap();
+        let position = publisher
+            .publish(event(&format!("{prefix}-one-key"), n))
+            .await
+            .unwrap();
         let offset = position.offset.expect("Kafka tells the offset");
         if let Some((partition, previous)) = last {
             assert_eq!(
@@ -257,6 +273,14 @@ async fn members_joining_and_leaving_mid_load_move_only_the_partitions_that_chan
     let (_broker, _dir, mut settings) = on_kafka(PARTITIONS).await;
     settings.kafka.session_timeout_ms = Millis::new(10_000);
     settings.kafka.drain_timeout_ms = Millis::new(5_000);
+    members_join_and_leave_mid_load(settings).await;
+}
+
+/// Two members of one group on the topic's six partitions, a third joining
+/// and one leaving while requests arrive: cooperative rebalancing moves
+/// only the partitions that change hands, nothing is lost, and only what
+/// was in flight on a moved partition may run twice (counted and printed).
+pub(crate) async fn members_join_and_leave_mid_load(mut settings: Settings) {
     settings.simulator.latency_ms = Millis::new(10);
     settings.worker.max_in_flight = 16;
     let app = TestApp::spawn_with(settings).await;
@@ -407,6 +431,31 @@ async fn a_reader_tells_how_far_behind_it_is_from_the_high_watermark() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_started_at_the_end_reads_only_what_is_published_after() {
+    let broker = Broker::start(&[TOPIC], 1).await;
+    let settings = broker.settings(&[TOPIC]);
+    let publisher = KafkaPublisher::open(&settings).await.unwrap();
+    for n in 0..10 {
+        publisher
+            .publish(event(&format!("before-{n}"), n))
+            .await
+            .unwrap();
+    }
+    start_group_at_the_end(&settings, "at-the-end").await;
+    publisher.publish(event("after", 10)).await.unwrap();
+    let consumer = KafkaConsumer::new(&settings, "at-the-end");
+    let mut reader = tokio::time::timeout(Duration::from_secs(30), consumer.next_partition())
+        .await
+        .expect("a partition within 30 s")
+        .unwrap();
+    let batch = reader.next_batch(10).await.unwrap();
+    let offsets: Vec<u64> = batch.iter().map(|e| e.offset).collect();
+    assert_eq!(offsets, [10]);
+    drop(reader);
+    consumer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_are_dead_lettered_and_their_partitions_move_on() {
     let (_broker, _dir, settings) = on_kafka(2).await;
     let app = TestApp::spawn_with(settings).await;
@@ -518,4 +567,107 @@ async fn a_broker_unreachable_for_ten_seconds_gets_fast_503s_and_both_sides_reco
         assert_eq!(stats.get(service).created, 201, "{service:?}");
     }
     app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_mid_batch_lets_in_flight_work_finish_and_commits_it_before_the_partitions_go()
+{
+    let (_broker, _dir, mut settings) = on_kafka(4).await;
+    settings.kafka.session_timeout_ms = Millis::new(10_000);
+    a_revocation_mid_batch_commits_the_in_flight_work_first(settings).await;
+}
+
+/// A member with 1.5 s workflows in flight on every partition when a second
+/// member joins: the revoked partitions take no new events, their
+/// in-flight work finishes and is committed before the revocation
+/// completes, so the new owner starts after it and nothing runs twice. The
+/// backlog shows as lag on `/metrics`, back to 0 at the end.
+pub(crate) async fn a_revocation_mid_batch_commits_the_in_flight_work_first(
+    mut settings: Settings,
+) {
+    /// Requests posted: about 28 s of work for one member at 32 at a time.
+    const REVOCATION_LOAD: usize = 600;
+    settings.kafka.drain_timeout_ms = Millis::new(10_000);
+    // Five calls of 300 ms: every partition has 1.5 s workflows in flight
+    // when the second member joins.
+    settings.simulator.latency_ms = Millis::new(300);
+    settings.simulator.jitter_ms = Millis::new(0);
+    settings.worker.max_in_flight = 8;
+    let app = TestApp::spawn_with(settings).await;
+    let urls = post_range(&app.client, 0..REVOCATION_LOAD).await;
+    let tally = &app.app.tally;
+    eventually(
+        "work under way on every partition",
+        Duration::from_secs(60),
+        || async { (tally.scheduled.load(Ordering::Relaxed) >= 16).then_some(()) },
+    )
+    .await;
+    eventually(
+        "the backlog as lag on /metrics",
+        Duration::from_secs(10),
+        || async { (lag_on_metrics(&app.client).await > 0).then_some(()) },
+    )
+    .await;
+    let joined = Instant::now();
+    let b = Member::start(&app);
+    eventually(
+        "the second member takes half the partitions",
+        Duration::from_secs(60),
+        || async { (b.consumer.assignment().len() == 2).then_some(()) },
+    )
+    .await;
+    let moved = joined.elapsed();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(180))
+        .await;
+    for document in &documents {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+    }
+    let stats = app.simulator().stats();
+    let calls: u64 = Step::ALL.iter().map(|s| stats.get(*s).calls).sum();
+    let (a_done, b_done) = (
+        tally.scheduled.load(Ordering::Relaxed),
+        b.tally.scheduled.load(Ordering::Relaxed),
+    );
+    println!(
+        "revocation: B took {:?} after {moved:?}; A scheduled {a_done}, B {b_done}; service calls {calls}",
+        b.consumer.assignment()
+    );
+    // The revoked partitions' in-flight work finished on A (none given up)
+    // and was committed before B took them: nothing ran twice.
+    assert_eq!(tally.abandoned.load(Ordering::Relaxed), 0);
+    assert_eq!(tally.replayed.load(Ordering::Relaxed), 0);
+    assert_eq!(b.tally.replayed.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        calls,
+        REVOCATION_LOAD as u64 * Step::ALL.len() as u64,
+        "no event ran twice"
+    );
+    assert!(b_done > 0, "B worked on the partitions it took");
+    eventually(
+        "the lag back to 0 on /metrics",
+        Duration::from_secs(30),
+        || async { (lag_on_metrics(&app.client).await == 0).then_some(()) },
+    )
+    .await;
+    b.stop().await;
+    app.app.stop().await.unwrap();
+}
+
+/// The sum of `skyport_consumer_lag_events` over the partitions on the app's `/metrics`.
+async fn lag_on_metrics(client: &Client) -> i64 {
+    let text = client
+        .http
+        .get(format!("{}/metrics", client.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| line.starts_with("skyport_consumer_lag_events{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
 }

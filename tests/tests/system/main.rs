@@ -21,6 +21,8 @@ mod helm_chart;
 mod idempotency;
 mod images;
 mod kafka;
+#[cfg(feature = "live")]
+mod kafka_live;
 mod load_shedding;
 mod openapi_clients;
 mod slow_clients;

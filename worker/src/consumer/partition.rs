@@ -34,6 +34,8 @@ struct Partition {
     tracker: Tracker,
     tasks: JoinSet<(u64, Outcome)>,
     offsets: HashMap<Id, u64>,
+    /// Whether the reader was told that the worker takes no more events now.
+    saturated: bool,
 }
 
 pub async fn run(
@@ -50,6 +52,7 @@ pub async fn run(
         tracker: Tracker::default(),
         tasks: JoinSet::new(),
         offsets: HashMap::new(),
+        saturated: false,
     };
     // In-flight events keep running through the grace period; this gives them up after it.
     let abandon = CancellationToken::new();
@@ -105,6 +108,10 @@ pub async fn run(
             }
         }
         let pulling = room > 0 && !*paused.borrow_and_update();
+        if pulling == partition.saturated {
+            partition.saturated = !pulling;
+            partition.reader.set_paused(partition.saturated);
+        }
         tokio::select! {
             () = shutdown.cancelled() => break,
             Some(joined) = partition.tasks.join_next_with_id(), if !partition.tasks.is_empty() => {

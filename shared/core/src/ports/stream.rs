@@ -109,6 +109,12 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
         None
     }
 
+    /// Whether the worker takes more events from this partition now (its
+    /// in-flight window is full, or intake is paused). A stream that fetches
+    /// ahead stops fetching the partition while it does not, and the reader
+    /// keeps what it already holds.
+    fn set_paused(&mut self, _paused: bool) {}
+
     /// Reads again from `offset`, an event handed out and not checkpointed:
     /// the next batch starts with it, and the events after it come again
     /// (the worker skips those it is running or has done). This is how a
