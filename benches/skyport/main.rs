@@ -57,7 +57,7 @@ use skyport::Backends;
 use skyport_core::event::{DeliveryRequested, Event};
 use skyport_core::ports::PublishError;
 use skyport_core::request::DeliveryRequest;
-use skyport_runtime::config::{LogFormat, Settings};
+use skyport_runtime::config::{LogFormat, Settings, StreamBackend};
 use skyport_runtime::telemetry::Telemetry;
 use skyport_tests::kafka::Broker;
 use time::OffsetDateTime;
@@ -567,7 +567,30 @@ impl Bench {
             plan.end_to_end
         );
         memory::reset_peak()?;
+        let partitions = {
+            let settings = self.settings(phase, extra)?;
+            match settings.stream_backend() {
+                StreamBackend::Kafka => KAFKA_PARTITIONS,
+                _ => settings.stream.partitions,
+            }
+        };
         let (system, services) = self.system(phase, 0, extra).await?;
+        // As users run it, the worker is up before the load comes: the clock
+        // starts once it reads every partition (on Kafka, after the group's
+        // first join and rebalance).
+        let joining = Instant::now();
+        while system.partitions_read() < partitions as usize {
+            anyhow::ensure!(
+                joining.elapsed() < Duration::from_secs(120),
+                "the worker read {} of {partitions} partitions after 120 s",
+                system.partitions_read()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "{phase}: the worker reads all {partitions} partitions after {:.1} s",
+            joining.elapsed().as_secs_f64()
+        );
         let started = Instant::now();
         let post = poster::post(
             &system.url,

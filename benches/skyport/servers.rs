@@ -12,6 +12,7 @@ use skyport::Backends;
 use skyport_api::Gateway;
 use skyport_core::request::DeliveryRequest;
 use skyport_runtime::config::{Cli, Settings};
+use skyport_runtime::metrics;
 use skyport_worker::workflow::Tally;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -143,6 +144,15 @@ impl AllInOne {
 
     pub(crate) fn published(&self) -> u64 {
         published(&self.app.backends)
+    }
+
+    /// Partitions the worker reads now: the checkpoint-age series on `/metrics`.
+    pub(crate) fn partitions_read(&self) -> usize {
+        metrics::global()
+            .render()
+            .lines()
+            .filter(|line| line.starts_with("skyport_checkpoint_age_seconds{"))
+            .count()
     }
 
     /// Deliveries that ended Scheduled.
