@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use skyport::{App, Backends, Store};
 use skyport_api::routes::deliveries::Accepted;
 use skyport_azure::cosmos::CosmosStore;
-use skyport_core::status::StatusDocument;
+use skyport_core::status::{DeliveryState, StatusDocument, Step};
 use skyport_embedded::EmbeddedStore;
 use skyport_runtime::config::{Millis, Settings};
 use skyport_simulator::{Simulator, SimulatorStats};
@@ -125,6 +125,26 @@ impl TestApp {
 
     pub fn simulator(&self) -> &Simulator {
         self.app.simulator.as_ref().unwrap()
+    }
+
+    /// Waits (at most `within`) until every delivery behind `urls` is
+    /// terminal, and asserts that each ended Scheduled and that each
+    /// simulated service created each delivery once, with no conflicting call.
+    pub async fn expect_all_scheduled_once(&self, urls: &[String], within: Duration) {
+        let documents = self.client.wait_for_terminal(urls, within).await;
+        for document in &documents {
+            assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
+        }
+        let stats = self.simulator().stats();
+        for service in Step::ALL {
+            let counters = stats.get(service);
+            assert_eq!(
+                counters.created,
+                urls.len() as u64,
+                "{service:?}: {counters:?}"
+            );
+            assert_eq!(counters.conflicts, 0, "{service:?}: {counters:?}");
+        }
     }
 
     /// The embedded store the stream lives in.
