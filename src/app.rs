@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use skyport_api::Gateway;
 use skyport_api::auth::Auth;
-use skyport_runtime::config::{ServicesProtocol, Settings};
+use skyport_runtime::config::{Millis, ServicesProtocol, Settings, StreamBackend};
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
 use skyport_worker::Worker;
@@ -99,11 +99,18 @@ impl App {
         if simulator.is_some() && services.protocol == ServicesProtocol::Auto {
             services.protocol = ServicesProtocol::H2c;
         }
+        // The gateway's answers wait on the worker only where both share the
+        // embedded store's disk and committer; on Kafka or Event Hubs they
+        // wait on the broker's round trip, which no narrower window shortens.
+        let mut worker_settings = settings.worker.clone();
+        if settings.stream_backend() != StreamBackend::Embedded {
+            worker_settings.gateway_latency_goal_ms = Millis::new(0);
+        }
         let worker = Worker::new(
             &backends.ports,
             services_url.clone(),
             &services,
-            settings.worker.clone(),
+            worker_settings,
         )?;
         let tally = worker.tally();
         let gateway = Gateway::bind(

@@ -42,11 +42,12 @@ pub struct WorkerSettings {
     /// or on a shared node), so a spike is accepted at the gateway's rate and
     /// drained afterwards; with the CPU otherwise idle it costs nothing.
     pub nice: i32,
-    /// Beside a gateway in the same process (the all-in-one): while the
-    /// gateway's slowest API answer in each 50 ms is slower than this, the
-    /// worker halves its in-flight window (down to an eighth of
-    /// `max_in_flight`), and widens it again step by step while it is not.
-    /// 0 keeps the whole window always.
+    /// Beside a gateway in the same process (the all-in-one) on the
+    /// embedded stream: while the gateway's slowest API answer in each 50 ms
+    /// is slower than this, the worker halves its in-flight window (down to
+    /// an eighth of `max_in_flight`), and widens it again step by step while
+    /// it is not. 0 keeps the whole window always, as on Kafka and Event
+    /// Hubs, where an answer waits on the broker rather than on the worker.
     pub gateway_latency_goal_ms: Millis,
 }
 
