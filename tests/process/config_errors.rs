@@ -176,3 +176,41 @@ fn kafka_settings_name_their_key_including_a_property_librdkafka_refuses() {
         "kafka.properties.no.such.property",
     );
 }
+
+#[test]
+fn a_bad_throughput_group_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    assert_names(
+        &run(
+            &["--data-dir", data],
+            &[
+                (
+                    "SKYPORT__COSMOS__THROUGHPUT_GROUPS__BULK__CONTAINER",
+                    "status",
+                ),
+                (
+                    "SKYPORT__COSMOS__THROUGHPUT_GROUPS__BULK__WORK",
+                    "[\"status_writes\"]",
+                ),
+                (
+                    "SKYPORT__COSMOS__THROUGHPUT_GROUPS__BULK__TARGET_FRACTION",
+                    "2",
+                ),
+            ],
+        ),
+        "cosmos.throughput_groups.bulk.target_fraction",
+    );
+    assert_names(
+        &run(
+            &[
+                "--data-dir",
+                data,
+                "--set",
+                "cosmos.throughput_control.renew_interval_ms=1000",
+            ],
+            &[],
+        ),
+        "cosmos.throughput_control.renew_interval_ms",
+    );
+}

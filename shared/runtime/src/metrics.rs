@@ -97,6 +97,12 @@ pub struct OperationLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    /// A Cosmos DB throughput control group, as configured.
+    pub group: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `scheduled`, `failed`, `cancelled`, `cancel_requested`, `already_terminal`,
     /// `dead_lettered` or `abandoned`.
@@ -143,6 +149,13 @@ pub struct Metrics {
     pub breaker_state: Family<ServiceLabels, Gauge>,
     pub throttled: Family<DependencyLabels, Counter>,
     pub request_units: Family<OperationLabels, Counter<f64, AtomicU64>>,
+    pub group_budget: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+    pub group_allocated: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+    pub group_share: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+    pub group_load_factor: Family<GroupLabels, Gauge<f64, AtomicU64>>,
+    pub group_request_units: Family<GroupLabels, Counter<f64, AtomicU64>>,
+    pub group_delayed: Family<GroupLabels, Counter>,
+    pub group_throttled: Family<GroupLabels, Counter>,
     pub workflow_events: Family<OutcomeLabels, Counter>,
     pub replays: Counter,
     checkpoints: Arc<CheckpointAges>,
@@ -254,6 +267,48 @@ impl Metrics {
             "Cosmos DB request units charged, by operation",
             request_units.clone(),
         );
+        let group_budget = Family::default();
+        registry.register(
+            "throughput_group_budget_ru_per_s",
+            "A throughput control group's budget: its target, or its fraction of the container's offer",
+            group_budget.clone(),
+        );
+        let group_allocated = Family::default();
+        registry.register(
+            "throughput_group_allocated_ru_per_s",
+            "The part of a group's budget this process may spend each second",
+            group_allocated.clone(),
+        );
+        let group_share = Family::default();
+        registry.register(
+            "throughput_group_share",
+            "This process's share of a global group's budget (1 for a local group)",
+            group_share.clone(),
+        );
+        let group_load_factor = Family::default();
+        registry.register(
+            "throughput_group_load_factor",
+            "How much of its allocation this process used over the last renewal (at least 0.1)",
+            group_load_factor.clone(),
+        );
+        let group_request_units = Family::default();
+        registry.register(
+            "throughput_group_request_units",
+            "Request units charged to a group (errors included)",
+            group_request_units.clone(),
+        );
+        let group_delayed = Family::default();
+        registry.register(
+            "throughput_group_delayed",
+            "Requests a group held until a later cycle had budget",
+            group_delayed.clone(),
+        );
+        let group_throttled = Family::default();
+        registry.register(
+            "throughput_group_throttled",
+            "Requests a group refused at once (its budget spent; not the service's own 429s)",
+            group_throttled.clone(),
+        );
         let workflow_events = Family::default();
         registry.register(
             "workflow_events",
@@ -286,6 +341,13 @@ impl Metrics {
             breaker_state,
             throttled,
             request_units,
+            group_budget,
+            group_allocated,
+            group_share,
+            group_load_factor,
+            group_request_units,
+            group_delayed,
+            group_throttled,
             workflow_events,
             replays,
             checkpoints,

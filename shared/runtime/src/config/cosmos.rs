@@ -1,12 +1,15 @@
 //! `[cosmos]`: Azure Cosmos DB, where status, dead letters, reservations and
 //! the stream's leases live in the azure profile.
 
+use std::collections::BTreeMap;
+
 use secrecy::SecretString;
 use serde::Deserialize;
 use url::Url;
 
 use super::checks::Checks;
 use super::duration::Millis;
+use super::throughput::{self, GlobalControlSettings, GroupScope, ThroughputGroupSettings};
 
 /// How the Cosmos DB client authenticates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -48,6 +51,10 @@ pub struct CosmosSettings {
     pub bulk_max_in_flight: usize,
     /// Wait after a 429 that names no `x-ms-retry-after-ms`.
     pub throttle_retry_ms: Millis,
+    /// Throughput control groups by name (none by default: uncontrolled).
+    pub throughput_groups: BTreeMap<String, ThroughputGroupSettings>,
+    /// How global groups are shared, and how often offers are read again.
+    pub throughput_control: GlobalControlSettings,
 }
 
 impl Default for CosmosSettings {
@@ -68,6 +75,8 @@ impl Default for CosmosSettings {
             bulk_max_wait_ms: Millis::new(1_000),
             bulk_max_in_flight: 32,
             throttle_retry_ms: Millis::new(2_000),
+            throughput_groups: BTreeMap::new(),
+            throughput_control: GlobalControlSettings::default(),
         }
     }
 }
@@ -100,5 +109,29 @@ impl CosmosSettings {
         }
         checks.at_least(self.bulk_max_items, 1, "bulk_max_items");
         checks.at_least(self.bulk_max_in_flight, 1, "bulk_max_in_flight");
+        throughput::validate_groups(
+            &self.throughput_groups,
+            &self.containers(),
+            &mut checks.section("throughput_groups"),
+        );
+        self.throughput_control
+            .validate(&mut checks.section("throughput_control"));
+    }
+
+    /// The containers Skyport keeps its data in, as configured.
+    pub fn containers(&self) -> [&str; 4] {
+        [
+            &self.status_container,
+            &self.dead_letter_container,
+            &self.reservations_container,
+            &self.leases_container,
+        ]
+    }
+
+    /// Whether some group shares its budget through the control container.
+    pub fn has_global_groups(&self) -> bool {
+        self.throughput_groups
+            .values()
+            .any(|group| group.scope == GroupScope::Global)
     }
 }

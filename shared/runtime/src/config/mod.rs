@@ -26,6 +26,7 @@ mod stream;
 mod telemetry;
 #[cfg(test)]
 mod tests;
+mod throughput;
 mod worker;
 
 use serde::Deserialize;
@@ -46,6 +47,10 @@ pub use self::services::{ServicesProtocol, ServicesSettings};
 pub use self::simulator::SimulatorSettings;
 pub use self::stream::{StoreBackend, StoreSettings, StreamBackend, StreamSettings};
 pub use self::telemetry::{LogFormat, TelemetrySettings};
+pub use self::throughput::{
+    GlobalControlSettings, GroupScope, MIN_RENEW_INTERVAL_MS, OnInitError, Priority,
+    ThroughputGroupSettings, Work,
+};
 pub use self::worker::WorkerSettings;
 
 /// Everything a Skyport process can be told.

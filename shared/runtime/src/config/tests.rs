@@ -448,3 +448,63 @@ fn the_kafka_profile_needs_brokers_and_checks_its_keys() {
     let (user, _) = settings.kafka.sasl_credentials().expect("credentials");
     assert_eq!(user, "$ConnectionString");
 }
+
+#[test]
+fn throughput_groups_load_from_flags_and_name_their_keys() {
+    let settings = Settings::load(&cli(&[
+        "cosmos.throughput_groups.bulk.container=status",
+        "cosmos.throughput_groups.bulk.work=[\"status_writes\", \"dead_letters\"]",
+        "cosmos.throughput_groups.bulk.target_ru_per_s=200",
+        "cosmos.throughput_groups.bulk.target_fraction=0.5",
+        "cosmos.throughput_groups.bulk.scope=global",
+        "cosmos.throughput_groups.clients.container=status",
+        "cosmos.throughput_groups.clients.work=[\"status_reads\"]",
+        "cosmos.throughput_groups.clients.target_ru_per_s=100",
+    ]))
+    .expect("valid");
+    let bulk = &settings.cosmos.throughput_groups["bulk"];
+    assert_eq!(bulk.work, [Work::StatusWrites, Work::DeadLetters]);
+    assert_eq!(bulk.target_ru_per_s, Some(200));
+    assert_eq!(bulk.target_fraction, Some(0.5));
+    assert_eq!(bulk.scope, GroupScope::Global);
+    assert_eq!(bulk.effective_priority(), Priority::Low);
+    let clients = &settings.cosmos.throughput_groups["clients"];
+    assert_eq!(clients.effective_priority(), Priority::High);
+    assert!(settings.cosmos.has_global_groups());
+
+    let errors = Settings::load(&cli(&[
+        "cosmos.throughput_groups.a.container=nowhere",
+        "cosmos.throughput_groups.a.work=[\"status_writes\"]",
+        "cosmos.throughput_groups.a.target_fraction=1.5",
+        "cosmos.throughput_groups.b.container=status",
+        "cosmos.throughput_groups.b.work=[\"status_writes\"]",
+        "cosmos.throughput_groups.c.container=status",
+        "cosmos.throughput_groups.c.work=[\"status_reads\"]",
+        "cosmos.throughput_control.renew_interval_ms=1000",
+        "cosmos.throughput_control.expire_interval_ms=2000",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "cosmos.throughput_groups.a.container");
+    assert_named(&errors, "cosmos.throughput_groups.a.target_fraction");
+    assert!(
+        named(&errors, "cosmos.throughput_groups.b.work")
+            .message
+            .contains("group a")
+    );
+    assert_named(&errors, "cosmos.throughput_groups.c.target_ru_per_s");
+    assert_named(&errors, "cosmos.throughput_control.renew_interval_ms");
+    assert_named(&errors, "cosmos.throughput_control.expire_interval_ms");
+
+    let errors = Settings::load(&cli(&[
+        "cosmos.throughput_groups.a.container=status",
+        "cosmos.throughput_groups.a.work=[\"no_such_work\"]",
+    ]))
+    .expect_err("invalid");
+    assert!(
+        errors
+            .0
+            .iter()
+            .any(|e| e.key.starts_with("cosmos.throughput_groups")),
+        "{errors}"
+    );
+}
