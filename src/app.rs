@@ -107,7 +107,7 @@ impl App {
             worker_settings.gateway_latency_goal_ms = Millis::new(0);
         }
         let worker = Worker::new(
-            &backends.ports,
+            &backends.worker_ports(),
             services_url.clone(),
             &services,
             worker_settings,

@@ -127,6 +127,16 @@ impl Backends {
         })
     }
 
+    /// The ports as the worker uses them: on Cosmos DB its status reads
+    /// count with its status writes ([`CosmosStore::for_worker`]).
+    pub fn worker_ports(&self) -> Ports {
+        let mut ports = self.ports.clone();
+        if let Store::Cosmos(cosmos) = &self.store {
+            ports.status = cosmos.for_worker();
+        }
+        ports
+    }
+
     /// Flushes what the backends buffer and logs what they spent.
     pub async fn close(&self) {
         if let Store::Cosmos(cosmos) = &self.store {

@@ -33,7 +33,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .await
         .context("cannot open the stream and store")?;
     let worker = Worker::new(
-        &backends.ports,
+        &backends.worker_ports(),
         services_url,
         &settings.services,
         settings.worker.clone(),

@@ -209,7 +209,12 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
             .all(|d| d.state == DeliveryState::Scheduled)
     );
     let cosmos = app.cosmos();
-    let (written, _) = cosmos.request_units().spent(Operation::Write);
+    let (written, write_units) = cosmos.request_units().spent(Operation::Write);
+    println!(
+        "1,000 deliveries: {written} status writes, {write_units:.0} RU ({:.1} writes and {:.1} RU per delivery)",
+        written as f64 / 1_000.0,
+        write_units / 1_000.0
+    );
     assert!(
         written >= 2_000,
         "Processing and Scheduled of every delivery went to Cosmos DB: {written}"

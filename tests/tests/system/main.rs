@@ -26,3 +26,4 @@ mod kafka_live;
 mod load_shedding;
 mod openapi_clients;
 mod slow_clients;
+mod throughput_control;

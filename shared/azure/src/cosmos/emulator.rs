@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use azure_core::credentials::Secret;
+use azure_core::http::headers::HeaderName;
 use azure_core::http::{Request, Url};
 use azure_data_cosmos::options::{Region, RoutingStrategy};
 use azure_data_cosmos::{
@@ -24,20 +25,45 @@ use super::throttle::no_throttle_retry;
 const GATEWAY: &str = "https://eastus.emulator.local";
 const KEY: &str = "c2t5cG9ydC1lbXVsYXRvci1rZXk=";
 
-/// Counts the document requests that reach the emulator: what went on the wire.
+/// Counts the document requests that reach the emulator: what went on the
+/// wire, and the server-side priority they asked for.
 #[derive(Debug, Default)]
-pub struct WireRequests(AtomicU64);
+pub struct WireRequests {
+    documents: AtomicU64,
+    high: AtomicU64,
+    low: AtomicU64,
+}
 
 impl WireRequests {
     pub fn documents(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.documents.load(Ordering::Relaxed)
+    }
+
+    /// Document requests that carried `x-ms-cosmos-priority-level`: (High, Low).
+    pub fn by_priority(&self) -> (u64, u64) {
+        (
+            self.high.load(Ordering::Relaxed),
+            self.low.load(Ordering::Relaxed),
+        )
     }
 }
 
 impl RequestObserver for WireRequests {
     fn on_request(&self, request: &Request) {
         if request.url().path().contains("/docs") {
-            self.0.fetch_add(1, Ordering::Relaxed);
+            self.documents.fetch_add(1, Ordering::Relaxed);
+            let priority = request
+                .headers()
+                .get_optional_str(&HeaderName::from_static("x-ms-cosmos-priority-level"));
+            match priority {
+                Some(level) if level.eq_ignore_ascii_case("high") => {
+                    self.high.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(level) if level.eq_ignore_ascii_case("low") => {
+                    self.low.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
         }
     }
 }

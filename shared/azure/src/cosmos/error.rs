@@ -13,6 +13,12 @@ pub enum CosmosOpenError {
     Connect(#[source] BoxError),
     #[error("{what} does not exist and cosmos.create_if_missing is false")]
     Missing { what: String },
+    #[error("{key}: the throughput control group cannot start")]
+    ThroughputControl {
+        key: String,
+        #[source]
+        source: BoxError,
+    },
     #[error("cannot create {what}")]
     Create {
         what: String,

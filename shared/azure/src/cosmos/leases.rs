@@ -10,18 +10,19 @@
 
 use async_trait::async_trait;
 use azure_core::http::Etag;
-use azure_data_cosmos::options::{ItemWriteOptions, Precondition};
+use azure_data_cosmos::options::{ItemWriteOptions, Precondition, QueryOptions};
 use azure_data_cosmos::{FeedScope, Query};
 use futures_util::TryStreamExt;
 use serde_json::Value;
 use skyport_core::ports::{
     ETag, Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion,
 };
+use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
 use super::request_units::Operation;
 use super::store::CosmosStore;
-use super::throttle::{charge, error_charge, lost_race, retry_throttled};
+use super::throttle::{Paged, charge};
 
 const ID: &str = "id";
 const GROUP: &str = "partitionKey";
@@ -51,26 +52,33 @@ fn lease(mut document: LeaseFields) -> Option<Lease> {
 #[async_trait]
 impl LeaseStore for CosmosStore {
     async fn list(&self, group: &str, prefix: &str) -> Result<Vec<Lease>, LeaseError> {
-        let documents = retry_throttled(&self.units, self.throttle_retry, || async {
-            let mut pages = self
-                .leases
-                .query_items::<LeaseFields>(
-                    Query::from("SELECT * FROM c"),
-                    FeedScope::partition(group.to_owned()),
-                    None,
-                )
-                .await?
-                .into_pages();
-            let mut documents = Vec::new();
-            while let Some(page) = pages.try_next().await? {
-                self.units.record(Operation::Query, charge(page.headers()));
-                documents.extend(page.into_items());
-            }
-            Ok(documents)
-        })
-        .await
-        .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;
+        let documents = self
+            .requests
+            .run(Work::Leases, Operation::Query, u32::MAX, |options| async {
+                let options = QueryOptions::default().with_operation_options(options);
+                let mut pages = self
+                    .leases
+                    .query_items::<LeaseFields>(
+                        Query::from("SELECT * FROM c"),
+                        FeedScope::partition(group.to_owned()),
+                        Some(options),
+                    )
+                    .await?
+                    .into_pages();
+                let mut documents = Paged {
+                    items: Vec::new(),
+                    charge: 0.0,
+                };
+                while let Some(page) = pages.try_next().await? {
+                    documents.charge += charge(page.headers());
+                    documents.items.extend(page.into_items());
+                }
+                Ok(documents)
+            })
+            .await
+            .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;
         let mut leases: Vec<Lease> = documents
+            .items
             .into_iter()
             .filter_map(lease)
             .filter(|lease| lease.name.starts_with(prefix))
@@ -89,32 +97,33 @@ impl LeaseStore for CosmosStore {
         let mut document = fields.clone();
         document.insert(ID.into(), name.into());
         document.insert(GROUP.into(), group.into());
-        let result = retry_throttled(&self.units, self.throttle_retry, || async {
-            match &condition {
-                LeaseCondition::Any => {
-                    self.leases
-                        .upsert_item(group.to_owned(), name, &document, None)
-                        .await
+        let result = self
+            .requests
+            .run(Work::Leases, Operation::Write, u32::MAX, |options| async {
+                let options = ItemWriteOptions::default().with_operation_options(options);
+                match &condition {
+                    LeaseCondition::Any => {
+                        self.leases
+                            .upsert_item(group.to_owned(), name, &document, Some(options))
+                            .await
+                    }
+                    LeaseCondition::Absent => {
+                        self.leases
+                            .create_item(group.to_owned(), name, &document, Some(options))
+                            .await
+                    }
+                    LeaseCondition::Matches(ETag(etag)) => {
+                        let options = options
+                            .with_precondition(Precondition::if_match(Etag::from(etag.clone())));
+                        self.leases
+                            .replace_item(group.to_owned(), name, &document, Some(options))
+                            .await
+                    }
                 }
-                LeaseCondition::Absent => {
-                    self.leases
-                        .create_item(group.to_owned(), name, &document, None)
-                        .await
-                }
-                LeaseCondition::Matches(ETag(etag)) => {
-                    let options = ItemWriteOptions::default()
-                        .with_precondition(Precondition::if_match(Etag::from(etag.clone())));
-                    self.leases
-                        .replace_item(group.to_owned(), name, &document, Some(options))
-                        .await
-                }
-            }
-        })
-        .await;
+            })
+            .await;
         match result {
             Ok(response) => {
-                self.units
-                    .record(Operation::Write, charge(response.headers()));
                 let etag = response
                     .headers()
                     .etag()
@@ -125,14 +134,8 @@ impl LeaseStore for CosmosStore {
                     modified: OffsetDateTime::now_utc(),
                 })
             }
-            Err(e) => {
-                self.units.record(Operation::Write, error_charge(&e));
-                if lost_race(&e) {
-                    Err(LeaseError::Conflict)
-                } else {
-                    Err(LeaseError::Unavailable(Box::new(e)))
-                }
-            }
+            Err(e) if e.lost_race() => Err(LeaseError::Conflict),
+            Err(e) => Err(LeaseError::Unavailable(Box::new(e))),
         }
     }
 }

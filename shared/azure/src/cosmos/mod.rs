@@ -13,6 +13,9 @@
 //! - `reservations` (partition key `/id` = delivery id, TTL on): what a retried
 //!   POST is matched against; see [`reservations`].
 //!
+//! - the throughput control container (partition key `/groupId`), when a
+//!   throughput control group is global; see [`control`].
+//!
 //! The SDK's own 429 retries are off: this adapter waits out a 429 after the
 //! server's `x-ms-retry-after-ms` (or `cosmos.throttle_retry_ms`) and tries
 //! again for as long as its caller waits, counting it, never treating it as
@@ -22,6 +25,7 @@
 //! [`RequestUnits`]: request_units::RequestUnits
 
 mod bulk;
+mod control;
 #[cfg(feature = "cosmos-emulator")]
 pub mod emulator;
 mod error;
@@ -33,5 +37,6 @@ mod status_writes;
 mod store;
 mod throttle;
 
+pub use self::control::{GroupReport, Refused};
 pub use self::error::CosmosOpenError;
 pub use self::store::CosmosStore;

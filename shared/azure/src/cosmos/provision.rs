@@ -15,6 +15,8 @@ pub(super) struct Containers {
     pub(super) dead_letters: ContainerClient,
     pub(super) leases: ContainerClient,
     pub(super) reservations: ContainerClient,
+    /// The throughput control container, when a group is global.
+    pub(super) control: Option<ContainerClient>,
 }
 
 pub(super) async fn ensure(
@@ -69,6 +71,21 @@ pub(super) async fn ensure(
             Some(TimeToLive::NoDefault),
         )
         .await?,
+        // Global throughput control groups: the processes' items carry a `ttl`.
+        control: if settings.has_global_groups() {
+            Some(
+                container(
+                    client,
+                    settings,
+                    &settings.throughput_control.container,
+                    "/groupId",
+                    Some(TimeToLive::NoDefault),
+                )
+                .await?,
+            )
+        } else {
+            None
+        },
     })
 }
 

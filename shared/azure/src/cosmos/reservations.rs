@@ -7,9 +7,9 @@
 //! for it cannot both win.
 
 use azure_core::http::{Etag, StatusCode};
-use azure_data_cosmos::CosmosError;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
 use serde::{Deserialize, Serialize};
+use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
 use async_trait::async_trait;
@@ -17,7 +17,11 @@ use skyport_core::ports::{IdempotencyStore, Reservation, Reserved, StatusStoreEr
 
 use super::request_units::Operation;
 use super::store::CosmosStore;
-use super::throttle::{charge, error_charge, retry_throttled};
+use super::throttle::Failure;
+
+/// A reservation waits out the service's 429s (its throughput control
+/// group, if any, refuses it at once instead).
+const PATIENCE: u32 = u32::MAX;
 
 /// How many times a reservation is retried when the item changes under it.
 const RACES: usize = 3;
@@ -42,7 +46,7 @@ impl Item {
     }
 }
 
-fn unavailable(e: CosmosError) -> StatusStoreError {
+fn unavailable(e: Failure) -> StatusStoreError {
     StatusStoreError::Unavailable(Box::new(e))
 }
 
@@ -53,7 +57,7 @@ impl CosmosStore {
         id: &str,
     ) -> Result<Option<(Reservation, Etag)>, StatusStoreError> {
         let read: Option<(Item, Etag)> = self
-            .read_versioned(&self.reservations, id, u32::MAX)
+            .read_versioned(&self.reservations, id, Work::Reservations, PATIENCE)
             .await?;
         Ok(read.map(|(item, etag)| (item.reservation, etag)))
     }
@@ -62,19 +66,17 @@ impl CosmosStore {
         let id = &reservation.delivery_id;
         let item = Item::new(reservation);
         for _ in 0..RACES {
-            let created = retry_throttled(&self.units, self.throttle_retry, || {
-                self.reservations.create_item(id.clone(), id, &item, None)
-            })
-            .await;
+            let created = self
+                .requests
+                .run(Work::Reservations, Operation::Write, PATIENCE, |options| {
+                    let options = ItemWriteOptions::default().with_operation_options(options);
+                    self.reservations
+                        .create_item(id.clone(), id, &item, Some(options))
+                })
+                .await;
             match created {
-                Ok(response) => {
-                    self.units
-                        .record(Operation::Write, charge(response.headers()));
-                    return Ok(Reserved::New);
-                }
-                Err(e) if e.status().status_code() == StatusCode::Conflict => {
-                    self.units.record(Operation::Write, error_charge(&e));
-                }
+                Ok(_) => return Ok(Reserved::New),
+                Err(e) if e.status_code() == StatusCode::Conflict => {}
                 Err(e) => return Err(unavailable(e)),
             }
             let Some((held, etag)) = self.read_reservation(id).await? else {
@@ -83,27 +85,23 @@ impl CosmosStore {
             if held.expires_at > OffsetDateTime::now_utc() {
                 return Ok(Reserved::Existing(held));
             }
-            let options =
-                ItemWriteOptions::default().with_precondition(CosmosPrecondition::if_match(etag));
-            let replaced = retry_throttled(&self.units, self.throttle_retry, || {
-                self.reservations
-                    .replace_item(id.clone(), id, &item, Some(options.clone()))
-            })
-            .await;
+            let replaced = self
+                .requests
+                .run(Work::Reservations, Operation::Write, PATIENCE, |options| {
+                    let options = ItemWriteOptions::default()
+                        .with_operation_options(options)
+                        .with_precondition(CosmosPrecondition::if_match(etag.clone()));
+                    self.reservations
+                        .replace_item(id.clone(), id, &item, Some(options))
+                })
+                .await;
             match replaced {
-                Ok(response) => {
-                    self.units
-                        .record(Operation::Write, charge(response.headers()));
-                    return Ok(Reserved::New);
-                }
+                Ok(_) => return Ok(Reserved::New),
                 Err(e)
                     if matches!(
-                        e.status().status_code(),
+                        e.status_code(),
                         StatusCode::PreconditionFailed | StatusCode::NotFound
-                    ) =>
-                {
-                    self.units.record(Operation::Write, error_charge(&e));
-                }
+                    ) => {}
                 Err(e) => return Err(unavailable(e)),
             }
         }
@@ -120,22 +118,20 @@ impl CosmosStore {
         if held != *reservation {
             return Ok(());
         }
-        let options =
-            ItemWriteOptions::default().with_precondition(CosmosPrecondition::if_match(etag));
-        let deleted = retry_throttled(&self.units, self.throttle_retry, || {
-            self.reservations
-                .delete_item(id.clone(), id, Some(options.clone()))
-        })
-        .await;
+        let deleted = self
+            .requests
+            .run(Work::Reservations, Operation::Delete, PATIENCE, |options| {
+                let options = ItemWriteOptions::default()
+                    .with_operation_options(options)
+                    .with_precondition(CosmosPrecondition::if_match(etag.clone()));
+                self.reservations.delete_item(id.clone(), id, Some(options))
+            })
+            .await;
         match deleted {
-            Ok(response) => {
-                self.units
-                    .record(Operation::Write, charge(response.headers()));
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(e)
                 if matches!(
-                    e.status().status_code(),
+                    e.status_code(),
                     StatusCode::PreconditionFailed | StatusCode::NotFound
                 ) =>
             {

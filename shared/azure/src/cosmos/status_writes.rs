@@ -9,15 +9,15 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use azure_core::http::Etag;
 use azure_data_cosmos::ContainerClient;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
+use skyport_runtime::config::Work;
 
 use super::bulk::Executor;
-use super::request_units::{Operation, RequestUnits};
-use super::throttle::{charge, error_charge, lost_race, retry_throttled};
+use super::request_units::Operation;
+use super::throttle::{Failure, Requests};
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
@@ -30,8 +30,7 @@ pub(super) struct StatusWrite {
 
 pub(super) struct StatusBatches {
     container: ContainerClient,
-    units: Arc<RequestUnits>,
-    throttle_retry: Duration,
+    requests: Arc<Requests>,
 }
 
 impl std::fmt::Debug for StatusBatches {
@@ -41,41 +40,43 @@ impl std::fmt::Debug for StatusBatches {
 }
 
 impl StatusBatches {
-    pub(super) fn new(
-        container: ContainerClient,
-        units: Arc<RequestUnits>,
-        throttle_retry: Duration,
-    ) -> Self {
+    pub(super) fn new(container: ContainerClient, requests: Arc<Requests>) -> Self {
         Self {
             container,
-            units,
-            throttle_retry,
+            requests,
         }
     }
 
     async fn write(&self, write: &StatusWrite) -> Result<ETag, StatusStoreError> {
         let id = &write.document.id;
-        let result = retry_throttled(&self.units, self.throttle_retry, || async {
-            match &write.condition {
-                Precondition::IfNoneMatch => {
-                    self.container
-                        .create_item(id.clone(), id, &write.document, None)
-                        .await
-                }
-                Precondition::IfMatch(ETag(tag)) => {
-                    let options = ItemWriteOptions::default()
-                        .with_precondition(CosmosPrecondition::if_match(Etag::from(tag.clone())));
-                    self.container
-                        .replace_item(id.clone(), id, &write.document, Some(options))
-                        .await
-                }
-            }
-        })
-        .await;
+        let result = self
+            .requests
+            .run(
+                Work::StatusWrites,
+                Operation::Write,
+                u32::MAX,
+                |options| async {
+                    let options = ItemWriteOptions::default().with_operation_options(options);
+                    match &write.condition {
+                        Precondition::IfNoneMatch => {
+                            self.container
+                                .create_item(id.clone(), id, &write.document, Some(options))
+                                .await
+                        }
+                        Precondition::IfMatch(ETag(tag)) => {
+                            let options = options.with_precondition(CosmosPrecondition::if_match(
+                                Etag::from(tag.clone()),
+                            ));
+                            self.container
+                                .replace_item(id.clone(), id, &write.document, Some(options))
+                                .await
+                        }
+                    }
+                },
+            )
+            .await;
         match result {
             Ok(response) => {
-                self.units
-                    .record(Operation::Write, charge(response.headers()));
                 let etag = response
                     .headers()
                     .etag()
@@ -86,13 +87,9 @@ impl StatusBatches {
                     })?;
                 Ok(ETag(etag))
             }
-            Err(e) => {
-                self.units.record(Operation::Write, error_charge(&e));
-                if lost_race(&e) {
-                    Err(StatusStoreError::PreconditionFailed)
-                } else {
-                    Err(StatusStoreError::Unavailable(Box::new(e)))
-                }
+            Err(e) if e.lost_race() => Err(StatusStoreError::PreconditionFailed),
+            Err(e @ (Failure::Cosmos(_) | Failure::Refused(_))) => {
+                Err(StatusStoreError::Unavailable(Box::new(e)))
             }
         }
     }

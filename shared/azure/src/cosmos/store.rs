@@ -2,11 +2,10 @@
 //! (status, dead letters); reservations and leases have files of their own.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::credentials::Secret;
-use azure_data_cosmos::options::{Region, RoutingStrategy};
+use azure_data_cosmos::options::{ItemReadOptions, ItemWriteOptions, Region, RoutingStrategy};
 use azure_data_cosmos::{
     AccountEndpoint, AccountReference, ContainerClient, CosmosClient, CosmosClientBuilder,
     CosmosError,
@@ -18,18 +17,17 @@ use skyport_core::ports::{
     StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
-use skyport_runtime::config::{CosmosAuth, CosmosSettings};
+use skyport_runtime::config::{CosmosAuth, CosmosSettings, Work};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::bulk::{Bulk, BulkSettings};
+use super::control::{Control, GroupReport, Targets};
 use super::error::CosmosOpenError;
 use super::provision;
 use super::request_units::{Operation, RequestUnits};
 use super::status_writes::{StatusBatches, StatusWrite};
-use super::throttle::{
-    charge, error_charge, no_throttle_retry, retry_throttled, retry_throttled_up_to,
-};
+use super::throttle::{Paged, Requests, charge, no_throttle_retry};
 
 /// The Cosmos DB store; cheap to share behind an [`Arc`].
 pub struct CosmosStore {
@@ -37,17 +35,16 @@ pub struct CosmosStore {
     dead_letters: ContainerClient,
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
-    pub(crate) units: Arc<RequestUnits>,
+    pub(crate) requests: Arc<Requests>,
     writes: Bulk<StatusWrite, Result<ETag, StatusStoreError>>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
     shutdown: CancellationToken,
-    pub(crate) throttle_retry: Duration,
 }
 
 impl std::fmt::Debug for CosmosStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CosmosStore")
-            .field("request_units", &self.units)
+            .field("request_units", &self.requests.units)
             .finish_non_exhaustive()
     }
 }
@@ -98,12 +95,31 @@ impl CosmosStore {
     ) -> Result<Arc<Self>, CosmosOpenError> {
         let containers = provision::ensure(&client, settings).await?;
         let units = Arc::new(RequestUnits::default());
-        let shutdown = CancellationToken::new();
-        let writer = StatusBatches::new(
-            containers.status.clone(),
-            Arc::clone(&units),
+        let targets = Targets {
+            client: &client,
+            containers: [
+                (settings.status_container.as_str(), &containers.status),
+                (
+                    settings.dead_letter_container.as_str(),
+                    &containers.dead_letters,
+                ),
+                (
+                    settings.reservations_container.as_str(),
+                    &containers.reservations,
+                ),
+                (settings.leases_container.as_str(), &containers.leases),
+            ]
+            .into(),
+            control: containers.control.as_ref(),
+        };
+        let control = Control::start(settings, &targets, &units).await?;
+        let requests = Arc::new(Requests::new(
+            units,
             settings.throttle_retry_ms.duration(),
-        );
+            control,
+        ));
+        let shutdown = CancellationToken::new();
+        let writer = StatusBatches::new(containers.status.clone(), Arc::clone(&requests));
         let (writes, dispatcher) = Bulk::start(
             BulkSettings {
                 max_items: settings.bulk_max_items,
@@ -119,11 +135,10 @@ impl CosmosStore {
             dead_letters: containers.dead_letters,
             leases: containers.leases,
             reservations: containers.reservations,
-            units,
+            requests,
             writes,
             dispatcher: Mutex::new(Some(dispatcher)),
             shutdown,
-            throttle_retry: settings.throttle_retry_ms.duration(),
         }))
     }
 
@@ -142,26 +157,39 @@ impl CosmosStore {
             payload: String,
         }
         let unavailable = |e: BoxError| DeadLetterError::Unavailable(e);
-        let stored: Vec<Stored> = retry_throttled(&self.units, self.throttle_retry, || async {
-            let mut pages = self
-                .dead_letters
-                .query_items::<Stored>(
-                    "SELECT * FROM c",
-                    azure_data_cosmos::FeedScope::full_container(),
-                    None,
-                )
-                .await?
-                .into_pages();
-            let mut stored = Vec::new();
-            while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
-                self.units.record(Operation::Query, charge(page.headers()));
-                stored.extend(page.into_items());
-            }
-            Ok(stored)
-        })
-        .await
-        .map_err(|e| unavailable(Box::new(e)))?;
+        let stored: Paged<Stored> = self
+            .requests
+            .run(
+                Work::DeadLetters,
+                Operation::Query,
+                u32::MAX,
+                |options| async {
+                    let options = azure_data_cosmos::options::QueryOptions::default()
+                        .with_operation_options(options);
+                    let mut pages = self
+                        .dead_letters
+                        .query_items::<Stored>(
+                            "SELECT * FROM c",
+                            azure_data_cosmos::FeedScope::full_container(),
+                            Some(options),
+                        )
+                        .await?
+                        .into_pages();
+                    let mut stored = Paged {
+                        items: Vec::new(),
+                        charge: 0.0,
+                    };
+                    while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
+                        stored.charge += charge(page.headers());
+                        stored.items.extend(page.into_items());
+                    }
+                    Ok(stored)
+                },
+            )
+            .await
+            .map_err(|e| unavailable(Box::new(e)))?;
         stored
+            .items
             .into_iter()
             .map(|s| {
                 let payload = base64::engine::general_purpose::STANDARD
@@ -180,10 +208,23 @@ impl CosmosStore {
 
     /// Request units spent so far, by operation, and the 429s.
     pub fn request_units(&self) -> &RequestUnits {
-        &self.units
+        &self.requests.units
     }
 
-    /// Writes what is queued, stops the dispatcher and logs the request-unit summary.
+    /// The throughput control groups, as this process sees them now.
+    pub fn throughput_groups(&self) -> Vec<GroupReport> {
+        self.requests.control().reports()
+    }
+
+    /// Stops this store's throughput control as a killed process's stops:
+    /// its global groups' items stay behind until they expire.
+    #[cfg(feature = "cosmos-emulator")]
+    pub fn halt_throughput_control(&self) {
+        self.requests.control().halt();
+    }
+
+    /// Writes what is queued, stops the dispatcher, leaves the global
+    /// throughput control groups and logs the request-unit summary.
     pub async fn close(&self) {
         self.shutdown.cancel();
         let dispatcher = self
@@ -196,38 +237,36 @@ impl CosmosStore {
         {
             tracing::error!(error = %e, "The Cosmos DB bulk dispatcher failed.");
         }
-        tracing::info!(request_units = %self.units, "Cosmos DB request units spent.");
+        self.requests.control().close().await;
+        tracing::info!(request_units = %self.requests.units, "Cosmos DB request units spent.");
     }
 }
 
 impl CosmosStore {
     /// Reads item `id` (its own partition key) from `container` with its ETag,
-    /// waiting out at most `patience` 429s; `None` when there is no such item.
+    /// for `work`, waiting out at most `patience` 429s; `None` when there is
+    /// no such item.
     pub(crate) async fn read_versioned<T: serde::de::DeserializeOwned>(
         &self,
         container: &ContainerClient,
         id: &str,
+        work: Work,
         patience: u32,
     ) -> Result<Option<(T, azure_core::http::Etag)>, StatusStoreError> {
-        let read = retry_throttled_up_to(&self.units, self.throttle_retry, patience, || {
-            container.read_item(id.to_owned(), id, None)
-        })
-        .await;
+        let read = self
+            .requests
+            .run(work, Operation::Read, patience, |options| {
+                let options = ItemReadOptions::default().with_operation_options(options);
+                container.read_item(id.to_owned(), id, Some(options))
+            })
+            .await;
         let response = match read {
             Ok(response) => response,
-            Err(e) if e.status().status_code() == azure_core::http::StatusCode::NotFound => {
-                self.units.record(Operation::Read, error_charge(&e));
+            Err(e) if e.status_code() == azure_core::http::StatusCode::NotFound => {
                 return Ok(None);
             }
-            Err(e) => {
-                if e.status().is_throttled() {
-                    self.units.throttled();
-                }
-                return Err(StatusStoreError::Unavailable(Box::new(e)));
-            }
+            Err(e) => return Err(StatusStoreError::Unavailable(Box::new(e))),
         };
-        self.units
-            .record(Operation::Read, charge(response.headers()));
         let etag = response.headers().etag().cloned();
         let item: T = response
             .into_model()
@@ -246,14 +285,57 @@ impl CosmosStore {
 /// How many 429s a status read waits out before answering unavailable.
 const READ_PATIENCE: u32 = 2;
 
-#[async_trait]
-impl StatusStore for CosmosStore {
-    async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
-        let read = self.read_versioned(&self.status, id, READ_PATIENCE).await?;
+impl CosmosStore {
+    async fn get_status(
+        &self,
+        id: &str,
+        work: Work,
+    ) -> Result<Option<Versioned>, StatusStoreError> {
+        let read = self
+            .read_versioned(&self.status, id, work, READ_PATIENCE)
+            .await?;
         Ok(read.map(|(document, etag)| Versioned {
             document,
             etag: ETag(etag.to_string()),
         }))
+    }
+
+    /// The status store as the worker uses it: its reads, made to decide its
+    /// writes, count as [`Work::StatusWrites`] (held over budget, never
+    /// refused), where the store itself serves a client's status reads
+    /// ([`Work::StatusReads`]).
+    pub fn for_worker(self: &Arc<Self>) -> Arc<dyn StatusStore> {
+        Arc::new(WorkerStatus(Arc::clone(self)))
+    }
+}
+
+/// See [`CosmosStore::for_worker`].
+#[derive(Debug)]
+struct WorkerStatus(Arc<CosmosStore>);
+
+#[async_trait]
+impl StatusStore for WorkerStatus {
+    async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
+        self.0.get_status(id, Work::StatusWrites).await
+    }
+
+    async fn put(
+        &self,
+        document: &StatusDocument,
+        condition: Precondition,
+    ) -> Result<ETag, StatusStoreError> {
+        StatusStore::put(&*self.0, document, condition).await
+    }
+
+    async fn ready(&self) -> bool {
+        self.0.ready().await
+    }
+}
+
+#[async_trait]
+impl StatusStore for CosmosStore {
+    async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
+        self.get_status(id, Work::StatusReads).await
     }
 
     async fn put(
@@ -288,14 +370,14 @@ impl DeadLetterStore for CosmosStore {
             "at": letter.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
             "payload": base64::engine::general_purpose::STANDARD.encode(&letter.payload),
         });
-        let response = retry_throttled(&self.units, self.throttle_retry, || {
-            self.dead_letters
-                .upsert_item(id.clone(), &id, &document, None)
-        })
-        .await
-        .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))?;
-        self.units
-            .record(Operation::Write, charge(response.headers()));
+        self.requests
+            .run(Work::DeadLetters, Operation::Write, u32::MAX, |options| {
+                let options = ItemWriteOptions::default().with_operation_options(options);
+                self.dead_letters
+                    .upsert_item(id.clone(), &id, &document, Some(options))
+            })
+            .await
+            .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))?;
         Ok(())
     }
 }

@@ -1,18 +1,24 @@
-//! 429s and request charges: the SDK's own retries are off, so this adapter
-//! waits out a 429 after the server's `x-ms-retry-after-ms` (or
-//! `cosmos.throttle_retry_ms`) and tries again, counting it; every response's
-//! `x-ms-request-charge` is recorded.
+//! How the adapter makes a request: through its work's throughput control
+//! group (admitted, or held, or refused; its priority sent; charged with the
+//! response's request charge, errors included), and past 429s: the SDK's own
+//! retries are off, so a 429 is counted, waited out after the server's
+//! `x-ms-retry-after-ms` (or `cosmos.throttle_retry_ms`) and tried again.
+//! Every response's `x-ms-request-charge` is recorded.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::http::StatusCode;
 use azure_data_cosmos::CosmosError;
+use azure_data_cosmos::models::ItemResponse;
 use azure_data_cosmos::options::{
     OperationOptions, OperationOptionsBuilder, ThrottlingRetryOptionsBuilder,
 };
+use skyport_runtime::config::Work;
 
-use super::request_units::RequestUnits;
+use super::control::{Control, Refused};
+use super::request_units::{Operation, RequestUnits};
 
 /// Operation options that turn the SDK's own 429 retries off: this adapter retries them itself.
 pub(crate) fn no_throttle_retry() -> OperationOptions {
@@ -25,49 +31,145 @@ pub(crate) fn no_throttle_retry() -> OperationOptions {
         .build()
 }
 
-/// Runs `call` until it is not throttled: a 429 is counted, waited out
-/// (`x-ms-retry-after-ms`, else `default_wait`) and tried again.
-pub(crate) async fn retry_throttled<T, F, Fut>(
-    units: &RequestUnits,
-    default_wait: Duration,
-    call: F,
-) -> Result<T, CosmosError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, CosmosError>>,
-{
-    retry_throttled_up_to(units, default_wait, u32::MAX, call).await
+/// Why a request failed: the service answered an error, or the work's
+/// throughput control group refused it before it was sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    #[error(transparent)]
+    Cosmos(#[from] CosmosError),
+    #[error(transparent)]
+    Refused(#[from] Refused),
 }
 
-/// Like [`retry_throttled`], but answers the 429 after waiting out `patience`
-/// of them: a client's status read is better served a fast 503 than a wait.
-pub(crate) async fn retry_throttled_up_to<T, F, Fut>(
-    units: &RequestUnits,
-    default_wait: Duration,
-    patience: u32,
-    mut call: F,
-) -> Result<T, CosmosError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, CosmosError>>,
-{
-    let mut throttled = 0;
-    loop {
-        match call().await {
-            Err(e) if e.status().is_throttled() && throttled < patience => {
-                throttled += 1;
-                units.throttled();
-                let wait = e
-                    .response()
-                    .and_then(|r| r.headers().retry_after_ms)
-                    .map_or(default_wait, Duration::from_millis);
-                tracing::debug!(
-                    wait_ms = wait.as_millis(),
-                    "Cosmos DB throttled a request; waiting it out."
-                );
-                tokio::time::sleep(wait).await;
+impl Failure {
+    /// The service's status code; 429 for a request the control refused.
+    pub(crate) fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Cosmos(error) => error.status().status_code(),
+            Self::Refused(_) => StatusCode::TooManyRequests,
+        }
+    }
+
+    /// Whether a conditional write lost to another writer: 409 (a create
+    /// found the item), 412 (its ETag moved on) or 404 (a replace found it gone).
+    pub(crate) fn lost_race(&self) -> bool {
+        matches!(
+            self.status_code(),
+            StatusCode::Conflict | StatusCode::PreconditionFailed | StatusCode::NotFound
+        )
+    }
+}
+
+/// What a response was charged.
+pub(crate) trait Charged {
+    fn request_charge(&self) -> f64;
+}
+
+impl Charged for ItemResponse {
+    fn request_charge(&self) -> f64 {
+        charge(self.headers())
+    }
+}
+
+/// The items of every page of a query, and what the pages were charged.
+#[derive(Debug)]
+pub(crate) struct Paged<T> {
+    pub(crate) items: Vec<T>,
+    pub(crate) charge: f64,
+}
+
+impl<T> Charged for Paged<T> {
+    fn request_charge(&self) -> f64 {
+        self.charge
+    }
+}
+
+/// Makes the store's requests: see the module's documentation.
+#[derive(Debug)]
+pub(crate) struct Requests {
+    pub(crate) units: Arc<RequestUnits>,
+    throttle_retry: Duration,
+    control: Control,
+}
+
+impl Requests {
+    pub(crate) fn new(
+        units: Arc<RequestUnits>,
+        throttle_retry: Duration,
+        control: Control,
+    ) -> Self {
+        Self {
+            units,
+            throttle_retry,
+            control,
+        }
+    }
+
+    pub(crate) fn control(&self) -> &Control {
+        &self.control
+    }
+
+    /// Runs `call` for `work` until it is not throttled by the service, or
+    /// until it has waited out `patience` 429s. `call` gets the options its
+    /// group's priority asks for.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        work: Work,
+        operation: Operation,
+        patience: u32,
+        mut call: F,
+    ) -> Result<T, Failure>
+    where
+        T: Charged,
+        F: FnMut(OperationOptions) -> Fut,
+        Fut: Future<Output = Result<T, CosmosError>>,
+    {
+        let group = self.control.group(work);
+        let options = group.map_or_else(
+            || OperationOptionsBuilder::new().build(),
+            |group| group.options(),
+        );
+        let mut throttled = 0;
+        loop {
+            let ticket = match group {
+                Some(group) => group.admit(!work.holds_a_client()).await?,
+                None => None,
+            };
+            let result = call(options.clone()).await;
+            let charged = match &result {
+                Ok(response) => response.request_charge(),
+                Err(error) => error_charge(error),
+            };
+            let throttled_by_service = matches!(&result, Err(e) if e.status().is_throttled());
+            if !throttled_by_service {
+                // A 429 is counted as throttled, not as a request done.
+                self.units.record(operation, charged);
             }
-            other => return other,
+            if let Some(group) = group {
+                group.settle(ticket, charged);
+            }
+            match result {
+                Err(e) if e.status().is_throttled() && throttled < patience => {
+                    throttled += 1;
+                    self.units.throttled();
+                    let wait = e
+                        .response()
+                        .and_then(|r| r.headers().retry_after_ms)
+                        .map_or(self.throttle_retry, Duration::from_millis);
+                    tracing::debug!(
+                        wait_ms = wait.as_millis(),
+                        "Cosmos DB throttled a request; waiting it out."
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => {
+                    if e.status().is_throttled() {
+                        self.units.throttled();
+                    }
+                    return Err(e.into());
+                }
+                Ok(response) => return Ok(response),
+            }
         }
     }
 }
@@ -83,13 +185,4 @@ pub(crate) fn error_charge(error: &CosmosError) -> f64 {
         .response()
         .and_then(|r| r.headers().request_charge)
         .map_or(0.0, |charge| charge.value())
-}
-
-/// Whether a conditional write lost to another writer: 409 (a create found
-/// the item), 412 (its ETag moved on) or 404 (a replace found it gone).
-pub(crate) fn lost_race(error: &CosmosError) -> bool {
-    matches!(
-        error.status().status_code(),
-        StatusCode::Conflict | StatusCode::PreconditionFailed | StatusCode::NotFound
-    )
 }
