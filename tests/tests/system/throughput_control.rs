@@ -355,3 +355,55 @@ async fn a_status_read_over_its_groups_budget_is_503_with_retry_after() {
     );
     app.app.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fraction_without_an_offer_fails_the_start_or_runs_uncontrolled_as_asked() {
+    let emulator = Emulator::new(true).unwrap();
+    let fraction = ThroughputGroupSettings {
+        target_fraction: Some(0.5),
+        ..group(&[Work::StatusWrites])
+    };
+    // Containers created with no throughput of their own: no offer to take a fraction of.
+    let mut no_offer = settings(400, &[("bulk", fraction.clone())]);
+    no_offer.throughput = None;
+    let error = emulator.store(&no_offer).await.unwrap_err();
+    let message = std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .map(ToString::to_string)
+    .collect::<Vec<_>>()
+    .join(": ");
+    println!("{message}");
+    assert!(
+        message.starts_with("cosmos.throughput_groups.bulk:"),
+        "{message}"
+    );
+    assert!(message.contains("target_ru_per_s"), "{message}");
+
+    // With an absolute target too, the group runs on it.
+    let mut with_target = no_offer.clone();
+    with_target
+        .throughput_groups
+        .get_mut("bulk")
+        .unwrap()
+        .target_ru_per_s = Some(100);
+    let store = emulator.store(&with_target).await.unwrap();
+    assert_eq!(store.throughput_groups()[0].budget, Some(100.0));
+    store.close().await;
+
+    // Asked to continue: the start goes on and the group's work is uncontrolled.
+    let mut continuing = no_offer;
+    continuing
+        .throughput_groups
+        .get_mut("bulk")
+        .unwrap()
+        .on_init_error = skyport_runtime::config::OnInitError::Continue;
+    let store = emulator.store(&continuing).await.unwrap();
+    let report = store.throughput_groups().remove(0);
+    assert_eq!((report.budget, report.allocated), (None, None));
+    let document = StatusDocument::accepted("uncontrolled".to_owned(), OffsetDateTime::UNIX_EPOCH);
+    StatusStore::put(&*store, &document, Precondition::IfNoneMatch)
+        .await
+        .unwrap();
+    store.close().await;
+}

@@ -48,7 +48,7 @@ pub struct Refused {
     pub retry_after: Duration,
 }
 
-/// What a group tells about itself, for tests and the admin endpoint.
+/// What a group tells about itself (for tests and tools).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupReport {
     pub name: String,
@@ -390,8 +390,21 @@ impl Control {
                 .containers
                 .get(group_settings.container.as_str())
                 .ok_or_else(|| format!("no container named {}", group_settings.container))?;
-            let offer = offer::read(container, targets.client, &settings.database).await?;
-            group.set_offer(offer);
+            match offer::read(container, targets.client, &settings.database).await {
+                Ok(offer) => group.set_offer(offer),
+                Err(error) => {
+                    let Some(target) = group_settings.target_ru_per_s else {
+                        return Err(error);
+                    };
+                    tracing::warn!(
+                        group = %group.name,
+                        target,
+                        error = %describe(&*error),
+                        "The container's throughput cannot be read; the group runs on its target_ru_per_s until it can."
+                    );
+                    group.set_group_budget(f64::from(target));
+                }
+            }
             tasks.push(offer::refresh(
                 (*container).clone(),
                 targets.client.clone(),
