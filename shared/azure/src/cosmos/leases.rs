@@ -12,7 +12,6 @@ use async_trait::async_trait;
 use azure_core::http::Etag;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition, QueryOptions};
 use azure_data_cosmos::{FeedScope, Query};
-use futures_util::TryStreamExt;
 use serde_json::Value;
 use skyport_core::ports::{
     ETag, Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion,
@@ -22,7 +21,7 @@ use time::OffsetDateTime;
 
 use super::request_units::Operation;
 use super::store::CosmosStore;
-use super::throttle::{Paged, charge};
+use super::throttle::Paged;
 
 const ID: &str = "id";
 const GROUP: &str = "partitionKey";
@@ -56,24 +55,15 @@ impl LeaseStore for CosmosStore {
             .requests
             .run(Work::Leases, Operation::Query, u32::MAX, |options| async {
                 let options = QueryOptions::default().with_operation_options(options);
-                let mut pages = self
+                let query = self
                     .leases
                     .query_items::<LeaseFields>(
                         Query::from("SELECT * FROM c"),
                         FeedScope::partition(group.to_owned()),
                         Some(options),
                     )
-                    .await?
-                    .into_pages();
-                let mut documents = Paged {
-                    items: Vec::new(),
-                    charge: 0.0,
-                };
-                while let Some(page) = pages.try_next().await? {
-                    documents.charge += charge(page.headers());
-                    documents.items.extend(page.into_items());
-                }
-                Ok(documents)
+                    .await?;
+                Paged::read_all(query).await
             })
             .await
             .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;

@@ -27,7 +27,7 @@ use super::error::CosmosOpenError;
 use super::provision;
 use super::request_units::{Operation, RequestUnits};
 use super::status_writes::{StatusBatches, StatusWrite};
-use super::throttle::{Paged, Requests, charge, no_throttle_retry};
+use super::throttle::{Paged, Requests, no_throttle_retry};
 
 /// The Cosmos DB store; cheap to share behind an [`Arc`].
 pub struct CosmosStore {
@@ -166,24 +166,15 @@ impl CosmosStore {
                 |options| async {
                     let options = azure_data_cosmos::options::QueryOptions::default()
                         .with_operation_options(options);
-                    let mut pages = self
+                    let query = self
                         .dead_letters
                         .query_items::<Stored>(
                             "SELECT * FROM c",
                             azure_data_cosmos::FeedScope::full_container(),
                             Some(options),
                         )
-                        .await?
-                        .into_pages();
-                    let mut stored = Paged {
-                        items: Vec::new(),
-                        charge: 0.0,
-                    };
-                    while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
-                        stored.charge += charge(page.headers());
-                        stored.items.extend(page.into_items());
-                    }
-                    Ok(stored)
+                        .await?;
+                    Paged::read_all(query).await
                 },
             )
             .await

@@ -84,6 +84,24 @@ impl<T> Charged for Paged<T> {
     }
 }
 
+impl<T: serde::de::DeserializeOwned + Send + 'static> Paged<T> {
+    /// Reads every page of a query.
+    pub(crate) async fn read_all(
+        query: azure_data_cosmos::feed::QueryItemIterator<T>,
+    ) -> Result<Self, CosmosError> {
+        let mut pages = query.into_pages();
+        let mut paged = Self {
+            items: Vec::new(),
+            charge: 0.0,
+        };
+        while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
+            paged.charge += charge(page.headers());
+            paged.items.extend(page.into_items());
+        }
+        Ok(paged)
+    }
+}
+
 /// Makes the store's requests: see the module's documentation.
 #[derive(Debug)]
 pub(crate) struct Requests {

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_data_cosmos::{ContainerClient, CosmosError, FeedScope, Query};
-use futures_util::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use skyport_core::ports::BoxError;
 use skyport_runtime::config::GlobalControlSettings;
@@ -23,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::super::request_units::{Operation, RequestUnits};
-use super::super::throttle::{charge, error_charge};
+use super::super::throttle::{Paged, charge, error_charge};
 use super::budget::share;
 use super::{Group, describe};
 
@@ -220,21 +219,17 @@ impl Member {
 
     /// Every item of the group's partition.
     async fn items(&self) -> Result<Vec<Item>, CosmosError> {
-        let mut pages = self
+        let query = self
             .container
             .query_items::<Item>(
                 Query::from("SELECT * FROM c"),
                 FeedScope::partition(self.group_id.clone()),
                 None,
             )
-            .await?
-            .into_pages();
-        let mut items = Vec::new();
-        while let Some(page) = pages.try_next().await? {
-            self.units.record(Operation::Query, charge(page.headers()));
-            items.extend(page.into_items());
-        }
-        Ok(items)
+            .await?;
+        let paged = Paged::read_all(query).await?;
+        self.units.record(Operation::Query, paged.charge);
+        Ok(paged.items)
     }
 }
 
