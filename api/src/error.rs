@@ -6,6 +6,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use skyport_core::error::Throttled;
 use skyport_core::ports::{PublishError, StatusStoreError};
 use skyport_core::request::FieldError;
 pub use skyport_runtime::problem::{PROBLEM_JSON, Problem};
@@ -184,7 +185,10 @@ impl From<StatusStoreError> for ApiError {
     fn from(e: StatusStoreError) -> Self {
         match e {
             StatusStoreError::Unavailable(source) => Self::Unavailable {
-                retry_after_s: 1,
+                // A budget that is spent says when it has room again.
+                retry_after_s: source
+                    .downcast_ref::<Throttled>()
+                    .map_or(1, Throttled::retry_after_s),
                 source: Some(source),
             },
             StatusStoreError::PreconditionFailed | StatusStoreError::Corrupt { .. } => {
@@ -200,5 +204,37 @@ impl From<PublishError> for ApiError {
             retry_after_s: 1,
             source: Some(Box::new(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn retry_after(error: StatusStoreError) -> Option<String> {
+        let response = ApiError::from(error).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|value| value.to_str().unwrap_or_default().to_owned())
+    }
+
+    #[test]
+    fn a_spent_budget_tells_the_client_when_to_come_back() {
+        let throttled = Throttled {
+            what: "throughput control group clients".into(),
+            retry_after: Duration::from_millis(2_500),
+        };
+        assert_eq!(
+            retry_after(StatusStoreError::Unavailable(Box::new(throttled))).as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            retry_after(StatusStoreError::Unavailable("down".into())).as_deref(),
+            Some("1")
+        );
     }
 }

@@ -66,7 +66,7 @@ impl LeaseStore for CosmosStore {
                 Paged::read_all(query).await
             })
             .await
-            .map_err(|e| LeaseError::Unavailable(Box::new(e)))?;
+            .map_err(|e| LeaseError::Unavailable(e.into_box()))?;
         let mut leases: Vec<Lease> = documents
             .items
             .into_iter()
@@ -125,7 +125,7 @@ impl LeaseStore for CosmosStore {
                 })
             }
             Err(e) if e.lost_race() => Err(LeaseError::Conflict),
-            Err(e) => Err(LeaseError::Unavailable(Box::new(e))),
+            Err(e) => Err(LeaseError::Unavailable(e.into_box())),
         }
     }
 }

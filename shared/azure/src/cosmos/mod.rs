@@ -37,6 +37,6 @@ mod status_writes;
 mod store;
 mod throttle;
 
-pub use self::control::{GroupReport, Refused};
+pub use self::control::GroupReport;
 pub use self::error::CosmosOpenError;
 pub use self::store::CosmosStore;

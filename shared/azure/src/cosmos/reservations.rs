@@ -47,7 +47,7 @@ impl Item {
 }
 
 fn unavailable(e: Failure) -> StatusStoreError {
-    StatusStoreError::Unavailable(Box::new(e))
+    StatusStoreError::Unavailable(e.into_box())
 }
 
 impl CosmosStore {

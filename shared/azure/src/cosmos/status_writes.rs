@@ -17,7 +17,7 @@ use skyport_runtime::config::Work;
 
 use super::bulk::Executor;
 use super::request_units::Operation;
-use super::throttle::{Failure, Requests};
+use super::throttle::Requests;
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
@@ -88,9 +88,7 @@ impl StatusBatches {
                 Ok(ETag(etag))
             }
             Err(e) if e.lost_race() => Err(StatusStoreError::PreconditionFailed),
-            Err(e @ (Failure::Cosmos(_) | Failure::Refused(_))) => {
-                Err(StatusStoreError::Unavailable(Box::new(e)))
-            }
+            Err(e) => Err(StatusStoreError::Unavailable(e.into_box())),
         }
     }
 }

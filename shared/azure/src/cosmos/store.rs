@@ -178,7 +178,7 @@ impl CosmosStore {
                 },
             )
             .await
-            .map_err(|e| unavailable(Box::new(e)))?;
+            .map_err(|e| unavailable(e.into_box()))?;
         stored
             .items
             .into_iter()
@@ -256,7 +256,7 @@ impl CosmosStore {
             Err(e) if e.status_code() == azure_core::http::StatusCode::NotFound => {
                 return Ok(None);
             }
-            Err(e) => return Err(StatusStoreError::Unavailable(Box::new(e))),
+            Err(e) => return Err(StatusStoreError::Unavailable(e.into_box())),
         };
         let etag = response.headers().etag().cloned();
         let item: T = response
@@ -368,7 +368,7 @@ impl DeadLetterStore for CosmosStore {
                     .upsert_item(id.clone(), &id, &document, Some(options))
             })
             .await
-            .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))?;
+            .map_err(|e| DeadLetterError::Unavailable(e.into_box()))?;
         Ok(())
     }
 }

@@ -17,7 +17,9 @@ use azure_data_cosmos::options::{
 };
 use skyport_runtime::config::Work;
 
-use super::control::{Control, Refused};
+use skyport_core::error::{BoxError, Throttled};
+
+use super::control::Control;
 use super::request_units::{Operation, RequestUnits};
 
 /// Operation options that turn the SDK's own 429 retries off: this adapter retries them itself.
@@ -38,7 +40,7 @@ pub(crate) enum Failure {
     #[error(transparent)]
     Cosmos(#[from] CosmosError),
     #[error(transparent)]
-    Refused(#[from] Refused),
+    Refused(#[from] Throttled),
 }
 
 impl Failure {
@@ -47,6 +49,15 @@ impl Failure {
         match self {
             Self::Cosmos(error) => error.status().status_code(),
             Self::Refused(_) => StatusCode::TooManyRequests,
+        }
+    }
+
+    /// The error itself, boxed for a port's error: a refusal stays a
+    /// [`Throttled`], so the gateway can answer with its `Retry-After`.
+    pub(crate) fn into_box(self) -> BoxError {
+        match self {
+            Self::Cosmos(error) => Box::new(error),
+            Self::Refused(throttled) => Box::new(throttled),
         }
     }
 

@@ -16,12 +16,12 @@ mod offer;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use azure_data_cosmos::options::{
     OperationOptions, OperationOptionsBuilder, PriorityLevel, ThroughputControlOptionsBuilder,
 };
 use azure_data_cosmos::{ContainerClient, CosmosClient};
+use skyport_core::error::Throttled;
 use skyport_runtime::config::{
     CosmosSettings, GroupScope, OnInitError, Priority, ThroughputGroupSettings, Work,
 };
@@ -36,17 +36,6 @@ use super::error::CosmosOpenError;
 use super::request_units::RequestUnits;
 
 pub(crate) use self::budget::Ticket;
-
-/// A request a group refused: its budget is spent for now.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "throughput control group {group} has spent its request units for now; retry after {} ms",
-    retry_after.as_millis()
-)]
-pub struct Refused {
-    pub group: String,
-    pub retry_after: Duration,
-}
 
 /// What a group tells about itself (for tests and tools).
 #[derive(Debug, Clone, PartialEq)]
@@ -157,7 +146,7 @@ impl Group {
     /// Admits one request: `Ok(None)` when the group does not control it.
     /// Over budget, a request that may wait (`hold`) waits for a cycle with
     /// budget; one that may not is refused.
-    pub(crate) async fn admit(&self, hold: bool) -> Result<Option<Ticket>, Refused> {
+    pub(crate) async fn admit(&self, hold: bool) -> Result<Option<Ticket>, Throttled> {
         if !self.controlled() {
             return Ok(None);
         }
@@ -175,8 +164,8 @@ impl Group {
                                 .group_throttled
                                 .get_or_create(&self.labels)
                                 .inc();
-                            return Err(Refused {
-                                group: self.name.clone(),
+                            return Err(Throttled {
+                                what: format!("throughput control group {}", self.name),
                                 retry_after: spent.until - now,
                             });
                         }
@@ -509,6 +498,8 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn settings(target: Option<u32>, fraction: Option<f64>) -> ThroughputGroupSettings {
