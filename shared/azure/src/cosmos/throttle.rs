@@ -119,6 +119,8 @@ pub(crate) struct Requests {
     pub(crate) units: Arc<RequestUnits>,
     throttle_retry: Duration,
     control: Control,
+    /// The options of work no group controls.
+    uncontrolled: OperationOptions,
 }
 
 impl Requests {
@@ -131,6 +133,7 @@ impl Requests {
             units,
             throttle_retry,
             control,
+            uncontrolled: OperationOptionsBuilder::new().build(),
         }
     }
 
@@ -154,10 +157,7 @@ impl Requests {
         Fut: Future<Output = Result<T, CosmosError>>,
     {
         let group = self.control.group(work);
-        let options = group.map_or_else(
-            || OperationOptionsBuilder::new().build(),
-            |group| group.options(),
-        );
+        let options = group.map_or_else(|| self.uncontrolled.clone(), |group| group.options());
         let mut throttled = 0;
         loop {
             let ticket = match group {

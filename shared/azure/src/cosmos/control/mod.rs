@@ -15,6 +15,7 @@ mod offer;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use azure_data_cosmos::options::{
@@ -71,7 +72,7 @@ pub(crate) struct Group {
     settings: ThroughputGroupSettings,
     options: OperationOptions,
     /// False for a priority-only group, or one whose control could not start.
-    controlled: std::sync::atomic::AtomicBool,
+    controlled: AtomicBool,
     state: Mutex<State>,
     labels: GroupLabels,
 }
@@ -97,15 +98,16 @@ impl Group {
                     .build(),
             )
             .build();
-        let group_ru = group_budget(settings.target_ru_per_s, settings.target_fraction, None)
-            .filter(|_| settings.target_fraction.is_none());
+        // A fraction waits for the offer (Control::start reads it).
+        let group_ru = match settings.target_fraction {
+            Some(_) => None,
+            None => settings.target_ru_per_s.map(f64::from),
+        };
         let group = Self {
             name: name.to_owned(),
             settings: settings.clone(),
             options,
-            controlled: std::sync::atomic::AtomicBool::new(
-                group_ru.is_some() || settings.target_fraction.is_some(),
-            ),
+            controlled: AtomicBool::new(group_ru.is_some() || settings.target_fraction.is_some()),
             state: Mutex::new(State {
                 budget: Budget::new(Instant::now(), group_ru.unwrap_or(0.0)),
                 group_ru,
@@ -128,14 +130,13 @@ impl Group {
     }
 
     fn controlled(&self) -> bool {
-        self.controlled.load(std::sync::atomic::Ordering::Relaxed)
+        self.controlled.load(Ordering::Relaxed)
     }
 
     /// Stops controlling the group (its control could not start and it
     /// continues uncontrolled); its priority is still sent.
     fn uncontrol(&self) {
-        self.controlled
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.controlled.store(false, Ordering::Relaxed);
     }
 
     /// The key of the group's settings, for messages.
