@@ -339,6 +339,9 @@ impl Control {
                         for task in tasks {
                             task.abort();
                         }
+                        for member in &members {
+                            member.leave().await;
+                        }
                         return Err(CosmosOpenError::ThroughputControl {
                             key: group.key(),
                             source: error,
@@ -374,12 +377,16 @@ impl Control {
         stop: &CancellationToken,
     ) -> Result<(Option<Arc<Member>>, Vec<JoinHandle<()>>), skyport_core::ports::BoxError> {
         let group_settings = &group.settings;
-        let mut tasks = Vec::new();
-        if group_settings.target_fraction.is_some() {
-            let container = targets
-                .containers
-                .get(group_settings.container.as_str())
-                .ok_or_else(|| format!("no container named {}", group_settings.container))?;
+        let offer_of = match group_settings.target_fraction {
+            Some(_) => Some(
+                *targets
+                    .containers
+                    .get(group_settings.container.as_str())
+                    .ok_or_else(|| format!("no container named {}", group_settings.container))?,
+            ),
+            None => None,
+        };
+        if let Some(container) = offer_of {
             match offer::read(container, targets.client, &settings.database).await {
                 Ok(offer) => group.set_offer(offer),
                 Err(error) => {
@@ -395,8 +402,27 @@ impl Control {
                     group.set_group_budget(f64::from(target));
                 }
             }
+        }
+        let member = if group_settings.scope == GroupScope::Global {
+            let control = targets.control.ok_or("the control container is not open")?;
+            Some(Arc::new(
+                Member::join(
+                    control.clone(),
+                    &settings.database,
+                    Arc::clone(group),
+                    &settings.throughput_control,
+                    Arc::clone(units),
+                )
+                .await?,
+            ))
+        } else {
+            None
+        };
+        // Started only once the group has started, so a failed start leaves no task behind.
+        let mut tasks = Vec::new();
+        if let Some(container) = offer_of {
             tasks.push(offer::refresh(
-                (*container).clone(),
+                container.clone(),
                 targets.client.clone(),
                 settings.database.clone(),
                 Arc::clone(group),
@@ -407,23 +433,9 @@ impl Control {
                 stop.clone(),
             ));
         }
-        let member = if group_settings.scope == GroupScope::Global {
-            let control = targets.control.ok_or("the control container is not open")?;
-            let member = Arc::new(
-                Member::join(
-                    control.clone(),
-                    &settings.database,
-                    Arc::clone(group),
-                    &settings.throughput_control,
-                    Arc::clone(units),
-                )
-                .await?,
-            );
-            tasks.push(global::renew(Arc::clone(&member), stop.clone()));
-            Some(member)
-        } else {
-            None
-        };
+        if let Some(member) = &member {
+            tasks.push(global::renew(Arc::clone(member), stop.clone()));
+        }
         Ok((member, tasks))
     }
 
