@@ -11,10 +11,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use skyport_api::Gateway;
 use skyport_api::auth::Auth;
+use skyport_core::ports::Diagnostics;
 use skyport_runtime::config::{Millis, ServicesProtocol, Settings, StreamBackend};
+use skyport_runtime::destination::CallbackAcceptance;
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
 use skyport_worker::Worker;
+use skyport_worker::change_feed::Processor;
 use skyport_worker::workflow::Tally;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -22,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::backends::Backends;
+use crate::callbacks::notifier;
 
 /// A running all-in-one process.
 #[derive(Debug)]
@@ -34,6 +38,8 @@ pub struct App {
     pub simulator: Option<Simulator>,
     pub backends: Backends,
     pub tally: Arc<Tally>,
+    /// The change-feed processor delivering callbacks, when they are enabled.
+    pub callbacks: Option<Arc<Processor>>,
     shutdown: CancellationToken,
     simulator_shutdown: CancellationToken,
     parts: JoinSet<anyhow::Result<()>>,
@@ -113,11 +119,17 @@ impl App {
             worker_settings,
         )?;
         let tally = worker.tally();
+        let callbacks = notifier(&settings, &backends)?;
+        let mut diagnostics: Vec<Arc<dyn Diagnostics>> = vec![Arc::new(worker.pauses())];
+        if let Some(processor) = &callbacks {
+            diagnostics.push(Arc::clone(processor) as Arc<dyn Diagnostics>);
+        }
         let gateway = Gateway::bind(
             &backends.ports,
             &settings.gateway,
+            CallbackAcceptance::from_settings(&settings),
             auth,
-            vec![Arc::new(worker.pauses())],
+            diagnostics,
         )
         .await?;
         let gateway_addr = gateway.local_addr()?;
@@ -129,6 +141,14 @@ impl App {
                 .context("the worker panicked")?
                 .context("the worker stopped")
         });
+        if let Some(processor) = &callbacks {
+            let processor = runtime.spawn(Arc::clone(processor).run(shutdown.clone()));
+            parts.spawn(async move {
+                processor
+                    .await
+                    .context("the change-feed processor panicked")
+            });
+        }
         let gateway_shutdown = shutdown.clone();
         parts.spawn(async move {
             gateway.serve(gateway_shutdown).await;
@@ -140,6 +160,7 @@ impl App {
             simulator,
             backends,
             tally,
+            callbacks,
             shutdown,
             simulator_shutdown,
             parts,

@@ -14,7 +14,8 @@ use secrecy::ExposeSecret;
 use skyport_azure::cosmos::{CosmosOpenError, CosmosStore};
 use skyport_azure::eventhubs::{EventHubsConsumer, EventHubsOpenError, EventHubsPublisher};
 use skyport_core::ports::{
-    Consumer, DeadLetterStore, IdempotencyStore, LeaseStore, Ports, Publisher, StatusStore,
+    ChangeSource, Consumer, DeadLetterStore, IdempotencyStore, LeaseStore, Ports, Publisher,
+    StatusStore,
 };
 use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
@@ -168,7 +169,15 @@ impl Store {
         }
     }
 
-    /// The lease store of a partition-balancing stream.
+    /// The change feed of the status documents.
+    pub fn changes(&self) -> Arc<dyn ChangeSource> {
+        match self {
+            Self::Embedded(store) => store.clone(),
+            Self::Cosmos(store) => store.clone(),
+        }
+    }
+
+    /// The lease store of a partition-balancing stream and of the change-feed processor.
     pub fn leases(&self) -> Arc<dyn LeaseStore> {
         match self {
             Self::Embedded(store) => store.clone(),

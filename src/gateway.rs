@@ -6,6 +6,7 @@ use anyhow::Context;
 use skyport_api::Gateway;
 use skyport_api::auth::Auth;
 use skyport_runtime::config::Settings;
+use skyport_runtime::destination::CallbackAcceptance;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
@@ -19,7 +20,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let backends = Backends::open(&settings)
         .await
         .context("cannot open the stream and store")?;
-    let gateway = Gateway::bind(&backends.ports, &settings.gateway, auth, Vec::new()).await?;
+    let gateway = Gateway::bind(
+        &backends.ports,
+        &settings.gateway,
+        CallbackAcceptance::from_settings(&settings),
+        auth,
+        Vec::new(),
+    )
+    .await?;
     tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
     gateway.serve(shutdown).await;
     backends.close().await;

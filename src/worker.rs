@@ -1,9 +1,11 @@
 //! `skyport-worker`: the worker alone, calling the services at
-//! `services.base_url`, with its probes and metrics on `worker.listen`.
+//! `services.base_url`, and the callbacks' change-feed processor, with its
+//! probes, metrics and `/admin` reports on `worker.listen`.
 
 use std::sync::Arc;
 
 use anyhow::Context;
+use skyport_core::ports::Diagnostics;
 use skyport_runtime::admin::{self, Admin};
 use skyport_runtime::config::{ConfigError, Settings};
 use skyport_runtime::priority::BackgroundRuntime;
@@ -12,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
+use crate::callbacks::notifier;
 
 /// How long `/readyz` asks a prober to wait once the worker is unready.
 const RETRY_AFTER_S: u32 = 1;
@@ -43,8 +46,13 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .await
         .with_context(|| format!("cannot listen on worker.listen = {listen}"))?;
     tracing::info!(address = %listener.local_addr()?, "The worker serves /healthz, /readyz and /metrics.");
+    let callbacks = notifier(&settings, &backends)?;
+    let diagnostics: Vec<Arc<dyn Diagnostics>> = callbacks
+        .iter()
+        .map(|processor| Arc::clone(processor) as Arc<dyn Diagnostics>)
+        .collect();
     let admin = admin::router(Admin::new(
-        Arc::new(worker.readiness(shutdown.clone())),
+        Arc::new(worker.readiness(shutdown.clone(), diagnostics)),
         RETRY_AFTER_S,
     ));
     let admin_shutdown = CancellationToken::new();
@@ -56,10 +64,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     // Below a gateway on the same node, the worker yields the CPU to it (`worker.nice`).
     let runtime = BackgroundRuntime::new("skyport-worker", settings.worker.nice)
         .context("cannot start the worker's threads")?;
+    let notifying = callbacks.map(|processor| runtime.spawn(processor.run(shutdown.clone())));
     let result = runtime
         .spawn(worker.run(shutdown))
         .await
         .context("the worker panicked")?;
+    if let Some(notifying) = notifying {
+        notifying
+            .await
+            .context("the change-feed processor panicked")?;
+    }
     drop(runtime);
     backends.close().await;
     admin_shutdown.cancel();

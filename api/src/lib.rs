@@ -28,6 +28,7 @@ use axum::routing::get;
 use skyport_core::ports::{Diagnostics, Ports};
 use skyport_runtime::admin;
 use skyport_runtime::config::GatewaySettings;
+use skyport_runtime::destination::CallbackAcceptance;
 use skyport_runtime::http::Server;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -165,6 +166,7 @@ impl Gateway {
     pub async fn bind(
         ports: &Ports,
         settings: &GatewaySettings,
+        callbacks: CallbackAcceptance,
         auth: Option<Auth>,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Result<Self, BindError> {
@@ -177,7 +179,11 @@ impl Gateway {
             .map_err(bind_error)?;
         Ok(Self {
             listener,
-            router: router(AppState::new(ports, settings, diagnostics), auth, settings),
+            router: router(
+                AppState::new(ports, settings, callbacks, diagnostics),
+                auth,
+                settings,
+            ),
             server: Server::new(&settings.http, settings.shutdown_grace_period_ms.duration()),
         })
     }

@@ -3,9 +3,11 @@
 //! `cargo run -p skyport-api --bin skyport-openapi`; a test fails when the
 //! committed file drifts from the code).
 
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use skyport_core::status::StatusDocument;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 /// Where the committed document lives, relative to the workspace root.
 pub const COMMITTED_PATH: &str = "openapi/openapi.json";
@@ -24,9 +26,25 @@ pub const API_KEY_HEADER: &str = "X-API-Key";
         (name = "deliveries", description = "Delivery requests and their status."),
         (name = "operations", description = "Liveness and readiness probes."),
     ),
+    components(schemas(CallbackPayload)),
     modifiers(&SecuritySchemes),
 )]
 pub(crate) struct ApiDoc;
+
+/// The body of a callback: a Standard Webhooks envelope around the status
+/// of a delivery that reached a terminal state.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CallbackPayload {
+    /// `delivery.scheduled`, `delivery.failed` or `delivery.cancelled`.
+    #[schema(example = "delivery.scheduled")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the delivery reached the state (its `updatedAt`).
+    #[schema(format = DateTime)]
+    pub timestamp: String,
+    /// The status document (without the callback's own outcome).
+    pub data: StatusDocument,
+}
 
 struct SecuritySchemes;
 
@@ -60,10 +78,61 @@ pub fn to_json(openapi: &utoipa::openapi::OpenApi) -> String {
     let mut document = serde_json::to_value(openapi)
         .unwrap_or_else(|e| unreachable!("an OpenAPI document always serializes: {e}"));
     camel_case_links(&mut document);
+    add_webhooks(&mut document);
     let mut json = serde_json::to_string_pretty(&document)
         .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"));
     json.push('\n');
     json
+}
+
+/// The callback Skyport sends (OpenAPI 3.1 `webhooks`, which utoipa 5.5
+/// does not model): a POST to the request's `callbackUrl`, signed as
+/// Standard Webhooks specifies.
+fn add_webhooks(document: &mut Value) {
+    let header = |name: &str, description: &str, example: &str| {
+        json!({
+            "name": name,
+            "in": "header",
+            "required": true,
+            "description": description,
+            "schema": {"type": "string"},
+            "example": example,
+        })
+    };
+    let Some(root) = document.as_object_mut() else {
+        return;
+    };
+    root.insert(
+        "webhooks".into(),
+        json!({
+            "deliveryStatus": {
+                "post": {
+                    "operationId": "deliveryStatusCallback",
+                    "tags": ["deliveries"],
+                    "summary": "A delivery reached a terminal state (Scheduled, Failed or Cancelled).",
+                    "description": "Sent to the request's `callbackUrl` once per terminal state, at least once: a receiver drops repeats by `webhook-id`, which is stable per delivery and state (`msg_{deliveryId}_{state}`). Signed as Standard Webhooks specifies: `webhook-signature` holds `v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under each active secret (`whsec_…`), space-separated; verify with any Standard Webhooks library. Answer 2xx to acknowledge. 5xx, 408, 429 (with `Retry-After` honoured), timeouts and connection errors are retried with backoff for `callbacks.retry_for_ms`; other answers, redirects (never followed) and that time running out dead-letter the callback, which the status document's `callback` records.",
+                    "parameters": [
+                        header("webhook-id", "The message id, stable per delivery and state.", "msg_delivery-42_scheduled"),
+                        header("webhook-timestamp", "Seconds since the Unix epoch when this attempt was signed.", "1764072000"),
+                        header("webhook-signature", "`v1,<base64 HMAC-SHA256>` per active secret, space-separated.", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+                    ],
+                    "requestBody": {
+                        "required": true,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/CallbackPayload"}
+                            }
+                        }
+                    },
+                    "responses": {
+                        "2XX": {"description": "Received; the callback is delivered."},
+                        "5XX": {"description": "Not received now; the callback is retried."}
+                    },
+                    "security": []
+                }
+            }
+        }),
+    );
 }
 
 /// utoipa 5.5 serializes a Link Object's fields in snake case

@@ -1,15 +1,18 @@
 //! What every handler shares: the ports, the receipt signer, a few settings,
 //! and the admin routes' readiness check.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::extract::FromRef;
 use axum::http::HeaderMap;
 use axum::http::uri::Authority;
+use serde_json::Value;
 use skyport_core::ports::{Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore};
 use skyport_runtime::admin::{Admin, ReadinessCheck};
 use skyport_runtime::config::GatewaySettings;
+use skyport_runtime::destination::CallbackAcceptance;
 
 use crate::error::ApiError;
 use crate::receipt::Receipts;
@@ -41,6 +44,8 @@ pub struct Shared {
     pub public_url: Option<String>,
     /// `/healthz`, `/readyz` and `/metrics`.
     pub admin: Admin,
+    /// Whether a request's `callbackUrl` is taken.
+    pub callbacks: CallbackAcceptance,
 }
 
 impl FromRef<AppState> for Admin {
@@ -73,6 +78,23 @@ impl ReadinessCheck for GatewayReadiness {
             Err(format!("not ready: {} unavailable", down.join(" and ")))
         }
     }
+
+    fn details(&self) -> BTreeMap<String, Value> {
+        self.diagnostics
+            .iter()
+            .flat_map(|d| d.details())
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect()
+    }
+
+    async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
+        for part in &self.diagnostics {
+            if let Some(found) = part.inspect(path).await {
+                return Some(found);
+            }
+        }
+        None
+    }
 }
 
 impl AppState {
@@ -80,6 +102,7 @@ impl AppState {
     pub fn new(
         ports: &Ports,
         settings: &GatewaySettings,
+        callbacks: CallbackAcceptance,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Self {
         let readiness = GatewayReadiness {
@@ -102,6 +125,7 @@ impl AppState {
                 .as_ref()
                 .map(|url| url.as_str().trim_end_matches('/').to_owned()),
             admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
+            callbacks,
         }))
     }
 

@@ -85,7 +85,14 @@ impl GatewayOnly {
         let backends = Backends::open(settings)
             .await
             .context("cannot open the embedded store")?;
-        let gateway = Gateway::bind(&backends.ports, &settings.gateway, None, Vec::new()).await?;
+        let gateway = Gateway::bind(
+            &backends.ports,
+            &settings.gateway,
+            skyport_runtime::destination::CallbackAcceptance::from_settings(settings),
+            None,
+            Vec::new(),
+        )
+        .await?;
         let url = format!("http://{}/api/deliveryrequests", gateway.local_addr()?);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gateway.serve(shutdown.clone()));

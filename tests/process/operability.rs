@@ -36,7 +36,10 @@ async fn the_worker_serves_probes_and_metrics() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop_serving = CancellationToken::new();
-    let router = admin::router(Admin::new(Arc::new(worker.readiness(stopping.clone())), 1));
+    let router = admin::router(Admin::new(
+        Arc::new(worker.readiness(stopping.clone(), Vec::new())),
+        1,
+    ));
     let server = tokio::spawn({
         let http = app.settings.worker.http.clone();
         let stop_serving = stop_serving.clone();

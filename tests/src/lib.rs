@@ -16,6 +16,7 @@ pub mod kafka;
 pub mod leases_contract;
 pub mod otlp;
 pub mod tools;
+pub mod webhooks;
 
 pub use self::tools::installed_tool;
 

@@ -5,14 +5,18 @@
 //! A library on the ports: [`Worker::new`] wires them to the workflow,
 //! [`Worker::run`] consumes until the shutdown token fires and then drains.
 
+pub mod change_feed;
 pub mod consumer;
 pub mod intake;
+pub mod notify;
 pub mod resilience;
 pub mod workflow;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde_json::Value;
 use skyport_core::ports::{Consumer, Diagnostics, Ports, StatusStore};
 use skyport_runtime::admin::ReadinessCheck;
 use skyport_runtime::config::{ServicesSettings, WorkerSettings};
@@ -88,12 +92,18 @@ impl Worker {
     }
 
     /// What `/readyz` asks of this worker: the status store answers and
-    /// `stopping` has not fired; paused intake is listed, not fatal.
-    pub fn readiness(&self, stopping: CancellationToken) -> impl ReadinessCheck + use<> {
+    /// `stopping` has not fired; paused intake is listed, not fatal, and so
+    /// is what `diagnostics` (the change-feed processor) report.
+    pub fn readiness(
+        &self,
+        stopping: CancellationToken,
+        diagnostics: Vec<Arc<dyn Diagnostics>>,
+    ) -> impl ReadinessCheck + use<> {
         WorkerReadiness {
             status: Arc::clone(&self.status),
             pauses: self.pauses(),
             stopping,
+            diagnostics,
         }
     }
 
@@ -130,6 +140,7 @@ struct WorkerReadiness {
     status: Arc<dyn StatusStore>,
     pauses: Pauses,
     stopping: CancellationToken,
+    diagnostics: Vec<Arc<dyn Diagnostics>>,
 }
 
 #[async_trait]
@@ -141,6 +152,25 @@ impl ReadinessCheck for WorkerReadiness {
         if !self.status.ready().await {
             return Err("not ready: status store unavailable".into());
         }
-        Ok(self.pauses.degraded())
+        let mut degraded = self.pauses.degraded();
+        degraded.extend(self.diagnostics.iter().flat_map(|d| d.degraded()));
+        Ok(degraded)
+    }
+
+    fn details(&self) -> BTreeMap<String, Value> {
+        self.diagnostics
+            .iter()
+            .flat_map(|d| d.details())
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect()
+    }
+
+    async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
+        for part in &self.diagnostics {
+            if let Some(found) = part.inspect(path).await {
+                return Some(found);
+            }
+        }
+        None
     }
 }

@@ -13,7 +13,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use skyport_core::event::{CancellationRequested, DeliveryRequested, Event};
 use skyport_core::ports::Reserved;
-use skyport_core::request::{DeliveryRequest, is_valid_id};
+use skyport_core::request::{DeliveryRequest, FieldError, is_valid_id};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::{telemetry, trace_span};
 use time::OffsetDateTime;
@@ -90,7 +90,7 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
         (status = 413, description = "The body, once decoded, is larger than `gateway.max_body_bytes`.", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).", body = Problem, content_type = "application/problem+json",
             headers(("Accept-Encoding" = String, description = "The content codings the gateway decodes, on an encoding refusal."))),
-        (status = 422, description = "The body has invalid fields; `errors` lists them.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach among them); `errors` lists them.", body = Problem, content_type = "application/problem+json"),
         (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
@@ -104,6 +104,14 @@ pub async fn create(
     ValidDeliveryRequest(request): ValidDeliveryRequest,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
+    if let Some(url) = &request.callback_url
+        && let Some(refusal) = state.callbacks.refusal(url)
+    {
+        return Err(ApiError::Validation(vec![FieldError::new(
+            "callbackUrl",
+            refusal,
+        )]));
+    }
     let base = state.base_url(&headers)?;
     // With auth off every caller is the same client.
     let client = principal.as_ref().map_or("", |p| p.name.as_str());

@@ -70,7 +70,12 @@ pub struct DeliveryRequest {
     #[serde(default)]
     pub confirmation_required: ConfirmationType,
     pub package_info: PackageInfo,
-    /// Where the terminal status is delivered, if the client wants a callback.
+    /// Where the terminal status is delivered, if the client wants a callback:
+    /// a POST signed as Standard Webhooks specifies (`webhooks.deliveryStatus`)
+    /// per terminal state. Refused (422) when callbacks are off, or when the
+    /// host is a literal loopback, private, link-local, multicast or
+    /// unspecified address that `callbacks.allow` does not name; a host name
+    /// is checked on the addresses it resolves to when the callback is sent.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -134,6 +134,59 @@ pub struct StatusDocument {
     pub updated_at: OffsetDateTime,
     /// How many times the worker has started this delivery (replays count).
     pub attempt: u32,
+    /// Where the terminal status is delivered (the request's `callbackUrl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = "uri")]
+    pub callback_url: Option<String>,
+    /// The W3C trace context of the request; the callback's span continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// How the callback announcing the terminal state went (with a `callbackUrl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<CallbackOutcome>,
+}
+
+/// Where a delivery's callback is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum CallbackState {
+    /// Being sent, or waiting for its next attempt.
+    Pending,
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Given up on (refused destination, permanent error, or the retry time
+    /// ran out); kept with the dead-lettered callbacks.
+    DeadLettered,
+}
+
+/// The outcome of the callback that announced a terminal state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallbackOutcome {
+    pub state: CallbackState,
+    /// The terminal state the callback announced.
+    pub announced: DeliveryState,
+    /// POSTs made, retries included.
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub delivered_at: Option<OffsetDateTime>,
+}
+
+impl StatusDocument {
+    /// Whether the terminal state this document is in still waits for its
+    /// callback: it has a `callbackUrl` and no final outcome for this state.
+    pub fn awaits_callback(&self) -> bool {
+        self.state.is_terminal()
+            && self.callback_url.is_some()
+            && !self.callback.as_ref().is_some_and(|outcome| {
+                outcome.announced == self.state && outcome.state != CallbackState::Pending
+            })
+    }
 }
 
 impl StatusDocument {
@@ -151,6 +204,9 @@ impl StatusDocument {
             created_at: accepted_at,
             updated_at: accepted_at,
             attempt: 0,
+            callback_url: None,
+            traceparent: None,
+            callback: None,
         }
     }
 }

@@ -18,8 +18,10 @@ use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::log::Faults;
-use crate::tables::{DEAD_LETTERS, LEASES, STATUS};
-use skyport_core::ports::DeadLetter;
+use crate::tables::{
+    CHANGE_DEAD_LETTERS, DEAD_LETTERS, LEASES, STATUS, STATUS_CHANGE_OF, STATUS_CHANGES,
+};
+use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
 
 /// A commit that did not happen; every operation in it failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -44,6 +46,7 @@ pub(crate) enum OpKind {
         body: Vec<u8>,
     },
     DeadLetter(DeadLetter),
+    ChangeDeadLetter(ChangeDeadLetter),
     /// Write a lease (an ownership claim or a checkpoint of the Event Hubs
     /// processor) if its stored version is as expected.
     PutLease {
@@ -157,6 +160,12 @@ impl Committer {
             let mut status = txn.open_table(STATUS)?;
             let mut dead_letters = txn.open_table(DEAD_LETTERS)?;
             let mut leases = txn.open_table(LEASES)?;
+            let mut changes = txn.open_table(STATUS_CHANGES)?;
+            let mut change_of = txn.open_table(STATUS_CHANGE_OF)?;
+            let mut change_dead_letters = txn.open_table(CHANGE_DEAD_LETTERS)?;
+            // Every status write takes the next number; a document's earlier
+            // entry goes, so the sequence holds each document once.
+            let mut next_change = changes.last()?.map_or(1, |(seq, _)| seq.value() + 1);
             let now_ms =
                 i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
                     .unwrap_or(i64::MAX);
@@ -167,6 +176,11 @@ impl Committer {
                         if current == *expected {
                             let version = current.map_or(1, |v| v + 1);
                             status.insert(id.as_str(), (version, body.as_slice()))?;
+                            if let Some(previous) = change_of.insert(id.as_str(), next_change)? {
+                                changes.remove(previous.value())?;
+                            }
+                            changes.insert(next_change, id.as_str())?;
+                            next_change += 1;
                             Applied::Written(version)
                         } else {
                             Applied::PreconditionFailed
@@ -177,6 +191,15 @@ impl Committer {
                         dead_letters.insert(
                             (letter.partition, letter.offset),
                             (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
+                        )?;
+                        Applied::Done
+                    }
+                    OpKind::ChangeDeadLetter(letter) => {
+                        let at = letter.at.format(&Rfc3339).unwrap_or_default();
+                        let payload = letter.payload.to_string();
+                        change_dead_letters.insert(
+                            (letter.processor.as_str(), letter.key.as_str()),
+                            (letter.reason.as_str(), at.as_str(), payload.as_bytes()),
                         )?;
                         Applied::Done
                     }

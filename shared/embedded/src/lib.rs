@@ -27,8 +27,14 @@
 //!   what a retried POST is matched against, copied from the log once
 //!   durable there; `reservation_expiry` indexes them by expiry, and every
 //!   copy forgets a few expired ones.
+//! - `status_changes`: sequence number → delivery id, each document once at
+//!   its latest write, and `status_change_of` its reverse: the change feed
+//!   the change-feed processor reads ([`ChangeSource`](skyport_core::ports::ChangeSource)).
+//! - `change_dead_letters`: (processor, key) → (reason, time, JSON payload):
+//!   changes a change-feed handler gave up on (undeliverable callbacks).
 //! - `meta`: `partitions` (fixed at creation) and `receipt-key`.
 
+mod changes;
 mod committer;
 mod consumer;
 mod leases;

@@ -11,9 +11,9 @@ use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable};
 use skyport_core::partitioning::partition_for;
 use skyport_core::ports::{
-    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, IdempotencyStore, OutboundEvent,
-    Position, Precondition, PublishError, Publisher, Reservation, Reserved, StatusStore,
-    StatusStoreError, Versioned,
+    BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag,
+    IdempotencyStore, OutboundEvent, Position, Precondition, PublishError, Publisher, Reservation,
+    Reserved, StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::EmbeddedSettings;
@@ -391,6 +391,14 @@ impl DeadLetterStore for EmbeddedStore {
             Ok(other) => unreachable!("a dead letter is answered with Done, not {other:?}"),
             Err(e) => Err(DeadLetterError::Unavailable(Box::new(e))),
         }
+    }
+
+    async fn put_change(&self, letter: ChangeDeadLetter) -> Result<(), DeadLetterError> {
+        self.put_change_dead_letter(letter).await
+    }
+
+    async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
+        self.change_dead_letters(processor).await
     }
 }
 

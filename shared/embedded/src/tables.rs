@@ -13,3 +13,15 @@ pub(crate) const RESERVATIONS: TableDefinition<&str, (i64, &[u8])> =
     TableDefinition::new("reservations");
 pub(crate) const RESERVATION_EXPIRY: TableDefinition<(i64, &str), ()> =
     TableDefinition::new("reservation_expiry");
+/// The status change sequence: sequence number → delivery id, one entry per
+/// document (its latest write), so reading after a number reads every
+/// document written since.
+pub(crate) const STATUS_CHANGES: TableDefinition<u64, &str> =
+    TableDefinition::new("status_changes");
+/// Delivery id → its entry in `status_changes`.
+pub(crate) const STATUS_CHANGE_OF: TableDefinition<&str, u64> =
+    TableDefinition::new("status_change_of");
+/// (processor, key) → (reason, time, JSON payload): changes a change-feed
+/// handler gave up on.
+pub(crate) const CHANGE_DEAD_LETTERS: TableDefinition<(&str, &str), (&str, &str, &[u8])> =
+    TableDefinition::new("change_dead_letters");

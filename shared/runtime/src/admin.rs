@@ -4,16 +4,18 @@
 //! Prometheus text or OpenMetrics). The gateway serves them beside its API,
 //! `skyport-worker` on `worker.listen`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::extract::{FromRef, State};
+use axum::extract::{FromRef, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
@@ -34,6 +36,16 @@ pub trait ReadinessCheck: std::fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// The reason the process cannot serve now.
     async fn check(&self) -> Result<Vec<String>, String>;
+
+    /// Summaries by name for `/readyz`'s `details` (the change-feed processor's).
+    fn details(&self) -> BTreeMap<String, Value> {
+        BTreeMap::new()
+    }
+
+    /// The JSON document served at `/admin/{path}`, if the process serves `path`.
+    async fn inspect(&self, _path: &str) -> Option<Result<Value, String>> {
+        None
+    }
 }
 
 /// The state of the admin routes; a router whose state holds one mounts them.
@@ -67,6 +79,11 @@ pub struct Readiness {
     pub status: String,
     /// What is degraded without making the gateway unready (an open circuit that paused the worker).
     pub degraded: Vec<String>,
+    /// Summaries of the process's background parts, by name (`changeFeed`:
+    /// the change-feed processor's leases and pending changes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub details: BTreeMap<String, Value>,
 }
 
 /// `/healthz` and `/readyz` (documented: they are part of the gateway's
@@ -80,6 +97,7 @@ where
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .route("/metrics", get(render_metrics))
+        .route("/admin/{*path}", get(inspect))
 }
 
 /// The admin routes alone, as `skyport-worker` serves them: anything else is a 404 problem.
@@ -149,6 +167,7 @@ pub async fn readyz(State(admin): State<Admin>) -> Response {
         Ok(degraded) => Json(Readiness {
             status: "ready".into(),
             degraded,
+            details: admin.readiness.details(),
         })
         .into_response(),
         Err(reason) => {
@@ -161,6 +180,28 @@ pub async fn readyz(State(admin): State<Admin>) -> Response {
             )
             .respond(Some(admin.retry_after_s))
         }
+    }
+}
+
+/// What a background part of the process reports to operators
+/// (`/admin/change-feed`, `/admin/callbacks/dead-letters`).
+async fn inspect(State(admin): State<Admin>, Path(path): Path<String>) -> Response {
+    match admin.readiness.inspect(&path).await {
+        Some(Ok(document)) => Json(document).into_response(),
+        Some(Err(reason)) => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service unavailable",
+            "Unavailable",
+            reason,
+        )
+        .respond(Some(admin.retry_after_s)),
+        None => Problem::new(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "NotFound",
+            format!("this process reports nothing at /admin/{path}"),
+        )
+        .respond(None),
     }
 }
 

@@ -109,6 +109,19 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// A change-feed processor's lease: `range.{min}-{max}` of its feed range.
+    pub lease: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallbackLabels {
+    /// `delivered`, `retried` (an attempt that will be tried again),
+    /// `refused` (a permanent answer or a refused destination) or `dead_lettered`.
+    pub outcome: &'static str,
+}
+
 /// A breaker's state as a number, for `skyport_breaker_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -158,6 +171,11 @@ pub struct Metrics {
     pub group_throttled: Family<GroupLabels, Counter>,
     pub workflow_events: Family<OutcomeLabels, Counter>,
     pub replays: Counter,
+    pub change_feed_lag: Family<LeaseLabels, Gauge>,
+    pub change_feed_leases: Gauge,
+    pub change_feed_handler_errors: Counter,
+    pub callbacks: Family<CallbackLabels, Counter>,
+    pub callback_duration: Histogram,
     checkpoints: Arc<CheckpointAges>,
 }
 
@@ -321,6 +339,32 @@ impl Metrics {
             "Delivery events read again after an earlier attempt had begun them (retries after a crash, a rebalance or a republish)",
             replays.clone(),
         );
+        let change_feed_lag = Family::default();
+        registry.register(
+            "change_feed_lag_events",
+            "Changes of a change-feed lease not handled yet (the estimator's count, from the store's sequence numbers)",
+            change_feed_lag.clone(),
+        );
+        let change_feed_leases = Gauge::default();
+        registry.register(
+            "change_feed_leases_owned",
+            "Change-feed leases this instance owns now",
+            change_feed_leases.clone(),
+        );
+        let change_feed_handler_errors = Counter::default();
+        registry.register(
+            "change_feed_handler_errors",
+            "Batches of changes a handler failed on (each handed over again from the last checkpoint)",
+            change_feed_handler_errors.clone(),
+        );
+        let callbacks = Family::default();
+        registry.register("callbacks", "Callback POSTs, by outcome", callbacks.clone());
+        let callback_duration = latency();
+        registry.register(
+            "callback_duration_seconds",
+            "Time one callback POST took, to its answer or its error",
+            callback_duration.clone(),
+        );
         let checkpoints = Arc::new(CheckpointAges::default());
         registry.register_collector(Box::new(Arc::clone(&checkpoints)));
         Self {
@@ -350,6 +394,11 @@ impl Metrics {
             group_throttled,
             workflow_events,
             replays,
+            change_feed_lag,
+            change_feed_leases,
+            change_feed_handler_errors,
+            callbacks,
+            callback_duration,
             checkpoints,
         }
     }

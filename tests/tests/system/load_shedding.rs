@@ -60,9 +60,15 @@ async fn a_request_beyond_the_limit_is_refused_at_once_with_retry_after() {
         open: watch::Sender::new(false),
     });
     backends.ports.publisher = gate.clone();
-    let gateway = Gateway::bind(&backends.ports, &settings.gateway, None, Vec::new())
-        .await
-        .unwrap();
+    let gateway = Gateway::bind(
+        &backends.ports,
+        &settings.gateway,
+        skyport_runtime::destination::CallbackAcceptance::from_settings(&settings),
+        None,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
     let client = Client::new(format!("http://{}", gateway.local_addr().unwrap()));
     let shutdown = CancellationToken::new();
     let served = tokio::spawn(gateway.serve(shutdown.clone()));

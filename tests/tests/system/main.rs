@@ -5,6 +5,7 @@
 
 mod auth;
 mod bad_input;
+mod callbacks;
 mod cancellation;
 mod cosmos;
 mod dependencies;

@@ -76,6 +76,7 @@ impl Pauses {
     }
 }
 
+#[async_trait::async_trait]
 impl Diagnostics for Pauses {
     fn degraded(&self) -> Vec<String> {
         self.reasons()

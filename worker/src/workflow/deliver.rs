@@ -40,6 +40,18 @@ impl Workflow {
             .status
             .update_likely_new(id, abandon, |current| {
                 let mut next = match current {
+                    // Cancelled before this request was read: the callback
+                    // URL it carries still hears of the cancellation.
+                    Some(document)
+                        if document.state.is_terminal()
+                            && document.callback_url.is_none()
+                            && request.request.callback_url.is_some() =>
+                    {
+                        let mut told = document.clone();
+                        told.callback_url.clone_from(&request.request.callback_url);
+                        told.traceparent.clone_from(&request.traceparent);
+                        return Decision::Write(told, false);
+                    }
                     Some(document) if document.state.is_terminal() => return Decision::Keep(false),
                     Some(document) => document.clone(),
                     None => StatusDocument::accepted(id.clone(), request.accepted_at),
@@ -47,6 +59,8 @@ impl Workflow {
                 next.state = DeliveryState::Processing;
                 next.attempt += 1;
                 next.package_id = Some(package_id.clone());
+                next.callback_url.clone_from(&request.request.callback_url);
+                next.traceparent.clone_from(&request.traceparent);
                 next.updated_at = OffsetDateTime::now_utc();
                 Decision::Write(next, true)
             })

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use azure_core::credentials::Secret;
 use azure_core::http::headers::HeaderName;
@@ -13,9 +14,10 @@ use azure_data_cosmos::{
     AccountEndpoint, AccountReference, CosmosClientBuilder, CosmosRuntimeBuilder,
 };
 use azure_data_cosmos_driver::in_memory_emulator::{
-    InMemoryEmulatorHttpClient, RequestObserver, VirtualAccountConfig, VirtualRegion,
+    Epk, InMemoryEmulatorHttpClient, RequestObserver, VirtualAccountConfig, VirtualRegion,
 };
 
+use skyport_core::ports::{BoxError, FeedRange};
 use skyport_runtime::config::CosmosSettings;
 
 use super::error::CosmosOpenError;
@@ -123,6 +125,43 @@ impl Emulator {
             .await
             .map_err(|e| connect(Box::new(e)))?;
         CosmosStore::on_client(client, settings).await
+    }
+
+    /// Splits the physical partition of `container` (in `database`) that
+    /// `range` covers (the first, if it covers several) at its middle, as
+    /// Cosmos DB does when a partition grows, and waits until the two
+    /// children serve. For `lock` before that the partition answers 410
+    /// (completing split), which the SDK retries. Containers are created with
+    /// 4 physical partitions, so the status container has 4 feed ranges.
+    ///
+    /// # Errors
+    /// When `range` is not in hex, no partition is in it, or the
+    /// split fails.
+    pub async fn split(
+        &self,
+        database: &str,
+        container: &str,
+        range: &FeedRange,
+        lock: Duration,
+    ) -> Result<(), BoxError> {
+        let store = self.http.store();
+        let min = Epk::try_from(range.min.as_str())?;
+        let max = Epk::try_from(range.max.as_str())?;
+        // The children of no particular parents are all the partitions.
+        let (partition, middle) = store
+            .child_partition_ids(database, container, &[])
+            .into_iter()
+            .find_map(|id| {
+                let middle = store.midpoint_split_epk(database, container, id).ok()?;
+                (min < middle && middle < max).then_some((id, middle))
+            })
+            .ok_or_else(|| {
+                format!("no physical partition of {database}/{container} is in {range:?}")
+            })?;
+        store
+            .split_partition_and_wait(database, container, partition, middle, lock)
+            .await?;
+        Ok(())
     }
 }
 

@@ -8,13 +8,18 @@
 //! - `leases` (partition key `/partitionKey` = the lease group, such as
 //!   `{namespace}/{event hub}/{consumer group}`): one document per lease,
 //!   `id` its name (`ownership-{partition}`, `checkpoint-{partition}`); see [`leases`].
-//! - `deadletters` (partition key `/id` = `{partition}-{offset}`): poison events with
-//!   the reason, the time and the raw payload (base64).
+//! - `deadletters` (partition key `/id`): poison events (`id` =
+//!   `{partition}-{offset}`) with the reason, the time and the raw payload
+//!   (base64); and changes of the status feed a change-feed handler gave up
+//!   on (`kind: "change"`, `id` = `change.{processor}.{key}`), with the
+//!   reason, the time and the payload (JSON).
 //! - `reservations` (partition key `/id` = delivery id, TTL on): what a retried
 //!   POST is matched against; see [`reservations`].
 //!
 //! - the throughput control container (partition key `/groupId`), when a
 //!   throughput control group is global; see [`control`].
+//!
+//! The status container's change feed is read by feed range; see [`changes`].
 //!
 //! The SDK's own 429 retries are off: this adapter waits out a 429 after the
 //! server's `x-ms-retry-after-ms` (or `cosmos.throttle_retry_ms`) and tries
@@ -25,6 +30,7 @@
 //! [`RequestUnits`]: request_units::RequestUnits
 
 mod bulk;
+mod changes;
 mod control;
 #[cfg(feature = "cosmos-emulator")]
 pub mod emulator;

@@ -15,10 +15,19 @@ pub enum Operation {
     Write,
     Query,
     Delete,
+    /// A read of the change feed (a page, or an estimate's probe) or of its
+    /// feed ranges.
+    ChangeFeed,
 }
 
 impl Operation {
-    const ALL: [Self; 4] = [Self::Read, Self::Write, Self::Query, Self::Delete];
+    const ALL: [Self; 5] = [
+        Self::Read,
+        Self::Write,
+        Self::Query,
+        Self::Delete,
+        Self::ChangeFeed,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -26,6 +35,7 @@ impl Operation {
             Self::Write => "write",
             Self::Query => "query",
             Self::Delete => "delete",
+            Self::ChangeFeed => "change_feed",
         }
     }
 }
@@ -40,7 +50,7 @@ struct Meter {
 /// Request units spent since the store opened.
 #[derive(Debug)]
 pub struct RequestUnits {
-    meters: [Meter; 4],
+    meters: [Meter; 5],
     throttled: AtomicU64,
     since: Instant,
 }

@@ -13,8 +13,8 @@ use azure_data_cosmos::{
 use base64::Engine;
 use secrecy::ExposeSecret;
 use skyport_core::ports::{
-    BoxError, DeadLetter, DeadLetterError, DeadLetterStore, ETag, Precondition, StatusStore,
-    StatusStoreError, Versioned,
+    BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag, Precondition,
+    StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::{CosmosAuth, CosmosSettings, Work};
@@ -31,8 +31,8 @@ use super::throttle::{Paged, Requests, no_throttle_retry};
 
 /// The Cosmos DB store; cheap to share behind an [`Arc`].
 pub struct CosmosStore {
-    status: ContainerClient,
-    dead_letters: ContainerClient,
+    pub(crate) status: ContainerClient,
+    pub(crate) dead_letters: ContainerClient,
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
     pub(crate) requests: Arc<Requests>,
@@ -142,7 +142,8 @@ impl CosmosStore {
         }))
     }
 
-    /// The dead letters kept so far (in no particular order).
+    /// The dead letters of events kept so far (in no particular order; the
+    /// changes a change-feed handler gave up on are [`DeadLetterStore::changes`]).
     ///
     /// # Errors
     /// [`DeadLetterError`] when the container cannot be read.
@@ -169,7 +170,7 @@ impl CosmosStore {
                     let query = self
                         .dead_letters
                         .query_items::<Stored>(
-                            "SELECT * FROM c",
+                            "SELECT * FROM c WHERE NOT IS_DEFINED(c.kind)",
                             azure_data_cosmos::FeedScope::full_container(),
                             Some(options),
                         )
@@ -370,5 +371,13 @@ impl DeadLetterStore for CosmosStore {
             .await
             .map_err(|e| DeadLetterError::Unavailable(e.into_box()))?;
         Ok(())
+    }
+
+    async fn put_change(&self, letter: ChangeDeadLetter) -> Result<(), DeadLetterError> {
+        self.put_change_dead_letter(letter).await
+    }
+
+    async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
+        self.change_dead_letters(processor).await
     }
 }

@@ -1,4 +1,6 @@
-//! Dead letters: where poison events go so that their partition can move on.
+//! Dead letters: where poison events go so that their partition can move on,
+//! and changes of the status feed that a change-feed handler gave up on (a
+//! callback that could not be delivered) so that their lease can move on.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -16,6 +18,19 @@ pub struct DeadLetter {
     pub at: OffsetDateTime,
 }
 
+/// A change a change-feed handler gave up on, kept with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeDeadLetter {
+    /// The processor (deployment unit) whose handler gave up.
+    pub processor: String,
+    /// Unique within the processor: the same change given up twice is kept once.
+    pub key: String,
+    pub reason: String,
+    /// The change, or what the handler tried to send (JSON).
+    pub payload: serde_json::Value,
+    pub at: OffsetDateTime,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DeadLetterError {
     #[error("the dead-letter store is unavailable")]
@@ -28,4 +43,16 @@ pub trait DeadLetterStore: std::fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// [`DeadLetterError`] when the dead letter is not durable.
     async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError>;
+
+    /// Keeps a change a handler gave up on (replacing one with the same key).
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the dead letter is not durable.
+    async fn put_change(&self, letter: ChangeDeadLetter) -> Result<(), DeadLetterError>;
+
+    /// The changes `processor`'s handler gave up on, by key.
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the store cannot be read.
+    async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError>;
 }

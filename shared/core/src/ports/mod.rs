@@ -6,6 +6,7 @@
 //! is durable at the version it returns. [`Ports`] is the bundle a binary
 //! opens and hands to the gateway and the worker.
 
+mod change_feed;
 mod dead_letters;
 mod diagnostics;
 mod idempotency;
@@ -15,7 +16,10 @@ mod stream;
 
 use std::sync::Arc;
 
-pub use self::dead_letters::{DeadLetter, DeadLetterError, DeadLetterStore};
+pub use self::change_feed::{
+    Change, ChangeFeedError, ChangePage, ChangeSource, FeedRange, StartFrom,
+};
+pub use self::dead_letters::{ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore};
 pub use self::diagnostics::Diagnostics;
 pub use self::idempotency::{IdempotencyStore, Reservation, Reserved};
 pub use self::leases::{Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion};

@@ -9,6 +9,8 @@
 //! decided here.
 
 mod auth;
+mod callbacks;
+mod change_feed;
 mod checks;
 mod connection_string;
 mod cosmos;
@@ -32,6 +34,8 @@ mod worker;
 use serde::Deserialize;
 
 pub use self::auth::{ApiKeySettings, AuthSettings, JwtSettings, Scope};
+pub use self::callbacks::{CallbackSettings, SECRET_PREFIX, decode_secret};
+pub use self::change_feed::ChangeFeedSettings;
 pub use self::checks::{Checks, ConfigError, ConfigErrors};
 pub use self::connection_string::{ConnectionString, ConnectionStringError};
 pub use self::cosmos::{CosmosAuth, CosmosSettings};
@@ -70,6 +74,8 @@ pub struct Settings {
     pub services: ServicesSettings,
     pub simulator: SimulatorSettings,
     pub telemetry: TelemetrySettings,
+    pub change_feed: ChangeFeedSettings,
+    pub callbacks: CallbackSettings,
 }
 
 impl Settings {
@@ -107,6 +113,15 @@ impl Settings {
         })
     }
 
+    /// Whether callbacks are delivered: `callbacks.enabled`, else whether
+    /// there is a secret to sign them with (configured, or kept by the
+    /// embedded store).
+    pub fn callbacks_enabled(&self) -> bool {
+        self.callbacks.enabled.unwrap_or(
+            !self.callbacks.secrets.is_empty() || self.store_backend() == StoreBackend::Embedded,
+        )
+    }
+
     /// Checks what types alone cannot, section by section.
     ///
     /// # Errors
@@ -138,6 +153,16 @@ impl Settings {
         self.worker.validate(&mut checks.section("worker"));
         self.services.validate(&mut checks.section("services"));
         self.simulator.validate(&mut checks.section("simulator"));
+        self.change_feed
+            .validate(&mut checks.section("change_feed"));
+        self.callbacks.validate(&mut checks.section("callbacks"));
+        checks.check(
+            !self.callbacks_enabled()
+                || !self.callbacks.secrets.is_empty()
+                || self.store_backend() == StoreBackend::Embedded,
+            "callbacks.secrets",
+            "must hold a signing secret when callbacks are enabled on Cosmos DB (no embedded store keeps one)",
+        );
         if errors.is_empty() {
             Ok(())
         } else {

@@ -26,15 +26,19 @@ pub enum Work {
     Reservations,
     /// The Event Hubs consumer's ownership and checkpoint leases.
     Leases,
+    /// The change-feed processor's reads of the status container's change
+    /// feed (its feed ranges, its pages and its estimates of what is pending).
+    ChangeFeed,
 }
 
 impl Work {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::StatusWrites,
         Self::DeadLetters,
         Self::StatusReads,
         Self::Reservations,
         Self::Leases,
+        Self::ChangeFeed,
     ];
 
     /// Whether a client waits on this work: over budget it is refused at
@@ -50,6 +54,7 @@ impl Work {
             Self::StatusReads => "status_reads",
             Self::Reservations => "reservations",
             Self::Leases => "leases",
+            Self::ChangeFeed => "change_feed",
         }
     }
 }
@@ -102,7 +107,7 @@ pub struct ThroughputGroupSettings {
     /// `target_ru_per_s` too, the smaller wins.
     pub target_fraction: Option<f64>,
     /// Unset: `low` when all of the group's work is the worker's (status
-    /// writes, dead letters, leases), else `high`.
+    /// writes, dead letters, leases, the change feed), else `high`.
     pub priority: Option<Priority>,
     /// Takes the work on `container` that no group names.
     pub default: bool,
@@ -224,7 +229,7 @@ pub(super) fn validate_groups(
         checks.check(
             !group.work.is_empty() || group.default,
             "work",
-            "must name the work the group controls (status_writes, dead_letters, status_reads, reservations, leases), or the group must be its container's default",
+            "must name the work the group controls (status_writes, dead_letters, status_reads, reservations, leases, change_feed), or the group must be its container's default",
         );
         for work in &group.work {
             if let Some(other) = owner.insert(*work, name) {

@@ -493,7 +493,7 @@ impl Control {
 /// The container `work` runs on.
 fn container_of(work: Work, settings: &CosmosSettings) -> &str {
     match work {
-        Work::StatusWrites | Work::StatusReads => &settings.status_container,
+        Work::StatusWrites | Work::StatusReads | Work::ChangeFeed => &settings.status_container,
         Work::DeadLetters => &settings.dead_letter_container,
         Work::Reservations => &settings.reservations_container,
         Work::Leases => &settings.leases_container,

@@ -1,0 +1,187 @@
+//! The change feed of the embedded store ([`ChangeSource`]): every status
+//! write takes the next number of one sequence (`status_changes`) in the
+//! transaction that makes it durable, and drops the document's earlier entry,
+//! so the feed holds each document once, at its latest write, like Cosmos DB's
+//! latest-version change feed. It is one range (the whole key space); a
+//! continuation is the last number read.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use redb::{ReadableDatabase, ReadableTable};
+use serde_json::Value;
+use skyport_core::ports::{
+    Change, ChangeDeadLetter, ChangeFeedError, ChangePage, ChangeSource, DeadLetterError,
+    FeedRange, StartFrom,
+};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::committer::{Applied, OpKind};
+use crate::store::EmbeddedStore;
+use crate::tables::{CHANGE_DEAD_LETTERS, STATUS, STATUS_CHANGES};
+
+fn sequence(from: Option<&str>) -> Result<Option<u64>, ChangeFeedError> {
+    from.map(|text| {
+        text.parse::<u64>()
+            .map_err(|e| ChangeFeedError::BadContinuation {
+                continuation: text.to_owned(),
+                source: Box::new(e),
+            })
+    })
+    .transpose()
+}
+
+fn unavailable(e: redb::Error) -> ChangeFeedError {
+    ChangeFeedError::Unavailable(Box::new(e))
+}
+
+/// Whether a document was written at or after `since` (by its `updatedAt`).
+fn written_since(document: &Value, since: OffsetDateTime) -> bool {
+    document
+        .get("updatedAt")
+        .and_then(Value::as_str)
+        .and_then(|at| OffsetDateTime::parse(at, &Rfc3339).ok())
+        .is_none_or(|at| at >= since)
+}
+
+#[async_trait]
+impl ChangeSource for EmbeddedStore {
+    async fn ranges(&self) -> Result<Vec<FeedRange>, ChangeFeedError> {
+        Ok(vec![FeedRange::full()])
+    }
+
+    async fn read(
+        &self,
+        _range: &FeedRange,
+        from: Option<&str>,
+        start: StartFrom,
+        max_items: u32,
+    ) -> Result<ChangePage, ChangeFeedError> {
+        let after = sequence(from)?;
+        let db = Arc::clone(&self.db);
+        let limit = usize::try_from(max_items.max(1)).unwrap_or(usize::MAX);
+        let (rows, last) = self
+            .blocking(move || -> Result<_, redb::Error> {
+                let txn = db.begin_read()?;
+                let changes = match txn.open_table(STATUS_CHANGES) {
+                    Ok(table) => table,
+                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), 0)),
+                    Err(e) => return Err(e.into()),
+                };
+                let newest = changes.last()?.map_or(0, |(seq, _)| seq.value());
+                let after = match (after, start) {
+                    (Some(after), _) => after,
+                    (None, StartFrom::Now) => return Ok((Vec::new(), newest)),
+                    (None, StartFrom::Beginning | StartFrom::Time(_)) => 0,
+                };
+                let status = txn.open_table(STATUS)?;
+                let mut rows = Vec::new();
+                let mut last = after;
+                for entry in changes.range(after + 1..)?.take(limit) {
+                    let (seq, id) = entry?;
+                    last = seq.value();
+                    if let Some(stored) = status.get(id.value())? {
+                        rows.push((id.value().to_owned(), stored.value().1.to_vec()));
+                    }
+                }
+                Ok((rows, last))
+            })
+            .await
+            .map_err(unavailable)?;
+        let mut changes = Vec::with_capacity(rows.len());
+        for (id, body) in rows {
+            // A document that is not JSON is still a change: the handler
+            // decides what to do with it (the notifier dead-letters it).
+            let document = serde_json::from_slice(&body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+            if let (None, StartFrom::Time(since)) = (from, start)
+                && !written_since(&document, since)
+            {
+                continue;
+            }
+            changes.push(Change { id, document });
+        }
+        Ok(ChangePage {
+            changes,
+            continuation: last.to_string(),
+        })
+    }
+
+    async fn pending(
+        &self,
+        _range: &FeedRange,
+        from: Option<&str>,
+        start: StartFrom,
+    ) -> Result<u64, ChangeFeedError> {
+        let after = sequence(from)?;
+        if after.is_none() && start == StartFrom::Now {
+            return Ok(0);
+        }
+        let db = Arc::clone(&self.db);
+        self.blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let changes = match txn.open_table(STATUS_CHANGES) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+                Err(e) => return Err(e.into()),
+            };
+            let mut count = 0;
+            for entry in changes.range(after.unwrap_or(0) + 1..)? {
+                entry?;
+                count += 1;
+            }
+            Ok(count)
+        })
+        .await
+        .map_err(unavailable)
+    }
+}
+
+impl EmbeddedStore {
+    pub(crate) async fn put_change_dead_letter(
+        &self,
+        letter: ChangeDeadLetter,
+    ) -> Result<(), DeadLetterError> {
+        match self.submit(OpKind::ChangeDeadLetter(letter)).await {
+            Ok(Applied::Done) => Ok(()),
+            Ok(other) => unreachable!("a dead letter is answered with Done, not {other:?}"),
+            Err(e) => Err(DeadLetterError::Unavailable(Box::new(e))),
+        }
+    }
+
+    pub(crate) async fn change_dead_letters(
+        &self,
+        processor: &str,
+    ) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
+        let db = Arc::clone(&self.db);
+        let processor = processor.to_owned();
+        self.blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let table = match txn.open_table(CHANGE_DEAD_LETTERS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(e.into()),
+            };
+            let mut letters = Vec::new();
+            for entry in table.range((processor.as_str(), "")..)? {
+                let (key, value) = entry?;
+                let (owner, name) = key.value();
+                if owner != processor {
+                    break;
+                }
+                let (reason, at, payload) = value.value();
+                letters.push(ChangeDeadLetter {
+                    processor: owner.to_owned(),
+                    key: name.to_owned(),
+                    reason: reason.to_owned(),
+                    payload: serde_json::from_slice(payload).unwrap_or(Value::Null),
+                    at: OffsetDateTime::parse(at, &Rfc3339).unwrap_or(OffsetDateTime::UNIX_EPOCH),
+                });
+            }
+            Ok(letters)
+        })
+        .await
+        .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))
+    }
+}

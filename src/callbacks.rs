@@ -1,0 +1,107 @@
+//! Composition of the callbacks: the change-feed processor over the status
+//! store's change feed, with the notifier as its handler, signing with the
+//! configured secrets — or, on the embedded store with none configured, the
+//! one kept in the data directory's `callback-secret` (created once).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use skyport_runtime::config::{SECRET_PREFIX, Settings, decode_secret};
+use skyport_runtime::destination::AddressPolicy;
+use skyport_worker::change_feed::{Processor, ProcessorSettings};
+use skyport_worker::notify::Notifier;
+
+use crate::backends::{Backends, Store};
+
+/// The file in the embedded data directory that holds the generated secret.
+pub const SECRET_FILE: &str = "callback-secret";
+
+/// The change-feed processor that delivers the callbacks, with the notifier
+/// as its handler, when callbacks are enabled; run it with [`Processor::run`].
+///
+/// # Errors
+/// When there is no secret to sign with, the generated one cannot be kept,
+/// or the HTTP client cannot be built.
+pub fn notifier(
+    settings: &Settings,
+    backends: &Backends,
+) -> anyhow::Result<Option<Arc<Processor>>> {
+    if !settings.callbacks_enabled() {
+        return Ok(None);
+    }
+    let keys = match (&backends.store, settings.callbacks.keys()) {
+        (_, keys) if !keys.is_empty() => keys,
+        (Store::Embedded(_), _) => vec![kept_secret(&settings.embedded.data_dir)?],
+        (Store::Cosmos(_), _) => anyhow::bail!(
+            "callbacks.secrets: must hold a signing secret when callbacks are enabled on Cosmos DB"
+        ),
+    };
+    let processor_settings = ProcessorSettings::from(&settings.change_feed);
+    let ports = backends.worker_ports();
+    let notifier = Notifier::new(
+        Arc::clone(&ports.status),
+        Arc::clone(&ports.dead_letters),
+        &settings.callbacks,
+        AddressPolicy::new(settings.callbacks.allowed()),
+        &keys,
+        &processor_settings.processor,
+    )
+    .context("cannot build the callbacks' HTTP client")?;
+    Ok(Some(Processor::new(
+        processor_settings,
+        backends.store.changes(),
+        backends.store.leases(),
+        Arc::clone(&ports.dead_letters),
+        Arc::new(notifier),
+    )))
+}
+
+/// The secret in `data_dir`'s `callback-secret`, created (owner-only) when missing.
+fn kept_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let path: PathBuf = data_dir.join(SECRET_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => decode_secret(text.trim()).with_context(|| {
+            format!(
+                "{} does not hold a callback secret (\"{SECRET_PREFIX}\" and base64)",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+            let text = format!("{SECRET_PREFIX}{}\n", STANDARD.encode(key));
+            std::fs::create_dir_all(data_dir)
+                .with_context(|| format!("cannot create {}", data_dir.display()))?;
+            let mut file = create_private(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.sync_all())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            tracing::info!(path = %path.display(), "Callbacks are signed with the secret generated in this file; give it to their receivers.");
+            Ok(key.to_vec())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+#[cfg(unix)]
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}

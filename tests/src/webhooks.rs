@@ -1,0 +1,198 @@
+//! A callback receiver for the tests: an HTTP server on a loopback address,
+//! port 0, that records every callback it is sent and answers as told, and
+//! the check of their signatures by the `standardwebhooks` Python package
+//! (a verifier nobody here wrote).
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{installed_tool, workspace};
+
+/// How the receiver answers.
+#[derive(Debug, Clone)]
+pub enum Behaviour {
+    /// 204 to everything.
+    Accept,
+    /// 503 (with `Retry-After: 1`) until the instant, then 204.
+    UnavailableUntil(Instant),
+    /// Never answers (the connection stays open until the receiver stops).
+    Silent,
+    /// 302 to this location.
+    Redirect(String),
+}
+
+/// One callback as it arrived.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub id: String,
+    pub timestamp: String,
+    pub signature: String,
+    pub traceparent: Option<String>,
+    pub body: String,
+}
+
+impl Received {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    behaviour: Behaviour,
+    hits: Mutex<Vec<Received>>,
+}
+
+/// A running receiver; stop it with [`Receiver::stop`].
+#[derive(Debug)]
+pub struct Receiver {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    shared
+        .hits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Received {
+            id: header_text(&headers, "webhook-id").unwrap_or_default(),
+            timestamp: header_text(&headers, "webhook-timestamp").unwrap_or_default(),
+            signature: header_text(&headers, "webhook-signature").unwrap_or_default(),
+            traceparent: header_text(&headers, "traceparent"),
+            body: String::from_utf8_lossy(&body).into_owned(),
+        });
+    match &shared.behaviour {
+        Behaviour::Accept => StatusCode::NO_CONTENT.into_response(),
+        Behaviour::UnavailableUntil(until) if Instant::now() < *until => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "down for maintenance",
+        )
+            .into_response(),
+        Behaviour::UnavailableUntil(_) => StatusCode::NO_CONTENT.into_response(),
+        Behaviour::Silent => {
+            std::future::pending::<()>().await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Behaviour::Redirect(location) => {
+            (StatusCode::FOUND, [(header::LOCATION, location.clone())]).into_response()
+        }
+    }
+}
+
+impl Receiver {
+    /// Listens on `ip`, port 0.
+    pub async fn start(ip: IpAddr, behaviour: Behaviour) -> Self {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            behaviour,
+            hits: Mutex::new(Vec::new()),
+        });
+        let shutdown = CancellationToken::new();
+        let router = Router::new()
+            .route("/hooks/{*rest}", post(receive))
+            .with_state(Arc::clone(&shared));
+        let task = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(shutdown.cancelled_owned())
+                    .await
+                    .unwrap();
+            }
+        });
+        Self {
+            addr,
+            shared,
+            shutdown,
+            task,
+        }
+    }
+
+    /// The URL of hook `name` on this receiver, with `host` as its host.
+    pub fn url(&self, host: &str, name: &str) -> String {
+        format!("http://{host}:{}/hooks/{name}", self.addr.port())
+    }
+
+    /// Every callback so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared
+            .hits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops the server (a silent one drops its open connections).
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+/// Checks every callback's signature with the `standardwebhooks` package
+/// and `secret`; returns how many it verified (panics on the first it refuses).
+pub fn verify_with_python(secret: &str, messages: &[Received]) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("callbacks.json");
+    let recorded: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            json!({
+                "headers": {
+                    "webhook-id": m.id,
+                    "webhook-timestamp": m.timestamp,
+                    "webhook-signature": m.signature,
+                },
+                "body": m.body,
+            })
+        })
+        .collect();
+    std::fs::write(&file, serde_json::to_vec(&recorded).unwrap()).unwrap();
+    let output = Command::new(installed_tool("venv/bin/python"))
+        .arg(workspace().join("tests/clients/verify_webhooks.py"))
+        .arg(&file)
+        .env("SKYPORT_TEST_WEBHOOK_SECRET", secret)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the standardwebhooks verifier refused a callback:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .trim()
+        .strip_prefix("verified ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected verifier output: {stdout}"))
+}
+
+/// How long a test waits for callbacks to arrive.
+pub const CALLBACK_WAIT: Duration = Duration::from_secs(120);

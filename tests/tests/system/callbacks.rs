@@ -1,0 +1,345 @@
+//! Callbacks: every terminal status reaches the request's `callbackUrl`,
+//! signed as Standard Webhooks specifies (checked by the `standardwebhooks`
+//! Python package), through receivers that fail for a while or for good, on
+//! the embedded store and on Cosmos DB; destinations in the way of the
+//! address policy are refused and never contacted.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use secrecy::SecretString;
+use serde_json::Value;
+use skyport_core::status::{CallbackState, DeliveryState, StatusDocument};
+use skyport_runtime::config::{Millis, Settings};
+use skyport_tests::webhooks::{Behaviour, CALLBACK_WAIT, Receiver, verify_with_python};
+use skyport_tests::{CONCURRENCY, Client, TestApp, delivery_request, test_settings};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// The trace context delivery 0 is posted with.
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// Settings with callbacks signed by [`SECRET`], allowed to `allow`, and a
+/// change-feed processor that polls and balances quickly.
+fn callback_settings(dir: &Path, allow: &[&str]) -> Settings {
+    let mut settings = test_settings(dir);
+    settings.callbacks.secrets = vec![SecretString::from(SECRET)];
+    settings.callbacks.allow = allow.iter().map(|a| (*a).to_owned()).collect();
+    settings.callbacks.backoff_initial_ms = Millis::new(100);
+    settings.callbacks.backoff_max_ms = Millis::new(1_000);
+    settings.change_feed.poll_interval_ms = Millis::new(100);
+    settings.change_feed.acquire_interval_ms = Millis::new(500);
+    settings.change_feed.renew_interval_ms = Millis::new(1_000);
+    settings.change_feed.expiry_ms = Millis::new(5_000);
+    settings.change_feed.estimate_interval_ms = Millis::new(500);
+    settings
+}
+
+/// Posts deliveries `0..count`, each with `callback(n)` as its callbackUrl.
+async fn post_with_callbacks(
+    client: &Client,
+    count: usize,
+    callback: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut posts = JoinSet::new();
+    for n in 0..count {
+        let mut request = delivery_request(n);
+        request["callbackUrl"] = Value::String(callback(n));
+        let client = if n == 0 {
+            client.with_header("traceparent", &format!("00-{TRACE_ID}-00f067aa0ba902b7-01"))
+        } else {
+            client.clone()
+        };
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        posts.spawn(async move {
+            let accepted = client.post_delivery(&request).await;
+            drop(permit);
+            (n, accepted.status_url)
+        });
+    }
+    let mut urls = posts.join_all().await;
+    urls.sort();
+    urls.into_iter().map(|(_, url)| url).collect()
+}
+
+/// Waits until every status behind `urls` records a callback in `state`.
+async fn wait_for_callbacks(
+    client: &Client,
+    urls: &[String],
+    state: CallbackState,
+    within: Duration,
+) -> Vec<StatusDocument> {
+    let deadline = Instant::now() + within;
+    let mut documents = Vec::with_capacity(urls.len());
+    for url in urls {
+        loop {
+            let document: StatusDocument = client.status(url).await.json().await.unwrap();
+            if document
+                .callback
+                .as_ref()
+                .is_some_and(|c| c.state == state && c.announced == document.state)
+            {
+                documents.push(document);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: callback {:?}, not {state:?}, after {within:?}",
+                document.id,
+                document.callback
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    documents
+}
+
+/// Callbacks by message id (the first of each), and how many were duplicates.
+fn by_id(received: &[skyport_tests::webhooks::Received]) -> (BTreeMap<String, Value>, usize) {
+    let mut first = BTreeMap::new();
+    let mut duplicates = 0;
+    for callback in received {
+        if first.insert(callback.id.clone(), callback.json()).is_some() {
+            duplicates += 1;
+        }
+    }
+    (first, duplicates)
+}
+
+async fn every_terminal_status_reaches_its_callback(app: TestApp, receiver: Receiver) {
+    let urls = post_with_callbacks(&app.client, 500, |n| {
+        receiver.url("127.0.0.1", &format!("d{n}"))
+    })
+    .await;
+    app.expect_all_scheduled_once(&urls, Duration::from_secs(120))
+        .await;
+    // Five are cancelled after they were scheduled: each announces both states.
+    for url in &urls[..5] {
+        assert_eq!(app.client.cancel(url).await.status(), 202);
+        app.client
+            .wait_for_state(url, DeliveryState::Cancelled, Duration::from_secs(60))
+            .await;
+    }
+    let documents =
+        wait_for_callbacks(&app.client, &urls, CallbackState::Delivered, CALLBACK_WAIT).await;
+    let received = receiver.received();
+    let (callbacks, duplicates) = by_id(&received);
+    println!(
+        "{} callbacks received for {} terminal states ({duplicates} duplicates)",
+        received.len(),
+        callbacks.len()
+    );
+    for (n, document) in documents.iter().enumerate() {
+        let scheduled = &callbacks[&format!("msg_{}_scheduled", document.id)];
+        assert_eq!(scheduled["type"], "delivery.scheduled");
+        assert_eq!(scheduled["data"]["state"], "Scheduled");
+        assert_eq!(scheduled["data"]["id"], document.id.as_str());
+        assert!(scheduled["data"]["droneId"].is_string(), "{scheduled}");
+        if n < 5 {
+            let cancelled = &callbacks[&format!("msg_{}_cancelled", document.id)];
+            assert_eq!(cancelled["data"]["state"], "Cancelled");
+        }
+        let outcome = document.callback.as_ref().unwrap();
+        assert!(
+            outcome.delivered_at.is_some() && outcome.attempts >= 1,
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(callbacks.len(), 505, "one callback per terminal state");
+    let traced = received
+        .iter()
+        .find(|r| r.id == format!("msg_{}_scheduled", documents[0].id))
+        .and_then(|r| r.traceparent.clone())
+        .unwrap_or_default();
+    assert!(
+        traced.contains(TRACE_ID),
+        "the callback continues its delivery's trace: {traced:?}"
+    );
+    assert_eq!(verify_with_python(SECRET, &received), received.len());
+    app.app.stop().await.unwrap();
+    receiver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_embedded_store_every_terminal_status_is_called_back_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(LOOPBACK, Behaviour::Accept).await;
+    let app = TestApp::spawn_with(callback_settings(dir.path(), &["127.0.0.0/8"])).await;
+    every_terminal_status_reaches_its_callback(app, receiver).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cosmos_db_every_terminal_status_is_called_back_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(LOOPBACK, Behaviour::Accept).await;
+    let app = TestApp::spawn_on_cosmos(callback_settings(dir.path(), &["127.0.0.0/8"])).await;
+    every_terminal_status_reaches_its_callback(app, receiver).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_down_for_20_s_gets_every_callback_afterwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let up_at = Instant::now() + Duration::from_secs(20);
+    let receiver = Receiver::start(LOOPBACK, Behaviour::UnavailableUntil(up_at)).await;
+    let mut settings = callback_settings(dir.path(), &["127.0.0.1"]);
+    settings.callbacks.retry_for_ms = Millis::new(120_000);
+    settings.callbacks.backoff_max_ms = Millis::new(2_000);
+    let app = TestApp::spawn_with(settings).await;
+    let urls = post_with_callbacks(&app.client, 100, |n| {
+        receiver.url("127.0.0.1", &format!("d{n}"))
+    })
+    .await;
+    app.expect_all_scheduled_once(&urls, Duration::from_secs(60))
+        .await;
+    let documents =
+        wait_for_callbacks(&app.client, &urls, CallbackState::Delivered, CALLBACK_WAIT).await;
+    assert!(Instant::now() >= up_at);
+    let received = receiver.received();
+    let refused = received.iter().filter(|r| r.id.is_empty()).count();
+    assert_eq!(refused, 0);
+    let (callbacks, duplicates) = by_id(&received);
+    println!(
+        "{} POSTs for {} callbacks over the outage ({duplicates} repeats of a message id)",
+        received.len(),
+        callbacks.len()
+    );
+    assert_eq!(callbacks.len(), 100);
+    let retried = documents
+        .iter()
+        .filter(|d| d.callback.as_ref().is_some_and(|c| c.attempts > 1))
+        .count();
+    println!("{retried} of 100 callbacks were retried through the outage");
+    assert!(
+        retried > 0,
+        "the outage refused callbacks that were retried"
+    );
+    assert_eq!(verify_with_python(SECRET, &received), received.len());
+    app.app.stop().await.unwrap();
+    receiver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_never_answers_ends_with_dead_lettered_callbacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(LOOPBACK, Behaviour::Silent).await;
+    let mut settings = callback_settings(dir.path(), &["127.0.0.1"]);
+    settings.callbacks.timeout_ms = Millis::new(300);
+    settings.callbacks.retry_for_ms = Millis::new(2_000);
+    let app = TestApp::spawn_with(settings).await;
+    let urls = post_with_callbacks(&app.client, 20, |n| {
+        receiver.url("127.0.0.1", &format!("d{n}"))
+    })
+    .await;
+    app.expect_all_scheduled_once(&urls, Duration::from_secs(60))
+        .await;
+    let documents = wait_for_callbacks(
+        &app.client,
+        &urls,
+        CallbackState::DeadLettered,
+        CALLBACK_WAIT,
+    )
+    .await;
+    for document in &documents {
+        let outcome = document.callback.as_ref().unwrap();
+        let error = outcome.last_error.as_deref().unwrap_or_default();
+        assert!(error.contains("gave up after"), "{outcome:?}");
+        assert!(outcome.delivered_at.is_none());
+    }
+    let listed: Vec<Value> = app
+        .client
+        .http
+        .get(format!(
+            "{}/admin/change-feed/dead-letters",
+            app.client.base
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: BTreeSet<&str> = listed.iter().filter_map(|l| l["key"].as_str()).collect();
+    for document in &documents {
+        assert!(keys.contains(format!("msg_{}_scheduled", document.id).as_str()));
+    }
+    assert_eq!(listed.len(), 20, "{listed:?}");
+    app.app.stop().await.unwrap();
+    receiver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_to_special_addresses_are_refused_and_never_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    // Only 127.0.0.2 is allowed: `localhost` (127.0.0.1) is not.
+    let allowed = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let redirector = Receiver::start(
+        allowed,
+        Behaviour::Redirect("http://10.0.0.1/hooks/x".into()),
+    )
+    .await;
+    let local = Receiver::start(LOOPBACK, Behaviour::Accept).await;
+    let app = TestApp::spawn_with(callback_settings(dir.path(), &["127.0.0.2"])).await;
+    for literal in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/hooks/x",
+        "http://[::1]:9/hooks/x",
+        &local.url("127.0.0.1", "literal"),
+    ] {
+        let mut request = delivery_request(1);
+        request["callbackUrl"] = Value::String(literal.to_owned());
+        let response = app
+            .client
+            .post_raw("application/json", request.to_string())
+            .await;
+        assert_eq!(response.status(), 422, "{literal}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["errors"][0]["field"], "callbackUrl", "{problem}");
+    }
+    // A name is checked where it resolves, a redirect is never followed.
+    let urls = post_with_callbacks(&app.client, 2, |n| {
+        if n == 0 {
+            local.url("localhost", "by-name")
+        } else {
+            redirector.url("127.0.0.2", "redirect")
+        }
+    })
+    .await;
+    let documents = wait_for_callbacks(
+        &app.client,
+        &urls,
+        CallbackState::DeadLettered,
+        CALLBACK_WAIT,
+    )
+    .await;
+    let by_name = documents[0].callback.as_ref().unwrap();
+    assert!(
+        by_name
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("127.0.0.1"),
+        "{by_name:?}"
+    );
+    let redirected = documents[1].callback.as_ref().unwrap();
+    assert!(
+        redirected
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("redirect"),
+        "{redirected:?}"
+    );
+    assert!(local.received().is_empty(), "localhost was contacted");
+    assert_eq!(redirector.received().len(), 1, "the redirect was retried");
+    app.app.stop().await.unwrap();
+    local.stop().await;
+    redirector.stop().await;
+}

@@ -1,0 +1,15 @@
+//! The callback notifier's sending half: a delivery's terminal status is
+//! POSTed to the `callbackUrl` its client gave, signed as Standard Webhooks
+//! specifies so that the receiver can check where it came from.
+//!
+//! [`sign`] makes the `webhook-signature`; [`client`] sends one POST within
+//! the address policy (a client's URL must not reach into our network) and
+//! the concurrency limits, and says whether to try again; the [`Notifier`]
+//! is the change-feed handler that decides what to send, retries, and
+//! records the outcome.
+
+pub(crate) mod client;
+mod notifier;
+pub(crate) mod sign;
+
+pub use self::notifier::Notifier;

@@ -1,0 +1,347 @@
+//! The notifier: a [`ChangeHandler`] of the change-feed processor that POSTs
+//! each delivery's terminal status (Scheduled, Failed, Cancelled) to its
+//! `callbackUrl`, signed as Standard Webhooks specifies, and records the
+//! outcome in the status document.
+//!
+//! A message's id is `msg_{delivery id}_{state}`: stable per delivery and
+//! state, so a receiver drops the duplicates at-least-once delivery brings.
+//! The body is `{type: "delivery.{state}", timestamp, data: status}`, the
+//! same bytes on every attempt; each attempt is signed with its own
+//! timestamp. Retryable failures (5xx, 408, 429, timeouts, connection
+//! errors) are retried with backoff and jitter for `callbacks.retry_for_ms`;
+//! then, or at once for a permanent one (another 4xx, a redirect, a refused
+//! address), the callback is dead-lettered and the document says so.
+//!
+//! The batch's callbacks run concurrently (the client limits each
+//! destination); the batch is done, and checkpointed, once every one of them
+//! is delivered or dead-lettered.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::join_all;
+use serde_json::json;
+use skyport_core::error::BoxError;
+use skyport_core::ports::{
+    Change, ChangeDeadLetter, DeadLetterStore, Precondition, StatusStore, StatusStoreError,
+};
+use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
+use skyport_runtime::config::CallbackSettings;
+use skyport_runtime::destination::AddressPolicy;
+use skyport_runtime::metrics::{self, CallbackLabels};
+use skyport_runtime::{telemetry, trace_span};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tracing::Instrument;
+use url::Url;
+
+use super::client::{Attempt, CallbackClient, WebhookHeaders, wait_before_retry};
+use super::sign::Signer;
+use crate::change_feed::ChangeHandler;
+
+/// Sends the callbacks of terminal statuses.
+pub struct Notifier {
+    status: Arc<dyn StatusStore>,
+    dead_letters: Arc<dyn DeadLetterStore>,
+    client: CallbackClient,
+    signer: Signer,
+    settings: CallbackSettings,
+    /// The processor the dead letters are kept under.
+    processor: String,
+    /// The messages being sent now: a change of a document whose callback
+    /// is being retried (its Pending write) does not start a second sender.
+    sending: Mutex<HashSet<String>>,
+}
+
+/// A message marked as being sent, unmarked when dropped.
+struct Sending<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    id: String,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("processor", &self.processor)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one callback ended.
+struct Ended {
+    state: CallbackState,
+    attempts: u32,
+    last_error: Option<String>,
+}
+
+impl Notifier {
+    /// A notifier signing with `keys` (each a decoded `whsec_` secret).
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn new(
+        status: Arc<dyn StatusStore>,
+        dead_letters: Arc<dyn DeadLetterStore>,
+        settings: &CallbackSettings,
+        policy: AddressPolicy,
+        keys: &[Vec<u8>],
+        processor: &str,
+    ) -> Result<Self, reqwest::Error> {
+        Ok(Self {
+            status,
+            dead_letters,
+            client: CallbackClient::new(settings, policy)?,
+            signer: Signer::new(keys),
+            settings: settings.clone(),
+            processor: processor.to_owned(),
+            sending: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The callback's message id: stable per delivery and announced state.
+    pub fn message_id(delivery_id: &str, state: DeliveryState) -> String {
+        format!("msg_{delivery_id}_{}", state_name(state))
+    }
+
+    /// Sends the callback of `document` unless the stored document no longer
+    /// waits for it (announced already, or moved on to another state whose
+    /// own change follows).
+    async fn notify(&self, document: StatusDocument) -> Result<(), BoxError> {
+        let Some(current) = self.status.get(&document.id).await? else {
+            return Ok(());
+        };
+        let current = current.document;
+        if !current.awaits_callback() || current.state != document.state {
+            return Ok(());
+        }
+        let Some(url) = current.callback_url.as_deref() else {
+            return Ok(());
+        };
+        let id = Self::message_id(&current.id, current.state);
+        if !self
+            .sending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone())
+        {
+            return Ok(());
+        }
+        let _sending = Sending {
+            set: &self.sending,
+            id,
+        };
+        let span = trace_span!(
+            "callback",
+            otel.name = "callback",
+            delivery_id = %current.id,
+            state = state_name(current.state),
+        );
+        telemetry::continue_trace(&span, current.traceparent.as_deref());
+        let ended = self.send(&current, url).instrument(span).await?;
+        self.record(&current.id, current.state, ended).await
+    }
+
+    async fn send(&self, document: &StatusDocument, url: &str) -> Result<Ended, BoxError> {
+        let id = Self::message_id(&document.id, document.state);
+        let mut attempts = document
+            .callback
+            .as_ref()
+            .filter(|outcome| outcome.announced == document.state)
+            .map_or(0, |outcome| outcome.attempts);
+        let url = match Url::parse(url) {
+            Ok(url) => url,
+            Err(e) => {
+                let error = format!("the callbackUrl is not a URL: {e}");
+                self.dead_letter(&id, document, url, &error).await?;
+                return Ok(Ended {
+                    state: CallbackState::DeadLettered,
+                    attempts,
+                    last_error: Some(error),
+                });
+            }
+        };
+        let body = Bytes::from(payload(document).to_string());
+        let deadline = Instant::now() + self.settings.retry_for_ms.duration();
+        let mut recorded_pending = false;
+        loop {
+            attempts += 1;
+            let timestamp = OffsetDateTime::now_utc().unix_timestamp();
+            let signature = self.signer.sign(&id, timestamp, &body);
+            let headers = WebhookHeaders {
+                id: &id,
+                timestamp,
+                signature: &signature,
+                traceparent: document.traceparent.as_deref(),
+            };
+            let started = Instant::now();
+            let attempt = self.client.send(&url, &headers, body.clone()).await;
+            metrics::global()
+                .callback_duration
+                .observe(started.elapsed().as_secs_f64());
+            let (error, after) = match attempt {
+                Attempt::Delivered { .. } => {
+                    count("delivered");
+                    return Ok(Ended {
+                        state: CallbackState::Delivered,
+                        attempts,
+                        last_error: None,
+                    });
+                }
+                Attempt::Refused { error } => {
+                    count("refused");
+                    tracing::warn!(delivery_id = %document.id, %error, "A callback was refused for good; it is dead-lettered.");
+                    self.dead_letter(&id, document, url.as_str(), &error)
+                        .await?;
+                    return Ok(Ended {
+                        state: CallbackState::DeadLettered,
+                        attempts,
+                        last_error: Some(error),
+                    });
+                }
+                Attempt::Retry { error, after } => (error, after),
+            };
+            let wait = wait_before_retry(&self.settings, attempts, after);
+            if Instant::now() + wait > deadline {
+                count("dead_lettered");
+                let error = format!("{error} (gave up after {attempts} attempts)");
+                tracing::warn!(delivery_id = %document.id, %error, "A callback kept failing; it is dead-lettered.");
+                self.dead_letter(&id, document, url.as_str(), &error)
+                    .await?;
+                return Ok(Ended {
+                    state: CallbackState::DeadLettered,
+                    attempts,
+                    last_error: Some(error),
+                });
+            }
+            count("retried");
+            tracing::debug!(delivery_id = %document.id, %error, ?wait, "A callback failed; it is tried again.");
+            if !recorded_pending {
+                recorded_pending = true;
+                let pending = Ended {
+                    state: CallbackState::Pending,
+                    attempts,
+                    last_error: Some(error),
+                };
+                self.record(&document.id, document.state, pending).await?;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        id: &str,
+        document: &StatusDocument,
+        url: &str,
+        error: &str,
+    ) -> Result<(), BoxError> {
+        self.dead_letters
+            .put_change(ChangeDeadLetter {
+                processor: self.processor.clone(),
+                key: id.to_owned(),
+                reason: error.to_owned(),
+                payload: json!({
+                    "webhookId": id,
+                    "callbackUrl": url,
+                    "payload": payload(document),
+                }),
+                at: OffsetDateTime::now_utc(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Writes the callback's outcome into the document, unless its state
+    /// moved on meanwhile (the new state's callback is announced on its own).
+    async fn record(
+        &self,
+        id: &str,
+        announced: DeliveryState,
+        ended: Ended,
+    ) -> Result<(), BoxError> {
+        let delivered_at = (ended.state == CallbackState::Delivered).then(OffsetDateTime::now_utc);
+        loop {
+            let Some(current) = self.status.get(id).await? else {
+                return Ok(());
+            };
+            if current.document.state != announced {
+                return Ok(());
+            }
+            let mut next = current.document;
+            next.callback = Some(CallbackOutcome {
+                state: ended.state,
+                announced,
+                attempts: ended.attempts,
+                last_error: ended.last_error.clone(),
+                delivered_at,
+            });
+            match self
+                .status
+                .put(&next, Precondition::IfMatch(current.etag))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(StatusStoreError::PreconditionFailed) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+fn count(outcome: &'static str) {
+    metrics::global()
+        .callbacks
+        .get_or_create(&CallbackLabels { outcome })
+        .inc();
+}
+
+fn state_name(state: DeliveryState) -> &'static str {
+    match state {
+        DeliveryState::Accepted => "accepted",
+        DeliveryState::Processing => "processing",
+        DeliveryState::Scheduled => "scheduled",
+        DeliveryState::Failed => "failed",
+        DeliveryState::Cancelled => "cancelled",
+    }
+}
+
+/// The callback's body: the Standard Webhooks envelope around the status
+/// (without the callback's own outcome), timestamped with the state's time.
+fn payload(document: &StatusDocument) -> serde_json::Value {
+    let mut data = document.clone();
+    data.callback = None;
+    json!({
+        "type": format!("delivery.{}", state_name(document.state)),
+        "timestamp": document.updated_at.format(&Rfc3339).unwrap_or_default(),
+        "data": data,
+    })
+}
+
+#[async_trait]
+impl ChangeHandler for Notifier {
+    async fn handle(&self, changes: &[Change]) -> Result<(), BoxError> {
+        let mut due = Vec::new();
+        for change in changes {
+            let document: StatusDocument = serde_json::from_value(change.document.clone())
+                .map_err(|e| format!("change {} is not a status document: {e}", change.id))?;
+            if document.awaits_callback() {
+                due.push(document);
+            }
+        }
+        let results = join_all(due.into_iter().map(|document| self.notify(document))).await;
+        results.into_iter().collect::<Result<Vec<()>, BoxError>>()?;
+        Ok(())
+    }
+}
