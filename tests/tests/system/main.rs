@@ -7,6 +7,7 @@ mod auth;
 mod bad_input;
 mod callbacks;
 mod cancellation;
+mod change_feed;
 mod cosmos;
 mod dependencies;
 mod disk_faults;
