@@ -330,3 +330,130 @@ async fn dead_letters_keep_the_reason_and_the_raw_bytes() {
     assert_eq!(letters[0].reason, "not JSON");
     assert_eq!(letters[0].payload, Bytes::from_static(b"\xff\x00"));
 }
+
+mod change_feed {
+    use skyport_core::ports::{ChangeDeadLetter, ChangeSource, FeedRange, StartFrom};
+
+    use super::*;
+
+    async fn put(store: &EmbeddedStore, id: &str, state: DeliveryState) {
+        let current = StatusStore::get(store, id).await.unwrap();
+        let condition =
+            current.map_or(Precondition::IfNoneMatch, |v| Precondition::IfMatch(v.etag));
+        StatusStore::put(store, &document(id, state), condition)
+            .await
+            .unwrap();
+    }
+
+    fn ids(page: &skyport_core::ports::ChangePage) -> Vec<&str> {
+        page.changes.iter().map(|c| c.id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_feed_holds_each_document_once_at_its_latest_write_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+        let range = FeedRange::full();
+        assert_eq!(store.ranges().await.unwrap(), [FeedRange::full()]);
+        for id in ["a", "b", "c"] {
+            put(&store, id, DeliveryState::Processing).await;
+        }
+        let first = store
+            .read(&range, None, StartFrom::Beginning, 2)
+            .await
+            .unwrap();
+        assert_eq!(ids(&first), ["a", "b"]);
+        // a changes again: it moves behind c, once.
+        put(&store, "a", DeliveryState::Scheduled).await;
+        let second = store
+            .read(&range, Some(&first.continuation), StartFrom::Beginning, 10)
+            .await
+            .unwrap();
+        assert_eq!(ids(&second), ["c", "a"]);
+        assert_eq!(second.changes[1].document["state"], "Scheduled");
+        assert_eq!(
+            store
+                .pending(&range, Some(&first.continuation), StartFrom::Beginning)
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            store
+                .pending(&range, None, StartFrom::Beginning)
+                .await
+                .unwrap(),
+            3
+        );
+        drop(store);
+        let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+        let empty = store
+            .read(&range, Some(&second.continuation), StartFrom::Beginning, 10)
+            .await
+            .unwrap();
+        assert!(empty.changes.is_empty());
+        assert_eq!(empty.continuation, second.continuation);
+        put(&store, "d", DeliveryState::Failed).await;
+        let after = store
+            .read(&range, Some(&second.continuation), StartFrom::Beginning, 10)
+            .await
+            .unwrap();
+        assert_eq!(ids(&after), ["d"], "numbers keep rising across a restart");
+    }
+
+    #[tokio::test]
+    async fn now_starts_after_what_is_there_and_a_bad_continuation_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+        let range = FeedRange::full();
+        put(&store, "old", DeliveryState::Processing).await;
+        let now = store.read(&range, None, StartFrom::Now, 10).await.unwrap();
+        assert!(now.changes.is_empty());
+        assert_eq!(
+            store.pending(&range, None, StartFrom::Now).await.unwrap(),
+            0
+        );
+        put(&store, "new", DeliveryState::Processing).await;
+        let next = store
+            .read(&range, Some(&now.continuation), StartFrom::Now, 10)
+            .await
+            .unwrap();
+        assert_eq!(ids(&next), ["new"]);
+        let bad = store
+            .read(&range, Some("c1.elsewhere"), StartFrom::Now, 10)
+            .await;
+        assert!(
+            matches!(
+                bad,
+                Err(skyport_core::ports::ChangeFeedError::BadContinuation { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn change_dead_letters_are_kept_by_processor_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+        for (processor, key) in [("p", "k2"), ("p", "k1"), ("q", "k1"), ("p", "k1")] {
+            store
+                .put_change(ChangeDeadLetter {
+                    processor: processor.into(),
+                    key: key.into(),
+                    reason: format!("{processor}/{key} failed"),
+                    payload: serde_json::json!({"key": key}),
+                    at: OffsetDateTime::UNIX_EPOCH,
+                })
+                .await
+                .unwrap();
+        }
+        let kept = store.changes("p").await.unwrap();
+        assert_eq!(
+            kept.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(),
+            ["k1", "k2"]
+        );
+        assert_eq!(kept[0].payload["key"], "k1");
+        assert_eq!(store.changes("q").await.unwrap().len(), 1);
+        assert!(store.changes("none").await.unwrap().is_empty());
+    }
+}
