@@ -87,11 +87,18 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// `max_body_bytes` once decoded and to the body read timeout, API requests
 /// in flight to `max_in_flight` (one more is refused at once with 503 and
 /// `Retry-After` rather than queued; a request takes its slot only once its
-/// body has arrived). With `auth`, the `/api` routes need credentials (the
-/// ops routes never do).
+/// body has arrived). With `auth`, the `/api` routes and the `/admin`
+/// reports need credentials (the probes and `/metrics` never do).
 pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -> Router {
     let retry_after_s = state.retry_after_s;
     let mut api = deliveries();
+    let mut reports = admin::reports();
+    if let Some(auth) = &auth {
+        reports = reports.route_layer(middleware::from_fn_with_state(
+            auth.clone(),
+            auth::require_credentials,
+        ));
+    }
     if let Some(auth) = auth {
         // A route layer: it runs for requests that match one of these routes,
         // so an unknown path or method is still a 404 or 405.
@@ -123,6 +130,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .split_for_parts();
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
     routes
+        .merge(reports)
         .route(
             "/openapi.json",
             get(

@@ -97,12 +97,24 @@ where
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .route("/metrics", get(render_metrics))
-        .route("/admin/{*path}", get(inspect))
 }
 
-/// The admin routes alone, as `skyport-worker` serves them: anything else is a 404 problem.
+/// `/admin/{path}`: what the process's background parts report (the
+/// change-feed processor's leases, the dead-lettered callbacks). Their data
+/// is the clients', so the gateway puts these behind its credentials.
+pub fn reports<S>() -> axum::Router<S>
+where
+    Admin: FromRef<S>,
+    S: Clone + Send + Sync + 'static,
+{
+    axum::Router::new().route("/admin/{*path}", get(inspect))
+}
+
+/// The admin routes and reports alone, as `skyport-worker` serves them on
+/// its internal listener: anything else is a 404 problem.
 pub fn router(admin: Admin) -> Router {
     Router::from(routes())
+        .merge(reports())
         .fallback(|| async {
             Problem::new(
                 StatusCode::NOT_FOUND,

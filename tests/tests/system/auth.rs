@@ -123,6 +123,13 @@ async fn api_routes_need_credentials_and_ops_routes_do_not() {
             .unwrap();
         assert_eq!(response.status(), 200, "{path}");
     }
+    // The reports of the change-feed processor hold clients' data.
+    let reports = format!("{}/admin/change-feed/dead-letters", anonymous.base);
+    let response = anonymous.http.get(&reports).send().await.unwrap();
+    problem(response, 401, "Unauthorized").await;
+    let reader = anonymous.with_header("x-api-key", READER);
+    let response = reader.http.get(&reports).send().await.unwrap();
+    assert_eq!(response.status(), 200);
     let response = anonymous
         .http
         .get(format!("{}/api/nothing-here", anonymous.base))
