@@ -397,6 +397,51 @@ async fn a_split_range_is_carried_on_by_child_leases_from_the_parents_position()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_ranges_keep_their_leases_each_reading_its_part() {
+    let emulator = Emulator::new(false).unwrap();
+    let settings = cosmos_settings();
+    let store = emulator.store(&settings).await.unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let before = write(&store, (0..40).map(|n| format!("doc-{n}"))).await;
+    let solo = processor(&store, processor_settings("solo"), &recorder);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(Arc::clone(&solo).run(stop.clone()));
+    all_handled(&recorder, &before, Duration::from_secs(30)).await;
+    let leases = solo.report().owned;
+    let ranges = store.ranges().await.unwrap();
+    let writing = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move { write(&store, (40..80).map(|n| format!("doc-{n}"))).await }
+    });
+    emulator
+        .merge(
+            &settings.database,
+            &settings.status_container,
+            &ranges[2],
+            &ranges[3],
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
+    let during = writing.await.unwrap();
+    assert_eq!(store.ranges().await.unwrap().len(), 3, "the merge happened");
+    let after = write(&store, (80..100).map(|n| format!("doc-{n}"))).await;
+    all_handled(&recorder, &during, Duration::from_secs(30)).await;
+    all_handled(&recorder, &after, Duration::from_secs(30)).await;
+    // A few cycles later the leases are still the four of before.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(solo.report().owned, leases);
+    println!(
+        "after merging {:?} and {:?}: leases {leases:?}; 100 changes handled, {} duplicates",
+        ranges[2],
+        ranges[3],
+        duplicates(&recorder)
+    );
+    stop.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_estimator_counts_what_a_stopped_processor_has_not_handled() {
     let store = Emulator::new(false)
         .unwrap()

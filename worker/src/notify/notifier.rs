@@ -334,6 +334,14 @@ impl ChangeHandler for Notifier {
     async fn handle(&self, changes: &[Change]) -> Result<(), BoxError> {
         let mut due = Vec::new();
         for change in changes {
+            // Most documents ask for no callback: skip them before decoding.
+            if change
+                .document
+                .get("callbackUrl")
+                .is_none_or(serde_json::Value::is_null)
+            {
+                continue;
+            }
             let document: StatusDocument = serde_json::from_value(change.document.clone())
                 .map_err(|e| format!("change {} is not a status document: {e}", change.id))?;
             if document.awaits_callback() {

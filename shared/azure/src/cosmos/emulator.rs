@@ -165,6 +165,47 @@ impl Emulator {
     }
 }
 
+impl Emulator {
+    /// Merges the two adjacent physical partitions of `container` (in
+    /// `database`) that serve `a` and `b`, as Cosmos DB does when throughput
+    /// shrinks, and waits until the merged partition serves; for `lock`
+    /// before that both answer 410 (completing merge), which the SDK retries.
+    ///
+    /// # Errors
+    /// When a range is not in hex, no partition serves it, or the merge fails.
+    pub async fn merge(
+        &self,
+        database: &str,
+        container: &str,
+        a: &FeedRange,
+        b: &FeedRange,
+        lock: Duration,
+    ) -> Result<(), BoxError> {
+        let store = self.http.store();
+        let partition = |range: &FeedRange| -> Result<u32, BoxError> {
+            let min = Epk::try_from(range.min.as_str())?;
+            let max = Epk::try_from(range.max.as_str())?;
+            store
+                .child_partition_ids(database, container, &[])
+                .into_iter()
+                .find(|&id| {
+                    store
+                        .midpoint_split_epk(database, container, id)
+                        .is_ok_and(|middle| min < middle && middle < max)
+                })
+                .ok_or_else(|| {
+                    format!("no physical partition of {database}/{container} serves {range:?}")
+                        .into()
+                })
+        };
+        let (first, second) = (partition(a)?, partition(b)?);
+        store
+            .merge_partitions_and_wait(database, container, first, second, lock)
+            .await?;
+        Ok(())
+    }
+}
+
 /// A store on a fresh emulator, and the count of what reaches it.
 ///
 /// # Errors
