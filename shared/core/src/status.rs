@@ -165,7 +165,8 @@ pub struct CallbackOutcome {
     pub state: CallbackState,
     /// The terminal state the callback announced.
     pub announced: DeliveryState,
-    /// POSTs made, retries included.
+    /// POSTs made, retries included (while Pending, as last recorded: it is
+    /// written at the first failure and then every 10 s).
     pub attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -175,6 +176,14 @@ pub struct CallbackOutcome {
         with = "time::serde::rfc3339::option"
     )]
     pub delivered_at: Option<OffsetDateTime>,
+    /// When the first attempt failed: the callback is retried until
+    /// `callbacks.retry_for_ms` after it, across restarts.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub retrying_since: Option<OffsetDateTime>,
 }
 
 impl StatusDocument {

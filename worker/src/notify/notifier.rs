@@ -18,7 +18,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -79,11 +79,26 @@ impl std::fmt::Debug for Notifier {
     }
 }
 
-/// How one callback ended.
+/// How often a callback being retried writes its attempts and last error.
+const PENDING_RECORD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Where one callback is, as the status document records it.
+#[derive(Debug, Clone)]
 struct Ended {
     state: CallbackState,
     attempts: u32,
     last_error: Option<String>,
+    retrying_since: Option<OffsetDateTime>,
+}
+
+impl Ended {
+    fn finish(self, state: CallbackState, last_error: Option<String>) -> Self {
+        Self {
+            state,
+            last_error,
+            ..self
+        }
+    }
 }
 
 impl Notifier {
@@ -155,28 +170,31 @@ impl Notifier {
 
     async fn send(&self, document: &StatusDocument, url: &str) -> Result<Ended, BoxError> {
         let id = Self::message_id(&document.id, document.state);
-        let mut attempts = document
+        let earlier = document
             .callback
             .as_ref()
-            .filter(|outcome| outcome.announced == document.state)
-            .map_or(0, |outcome| outcome.attempts);
+            .filter(|outcome| outcome.announced == document.state);
+        let mut ended = Ended {
+            state: CallbackState::Pending,
+            attempts: earlier.map_or(0, |outcome| outcome.attempts),
+            last_error: None,
+            // Kept in the document, so a restart does not start the retry time over.
+            retrying_since: earlier.and_then(|outcome| outcome.retrying_since),
+        };
         let url = match Url::parse(url) {
             Ok(url) => url,
             Err(e) => {
                 let error = format!("the callbackUrl is not a URL: {e}");
                 self.dead_letter(&id, document, url, &error).await?;
-                return Ok(Ended {
-                    state: CallbackState::DeadLettered,
-                    attempts,
-                    last_error: Some(error),
-                });
+                return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
             }
         };
         let body = Bytes::from(payload(document).to_string());
-        let deadline = Instant::now() + self.settings.retry_for_ms.duration();
-        let mut recorded_pending = false;
+        let retry_for = time::Duration::try_from(self.settings.retry_for_ms.duration())
+            .unwrap_or(time::Duration::MAX);
+        let mut recorded: Option<Instant> = None;
         loop {
-            attempts += 1;
+            ended.attempts += 1;
             let timestamp = OffsetDateTime::now_utc().unix_timestamp();
             let signature = self.signer.sign(&id, timestamp, &body);
             let headers = WebhookHeaders {
@@ -193,48 +211,37 @@ impl Notifier {
             let (error, after) = match attempt {
                 Attempt::Delivered { .. } => {
                     count("delivered");
-                    return Ok(Ended {
-                        state: CallbackState::Delivered,
-                        attempts,
-                        last_error: None,
-                    });
+                    return Ok(ended.finish(CallbackState::Delivered, None));
                 }
                 Attempt::Refused { error } => {
                     count("refused");
                     tracing::warn!(delivery_id = %document.id, %error, "A callback was refused for good; it is dead-lettered.");
                     self.dead_letter(&id, document, url.as_str(), &error)
                         .await?;
-                    return Ok(Ended {
-                        state: CallbackState::DeadLettered,
-                        attempts,
-                        last_error: Some(error),
-                    });
+                    return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
                 }
                 Attempt::Retry { error, after } => (error, after),
             };
-            let wait = wait_before_retry(&self.settings, attempts, after);
-            if Instant::now() + wait > deadline {
+            let now = OffsetDateTime::now_utc();
+            let since = *ended.retrying_since.get_or_insert(now);
+            let wait = wait_before_retry(&self.settings, ended.attempts, after);
+            if now + wait > since.saturating_add(retry_for) {
                 count("dead_lettered");
-                let error = format!("{error} (gave up after {attempts} attempts)");
+                let error = format!("{error} (gave up after {} attempts)", ended.attempts);
                 tracing::warn!(delivery_id = %document.id, %error, "A callback kept failing; it is dead-lettered.");
                 self.dead_letter(&id, document, url.as_str(), &error)
                     .await?;
-                return Ok(Ended {
-                    state: CallbackState::DeadLettered,
-                    attempts,
-                    last_error: Some(error),
-                });
+                return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
             }
             count("retried");
             tracing::debug!(delivery_id = %document.id, %error, ?wait, "A callback failed; it is tried again.");
-            if !recorded_pending {
-                recorded_pending = true;
-                let pending = Ended {
-                    state: CallbackState::Pending,
-                    attempts,
-                    last_error: Some(error),
-                };
-                self.record(&document.id, document.state, pending).await?;
+            ended.last_error = Some(error);
+            // Pending, its attempts and last error are written at the first
+            // failure and then now and again, not at every attempt.
+            if recorded.is_none_or(|at| at.elapsed() >= PENDING_RECORD_INTERVAL) {
+                recorded = Some(Instant::now());
+                self.record(&document.id, document.state, ended.clone())
+                    .await?;
             }
             tokio::time::sleep(wait).await;
         }
@@ -286,6 +293,7 @@ impl Notifier {
                 attempts: ended.attempts,
                 last_error: ended.last_error.clone(),
                 delivered_at,
+                retrying_since: ended.retrying_since,
             });
             match self
                 .status

@@ -35,7 +35,8 @@ pub struct CallbackSettings {
     /// How long one POST may take, connection included.
     pub timeout_ms: Millis,
     /// How long a callback is retried (5xx, 408, 429, timeouts, connection
-    /// errors) before it is dead-lettered.
+    /// errors) from its first failed attempt, across restarts (the time is
+    /// kept in the status document), before it is dead-lettered.
     pub retry_for_ms: Millis,
     /// The first wait between two attempts (doubling, with jitter).
     pub backoff_initial_ms: Millis,
