@@ -4,6 +4,7 @@
 //! the admin listener's, so the metrics registry it scrapes is its own.
 
 mod bomb;
+mod callbacks_crash;
 mod config_errors;
 mod crash_recovery;
 mod operability;
