@@ -25,6 +25,10 @@ pub const NONROOT_UID: u64 = 65532;
 pub const AZURE_CLIENT_ID: &str = "6b3f2a0e-8c1d-4e59-9a7b-2d4c8e1f0a93";
 /// Each tool's time limit.
 pub const LIMIT: Duration = Duration::from_secs(120);
+/// What a container gets for `callbacks.secrets` when its Secret is not in the rendering: a list of
+/// one valid signing secret, in the form one environment variable holds a list in.
+pub const CALLBACK_SECRETS_STAND_IN: &str =
+    r#"["whsec_c3RhbmQtaW4tY2FsbGJhY2stc2VjcmV0LTAxMjM0NTY="]"#;
 
 pub fn chart() -> PathBuf {
     workspace().join("helm/skyport")
@@ -420,9 +424,42 @@ pub fn secret_refs(rendering: &Rendering, secret: &str, chart_made: bool) -> BTr
     required
 }
 
+/// The value of `key` in the Secret named `secret`, decoded, when the rendering holds that Secret.
+pub fn secret_value(rendering: &Rendering, secret: &str, key: &str) -> Option<String> {
+    let held = rendering
+        .all("Secret")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == secret)?;
+    let encoded = held["data"].get(key)?.as_str().unwrap();
+    Some(String::from_utf8(decode_base64(encoded)).unwrap())
+}
+
+/// Standard base64 (the `data` of a Secret), padding ignored.
+fn decode_base64(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits: u32 = 0;
+    let mut held = 0;
+    let mut bytes = Vec::new();
+    for byte in text.bytes().filter(|b| *b != b'=') {
+        let value = ALPHABET
+            .iter()
+            .position(|a| *a == byte)
+            .unwrap_or_else(|| panic!("{text:?} is not base64"));
+        bits = (bits << 6) | u32::try_from(value).unwrap();
+        held += 6;
+        if held >= 8 {
+            held -= 8;
+            bytes.push(u8::try_from(bits >> held).unwrap());
+            bits &= (1 << held) - 1;
+        }
+    }
+    bytes
+}
+
 /// Loads the rendered `skyport.toml` with `Settings::load`, as a container would with the `SKYPORT__…`
-/// variables it gets (literal values, the pod name, and a stand-in for each secret it cannot start
-/// without), given as `--set` flags.
+/// variables it gets (literal values, the pod name, the value of each secret the rendering's own Secret
+/// holds, and a stand-in for each other secret it cannot start without), given as `--set` flags: they
+/// go through the same parsing of values as the environment.
 pub fn try_load_settings(
     rendering: &Rendering,
     workload: &Value,
@@ -442,6 +479,13 @@ pub fn try_load_settings(
             value.as_str().unwrap().to_owned()
         } else if env["valueFrom"].get("fieldRef").is_some() {
             format!("{}-0", name(workload))
+        } else if let Some(value) = env["valueFrom"]
+            .get("secretKeyRef")
+            .and_then(|r| secret_value(rendering, r["name"].as_str()?, r["key"].as_str()?))
+        {
+            value
+        } else if secrets.contains(variable) && key == "callbacks.secrets" {
+            CALLBACK_SECRETS_STAND_IN.to_owned()
         } else if secrets.contains(variable) && key.ends_with("connection_string") {
             "Endpoint=sb://stand-in.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s"
                 .to_owned()
@@ -487,6 +531,7 @@ pub async fn check_no_secret_keys(rendering: &Rendering, dir: &Path) {
         ("kafka", "connection_string"),
         ("kafka", "sasl_password"),
         ("gateway", "receipt_key"),
+        ("callbacks", "secrets"),
     ] {
         assert!(
             toml.get(section).and_then(|s| s.get(key)).is_none(),

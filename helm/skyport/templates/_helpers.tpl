@@ -94,8 +94,10 @@ written back as integers (a float key takes an integer as well).
 {{/*
 The secret values and where they go, as JSON {"entries": [{key, env, value,
 optional}]}: with existingSecret every known key (optional but for the receipt
-key with profile azure or kafka and the listed API keys), else the values set in
-`secrets`.
+key with profile azure or kafka, the callback secrets when config.callbacks.enabled
+is true there, and the listed API keys), else the values set in `secrets`. The
+callback secrets are one value, the list in brackets with each secret quoted
+(["whsec_…", "whsec_…"]): the form the binaries read a list from one variable in.
 */}}
 {{- define "skyport.secretEntries" -}}
 {{- $fixed := list
@@ -106,12 +108,15 @@ key with profile azure or kafka and the listed API keys), else the values set in
   (list "kafkaSaslPassword" "kafka-sasl-password" "SKYPORT__KAFKA__SASL_PASSWORD")
   (list "jwtHs256Secret" "jwt-hs256-secret" "SKYPORT__GATEWAY__AUTH__JWT__HS256_SECRET") }}
 {{- $split := eq (include "skyport.shape" .) "split" }}
+{{- $callbacks := get (.Values.config | default dict) "callbacks" | default dict }}
+{{- $callbacksOn := and (hasKey $callbacks "enabled") (eq (toString (get $callbacks "enabled")) "true") }}
 {{- $entries := list }}
 {{- if .Values.existingSecret }}
 {{- range $fixed }}
 {{- $required := and $split (eq (index . 1) "receipt-key") }}
 {{- $entries = append $entries (dict "key" (index . 1) "env" (index . 2) "value" "" "optional" (not $required)) }}
 {{- end }}
+{{- $entries = append $entries (dict "key" "callback-secrets" "env" "SKYPORT__CALLBACKS__SECRETS" "value" "" "optional" (not (and $split $callbacksOn))) }}
 {{- range .Values.existingSecretApiKeys }}
 {{- $entries = append $entries (dict "key" (printf "api-key-%s" .) "env" (printf "SKYPORT__GATEWAY__AUTH__API_KEYS__%s__KEY" (upper .)) "value" "" "optional" false) }}
 {{- end }}
@@ -120,6 +125,9 @@ key with profile azure or kafka and the listed API keys), else the values set in
 {{- with get $.Values.secrets (index $entry 0) }}
 {{- $entries = append $entries (dict "key" (index $entry 1) "env" (index $entry 2) "value" . "optional" false) }}
 {{- end }}
+{{- end }}
+{{- with .Values.secrets.callbackSecrets }}
+{{- $entries = append $entries (dict "key" "callback-secrets" "env" "SKYPORT__CALLBACKS__SECRETS" "value" (toJson .) "optional" false) }}
 {{- end }}
 {{- range $name, $key := .Values.secrets.apiKeys }}
 {{- $entries = append $entries (dict "key" (printf "api-key-%s" $name) "env" (printf "SKYPORT__GATEWAY__AUTH__API_KEYS__%s__KEY" (upper $name)) "value" $key "optional" false) }}
@@ -181,6 +189,7 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- $stream := get $config "stream" | default dict }}
 {{- $store := get $config "store" | default dict }}
 {{- $services := get $config "services" | default dict }}
+{{- $callbacks := get $config "callbacks" | default dict }}
 {{- range $key, $section := dict "config.gateway.listen" $gateway "config.worker.listen" $worker "config.embedded.data_dir" $embedded }}
 {{- if hasKey $section (last (splitList "." $key)) }}
 {{- fail (printf "%s is set by the chart (listen addresses 0.0.0.0:8080 and 0.0.0.0:9090, data in /data on the volume): remove it from the values" $key) }}
@@ -203,6 +212,9 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- end }}
 {{- if hasKey $jwt "hs256_secret" }}
 {{- fail "config.gateway.auth.jwt.hs256_secret is a secret and would land in the ConfigMap: set secrets.jwtHs256Secret or existingSecret (key jwt-hs256-secret) instead" }}
+{{- end }}
+{{- if hasKey $callbacks "secrets" }}
+{{- fail "config.callbacks.secrets is a secret and would land in the ConfigMap: set secrets.callbackSecrets or existingSecret (key callback-secrets, the list as [\"whsec_…\"]) instead" }}
 {{- end }}
 {{- range $name, $apiKey := get $auth "api_keys" | default dict }}
 {{- if and (kindIs "map" $apiKey) (hasKey $apiKey "key") }}
@@ -234,6 +246,9 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- end }}
 {{- if not (or .Values.existingSecret .Values.secrets.receiptKey) }}
 {{- fail (printf "profile %s needs gateway.receipt_key, shared by every gateway: set secrets.receiptKey (at least 32 characters) or existingSecret (key receipt-key)" $profile) }}
+{{- end }}
+{{- if and (eq (toString (get $callbacks "enabled")) "true") (not (or .Values.existingSecret .Values.secrets.callbackSecrets)) }}
+{{- fail (printf "config.callbacks.enabled = true with profile %s (status in Cosmos DB) needs a signing secret: set secrets.callbackSecrets ([\"whsec_…\"]) or existingSecret (key callback-secrets)" $profile) }}
 {{- end }}
 {{- $authOn := ternary (get $auth "enabled") true (hasKey $auth "enabled") }}
 {{- if and $authOn (not (or .Values.secrets.apiKeys .Values.existingSecretApiKeys (hasKey $auth "jwt"))) }}
@@ -312,11 +327,18 @@ spec:
           value: {{ $root.Values.logFilter | quote }}
         {{- if eq .component "worker" }}
         {{- if eq $values.kind "StatefulSet" }}
-        # The pod's stable name is its Event Hubs owner id.
+        # The pod's stable name is its Event Hubs owner id and its change-feed
+        # instance name.
         - name: SKYPORT__EVENTHUBS__INSTANCE_ID
           valueFrom:
             fieldRef:
               fieldPath: metadata.name
+        {{- if not (hasKey (get ($root.Values.config | default dict) "change_feed" | default dict) "instance_name") }}
+        - name: SKYPORT__CHANGE_FEED__INSTANCE_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+        {{- end }}
         {{- end }}
         {{- end }}
         {{- range $secretEntries }}

@@ -9,7 +9,8 @@
 //! read-only containers with probes on `/healthz` and `/readyz`, grace periods
 //! longer than the processes' own, `checksum/config` equal to the SHA-256 of the
 //! ConfigMap's `skyport.toml`, listen addresses on 0.0.0.0, no secret in the
-//! ConfigMap, workload identity. The rendered `skyport.toml`, with the
+//! ConfigMap (the callback signing secrets only in the Secret, reaching every
+//! container as one `SKYPORT__CALLBACKS__SECRETS` list), workload identity. The rendered `skyport.toml`, with the
 //! `SKYPORT__…` variables the pods get, must load in `Settings::load`, so a key
 //! the binaries do not know fails here rather than in a crash-looping pod. Values
 //! the chart refuses (a grace period too short, a value outside the schema, a
@@ -24,8 +25,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use secrecy::ExposeSecret;
 use serde_json::Value;
-use skyport_runtime::config::{StoreBackend, StreamBackend};
+use skyport_runtime::config::{StoreBackend, StreamBackend, Work};
 use skyport_tests::helm::*;
 use skyport_tests::workspace;
 use tokio::sync::OnceCell;
@@ -54,6 +56,11 @@ const RECEIPT_KEY: &str = "receipt-key-from-values-0123456789abcdef";
 const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
 const TRACKER_KEY: &str = "tracker-key-from-values-0123456789abcdef";
 const COSMOS_KEY: &str = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
+/// Two callback signing secrets (`whsec_` + base64 of 32 bytes), as in a rotation.
+const CALLBACK_SECRETS: [&str; 2] = [
+    "whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDE=",
+    "whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDI=",
+];
 
 /// The Azure install with the secrets in values instead of an existing
 /// Secret, and a worker Deployment scaled by an HPA while the gateway's
@@ -71,6 +78,7 @@ config:
 secrets:
   receiptKey: {RECEIPT_KEY}
   cosmosKey: {COSMOS_KEY}
+  callbackSecrets: ["{callback_one}", "{callback_two}"]
   apiKeys:
     portal: {PORTAL_KEY}
     tracker: {TRACKER_KEY}
@@ -85,7 +93,9 @@ worker:
     minReplicas: 2
     maxReplicas: 8
     targetCPUUtilizationPercentage: 70
-"#
+"#,
+            callback_one = CALLBACK_SECRETS[0],
+            callback_two = CALLBACK_SECRETS[1],
         ),
     )
     .unwrap();
@@ -357,6 +367,64 @@ async fn the_azure_config_takes_its_secrets_from_the_existing_secret_and_loads()
 }
 
 #[tokio::test]
+async fn the_azure_worker_gets_the_callback_secrets_and_runs_the_change_feed() {
+    let shared = shared(&AZURE, azure).await;
+    // Each test's tools write to a directory of its own: tests run at once.
+    let work = tempfile::tempdir().unwrap();
+    let rendering = &shared.rendering;
+    // The change feed and callbacks are configured in the ConfigMap; their secrets are not.
+    let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
+    assert_eq!(toml["change_feed"]["processor_name"], "skyport-callbacks");
+    assert_eq!(
+        toml["callbacks"]["allow"],
+        serde_json::json!(["10.244.0.0/16"])
+    );
+    assert!(toml["callbacks"].get("secrets").is_none());
+    // Every container reads them from the existing Secret, optional there (callbacks are on when
+    // it holds them).
+    for workload in rendering.workloads() {
+        let variable = container(workload)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "SKYPORT__CALLBACKS__SECRETS")
+            .unwrap_or_else(|| panic!("{}: no callback secrets", name(workload)));
+        let reference = &variable["valueFrom"]["secretKeyRef"];
+        assert_eq!(reference["name"], "skyport-secrets");
+        assert_eq!(reference["key"], "callback-secrets");
+        assert_eq!(reference["optional"], true);
+    }
+    // Each worker pod's stable name is its change-feed instance name.
+    let worker = rendering.get("StatefulSet", "skyport-worker");
+    let instance = container(worker)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SKYPORT__CHANGE_FEED__INSTANCE_NAME")
+        .expect("the worker's change-feed instance name");
+    assert_eq!(
+        instance["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    // Without the key the worker loads with callbacks off; with it (the list in one variable), on.
+    let mut required = secret_refs(rendering, "skyport-secrets", false);
+    let settings = load_settings(rendering, worker, &required, work.path());
+    assert!(!settings.callbacks_enabled());
+    assert_eq!(settings.change_feed.instance(), "skyport-worker-0");
+    assert_eq!(settings.change_feed.max_batches_in_flight, 16);
+    assert_eq!(settings.callbacks.allowed().len(), 1);
+    assert!(
+        settings.cosmos.throughput_groups["bulk"]
+            .work
+            .contains(&Work::ChangeFeed)
+    );
+    required.insert("SKYPORT__CALLBACKS__SECRETS".to_owned());
+    let settings = load_settings(rendering, worker, &required, work.path());
+    assert!(settings.callbacks_enabled());
+    assert_eq!(settings.callbacks.keys().len(), 1);
+}
+
+#[tokio::test]
 async fn the_kafka_values_install_a_gateway_and_a_worker_whose_config_loads() {
     let shared = shared(&KAFKA, kafka).await;
     let work = tempfile::tempdir().unwrap();
@@ -455,6 +523,7 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
     assert_eq!(
         required,
         BTreeSet::from([
+            "SKYPORT__CALLBACKS__SECRETS".to_owned(),
             "SKYPORT__COSMOS__KEY".to_owned(),
             "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
             "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
@@ -472,11 +541,22 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
         BTreeSet::from([
             "api-key-portal",
             "api-key-tracker",
+            "callback-secrets",
             "cosmos-key",
             "receipt-key"
         ])
     );
-    for value in [RECEIPT_KEY, PORTAL_KEY, TRACKER_KEY, COSMOS_KEY] {
+    // The callback secrets are one value: the list in the form one environment variable holds.
+    assert_eq!(
+        secret_value(rendering, "skyport", "callback-secrets").unwrap(),
+        format!(r#"["{}","{}"]"#, CALLBACK_SECRETS[0], CALLBACK_SECRETS[1])
+    );
+    assert!(
+        !rendering.config_toml().contains("whsec_"),
+        "a callback secret is in the ConfigMap"
+    );
+    let secrets = [RECEIPT_KEY, PORTAL_KEY, TRACKER_KEY, COSMOS_KEY];
+    for value in secrets.iter().chain(&CALLBACK_SECRETS) {
         for object in rendering.objects.iter().filter(|o| o["kind"] != "Secret") {
             assert!(
                 !object.to_string().contains(value),
@@ -486,10 +566,19 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
             );
         }
     }
+    // Every container gets them, and loads them as the signing secrets: callbacks are on.
     for kind_name in ["skyport-gateway", "skyport-worker"] {
         let workload = rendering.get("Deployment", kind_name);
         let settings = load_settings(rendering, workload, &required, work.path());
         assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+        let loaded: Vec<&str> = settings
+            .callbacks
+            .secrets
+            .iter()
+            .map(|s| s.expose_secret())
+            .collect();
+        assert_eq!(loaded, CALLBACK_SECRETS);
+        assert!(settings.callbacks_enabled());
     }
 }
 
@@ -612,6 +701,22 @@ async fn values_the_chart_refuses_fail_the_render() {
             "secrets.apiKeys.Bad__Name=0123456789abcdef0123456789abcdef",
             "apiKeys",
         ),
+        (
+            "secrets.callbackSecrets={not-a-signing-secret}",
+            "callbackSecrets",
+        ),
+        (
+            "config.change_feed.max_items=0",
+            "config.change_feed.max_items",
+        ),
+        (
+            "config.callbacks.per_destination=0",
+            "config.callbacks.per_destination",
+        ),
+        (
+            "config.cosmos.throughput_groups.bulk.work={change_feeds}",
+            "change_feed",
+        ),
         ("extra=1", "extra"),
     ] {
         let printed = render_fails(&[&values], &[set], dir).await;
@@ -631,6 +736,10 @@ async fn values_the_chart_refuses_fail_the_render() {
         (
             "config.gateway.auth.api_keys.portal.key=0123456789abcdef0123456789abcdef",
             "config.gateway.auth.api_keys.portal.key is a secret",
+        ),
+        (
+            "config.callbacks.secrets={whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDE=}",
+            "config.callbacks.secrets is a secret",
         ),
         (
             "config.gateway.listen=0.0.0.0:80",
@@ -668,6 +777,14 @@ async fn values_the_chart_refuses_fail_the_render() {
             &[&values, &no_secret],
             &["secrets.receiptKey=0123456789abcdef0123456789abcdef"],
             "profile azure turns gateway auth on",
+        ),
+        (
+            &[&values, &no_secret],
+            &[
+                "secrets.receiptKey=0123456789abcdef0123456789abcdef",
+                "config.callbacks.enabled=true",
+            ],
+            "config.callbacks.enabled = true with profile azure (status in Cosmos DB) needs a signing secret",
         ),
     ] {
         let files: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();

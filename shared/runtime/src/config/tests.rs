@@ -508,3 +508,87 @@ fn throughput_groups_load_from_flags_and_name_their_keys() {
         "{errors}"
     );
 }
+
+/// The variable that tells a child run of
+/// [`a_list_comes_from_one_environment_variable_in_brackets`] which case it
+/// checks.
+const ENV_CASE: &str = "SKYPORT_TEST_ENV_CASE";
+const ENV_SECRET_ONE: &str = "whsec_ZW52LWxpc3QtY2FsbGJhY2stc2VjcmV0LW51bWJlcjE=";
+const ENV_SECRET_TWO: &str = "whsec_ZW52LWxpc3QtY2FsbGJhY2stc2VjcmV0LW51bWJlcjI=";
+
+/// A list from the environment: `SKYPORT__CALLBACKS__SECRETS` holding the
+/// list in brackets, its items quoted (as the Helm chart writes
+/// `secrets.callbackSecrets` into its Secret), loads into `callbacks.secrets`;
+/// neither a bare value nor indexed variables (`…__SECRETS__0`) do. Each
+/// case loads in a child run of this test, so its variables never reach the
+/// other tests, which load settings at the same time.
+#[test]
+fn a_list_comes_from_one_environment_variable_in_brackets() {
+    match std::env::var(ENV_CASE).as_deref() {
+        Ok("list") => {
+            let settings = Settings::load(&Cli::default()).expect("valid");
+            let secrets: Vec<&str> = settings
+                .callbacks
+                .secrets
+                .iter()
+                .map(|s| s.expose_secret())
+                .collect();
+            assert_eq!(secrets, [ENV_SECRET_ONE, ENV_SECRET_TWO]);
+            assert_eq!(settings.callbacks.keys().len(), 2);
+            assert!(settings.callbacks_enabled());
+            return;
+        }
+        Ok("bare" | "indexed") => {
+            let errors = Settings::load(&Cli::default()).expect_err("not a list");
+            assert_named(&errors, "callbacks.secrets");
+            return;
+        }
+        Ok(other) => panic!("unknown case {other}"),
+        Err(_) => {}
+    }
+    let list = format!("[\"{ENV_SECRET_ONE}\", \"{ENV_SECRET_TWO}\"]");
+    let cases = [
+        ("list", vec![("SKYPORT__CALLBACKS__SECRETS", list.as_str())]),
+        (
+            "bare",
+            vec![("SKYPORT__CALLBACKS__SECRETS", ENV_SECRET_ONE)],
+        ),
+        (
+            "indexed",
+            vec![
+                ("SKYPORT__CALLBACKS__SECRETS__0", ENV_SECRET_ONE),
+                ("SKYPORT__CALLBACKS__SECRETS__1", ENV_SECRET_TWO),
+            ],
+        ),
+    ];
+    let module = module_path!()
+        .split_once("::")
+        .map_or(module_path!(), |(_, path)| path);
+    let test = format!("{module}::a_list_comes_from_one_environment_variable_in_brackets");
+    for (case, variables) in cases {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        child.args([
+            test.as_str(),
+            "--exact",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ]);
+        for (name, _) in std::env::vars() {
+            if name.starts_with(ENV_PREFIX) {
+                child.env_remove(name);
+            }
+        }
+        child.env(ENV_CASE, case).envs(variables);
+        let output = child.output().expect("the child run starts");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            output.status.success() && printed.contains("1 passed"),
+            "{case}: {printed}"
+        );
+    }
+}
