@@ -13,7 +13,7 @@ use skyport_api::Gateway;
 use skyport_api::auth::Auth;
 use skyport_core::ports::Diagnostics;
 use skyport_runtime::config::{Millis, ServicesProtocol, Settings, StreamBackend};
-use skyport_runtime::destination::CallbackAcceptance;
+use skyport_runtime::destination::{AddressPolicy, CallbackAcceptance};
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
 use skyport_worker::Worker;
@@ -127,7 +127,11 @@ impl App {
         let gateway = Gateway::bind(
             &backends.ports,
             &settings.gateway,
-            CallbackAcceptance::from_settings(&settings),
+            // The gateway takes callback URLs when this process delivers them.
+            CallbackAcceptance {
+                enabled: callbacks.is_some(),
+                policy: AddressPolicy::new(settings.callbacks.allowed()),
+            },
             auth,
             diagnostics,
         )

@@ -21,7 +21,9 @@ use crate::backends::{Backends, Store};
 pub const SECRET_FILE: &str = "callback-secret";
 
 /// The change-feed processor that delivers the callbacks, with the notifier
-/// as its handler, when callbacks are enabled; run it with [`Processor::run`].
+/// as its handler, when callbacks are enabled (`callbacks.enabled`; unset:
+/// where there is a secret, configured or kept by the embedded store that
+/// `backends` hold); run it with [`Processor::run`].
 ///
 /// # Errors
 /// When there is no secret to sign with, the generated one cannot be kept,
@@ -30,12 +32,12 @@ pub fn notifier(
     settings: &Settings,
     backends: &Backends,
 ) -> anyhow::Result<Option<Arc<Processor>>> {
-    if !settings.callbacks_enabled() {
-        return Ok(None);
-    }
     let keys = match (&backends.store, settings.callbacks.keys()) {
+        _ if settings.callbacks.enabled == Some(false) => return Ok(None),
         (_, keys) if !keys.is_empty() => keys,
         (Store::Embedded(_), _) => vec![kept_secret(&settings.embedded.data_dir)?],
+        // Unset `enabled` means on where there is a secret: there is none.
+        (Store::Cosmos(_), _) if settings.callbacks.enabled.is_none() => return Ok(None),
         (Store::Cosmos(_), _) => anyhow::bail!(
             "callbacks.secrets: must hold a signing secret when callbacks are enabled on Cosmos DB"
         ),

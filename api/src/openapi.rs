@@ -25,6 +25,7 @@ pub const API_KEY_HEADER: &str = "X-API-Key";
     tags(
         (name = "deliveries", description = "Delivery requests and their status."),
         (name = "operations", description = "Liveness and readiness probes."),
+        (name = "callbacks", description = "What Skyport sends to a request's `callbackUrl` (see `webhooks`)."),
     ),
     components(schemas(CallbackPayload)),
     modifiers(&SecuritySchemes),
@@ -108,7 +109,7 @@ fn add_webhooks(document: &mut Value) {
             "deliveryStatus": {
                 "post": {
                     "operationId": "deliveryStatusCallback",
-                    "tags": ["deliveries"],
+                    "tags": ["callbacks"],
                     "summary": "A delivery reached a terminal state (Scheduled, Failed or Cancelled).",
                     "description": "Sent to the request's `callbackUrl` once per terminal state, at least once: a receiver drops repeats by `webhook-id`, which is stable per delivery and state (`msg_{deliveryId}_{state}`). Signed as Standard Webhooks specifies: `webhook-signature` holds `v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under each active secret (`whsec_…`), space-separated; verify with any Standard Webhooks library. Answer 2xx to acknowledge. 5xx, 408, 429 (with `Retry-After` honoured), timeouts and connection errors are retried with backoff for `callbacks.retry_for_ms`; other answers, redirects (never followed) and that time running out dead-letter the callback, which the status document's `callback` records.",
                     "parameters": [

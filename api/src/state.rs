@@ -9,7 +9,9 @@ use axum::extract::FromRef;
 use axum::http::HeaderMap;
 use axum::http::uri::Authority;
 use serde_json::Value;
-use skyport_core::ports::{Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore};
+use skyport_core::ports::{
+    Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore, details_of, inspect_parts,
+};
 use skyport_runtime::admin::{Admin, ReadinessCheck};
 use skyport_runtime::config::GatewaySettings;
 use skyport_runtime::destination::CallbackAcceptance;
@@ -80,20 +82,11 @@ impl ReadinessCheck for GatewayReadiness {
     }
 
     fn details(&self) -> BTreeMap<String, Value> {
-        self.diagnostics
-            .iter()
-            .flat_map(|d| d.details())
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect()
+        details_of(&self.diagnostics)
     }
 
     async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
-        for part in &self.diagnostics {
-            if let Some(found) = part.inspect(path).await {
-                return Some(found);
-            }
-        }
-        None
+        inspect_parts(&self.diagnostics, path).await
     }
 }
 

@@ -15,10 +15,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use skyport_core::status::{CallbackState, DeliveryState, StatusDocument};
-use skyport_tests::webhooks::{Behaviour, Receiver, verify_with_python};
-use skyport_tests::{CONCURRENCY, ChildApp, Client, delivery_request};
+use skyport_tests::webhooks::{Behaviour, Receiver, post_with_callbacks, verify_with_python};
+use skyport_tests::{CONCURRENCY, ChildApp, Client};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -86,27 +85,6 @@ fn args(config: &Path, data: &Path) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec()
-}
-
-/// Posts deliveries `0..count`, each with its own hook on `receiver` as its
-/// callbackUrl; their status URLs in order.
-async fn post_with_callbacks(client: &Client, receiver: &Receiver, count: usize) -> Vec<String> {
-    let permits = Arc::new(Semaphore::new(CONCURRENCY));
-    let mut posts = JoinSet::new();
-    for n in 0..count {
-        let mut request = delivery_request(n);
-        request["callbackUrl"] = Value::String(receiver.url("127.0.0.1", &format!("d{n}")));
-        let client = client.clone();
-        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
-        posts.spawn(async move {
-            let accepted = client.post_delivery(&request).await;
-            drop(permit);
-            (n, accepted.status_url)
-        });
-    }
-    let mut urls = posts.join_all().await;
-    urls.sort();
-    urls.into_iter().map(|(_, url)| url).collect()
 }
 
 /// The status documents behind `urls`, in order.
@@ -195,7 +173,10 @@ async fn callbacks_pending_at_a_kill_are_all_delivered_after_the_restart() {
         dir.path().join("first.log"),
     )
     .await;
-    let urls = post_with_callbacks(&first.client, &receiver, REQUESTS).await;
+    let urls = post_with_callbacks(&first.client, REQUESTS, None, |n| {
+        receiver.url("127.0.0.1", &format!("d{n}"))
+    })
+    .await;
     assert_eq!(urls.len(), REQUESTS);
     // Every delivery Scheduled, and its callback tried and failed at least
     // once: the notifier records Pending on its first retry.

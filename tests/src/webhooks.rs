@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{installed_tool, workspace};
+use crate::{CONCURRENCY, Client, delivery_request, installed_tool, workspace};
 
 /// How the receiver answers.
 #[derive(Debug, Clone)]
@@ -192,6 +192,35 @@ pub fn verify_with_python(secret: &str, messages: &[Received]) -> usize {
         .strip_prefix("verified ")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("unexpected verifier output: {stdout}"))
+}
+
+/// Posts deliveries `0..count`, each with `callback(n)` as its callbackUrl
+/// (delivery 0 with `traceparent`, when given); their status URLs in order.
+pub async fn post_with_callbacks(
+    client: &Client,
+    count: usize,
+    traceparent: Option<&str>,
+    callback: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let mut posts = tokio::task::JoinSet::new();
+    for n in 0..count {
+        let mut request = delivery_request(n);
+        request["callbackUrl"] = Value::String(callback(n));
+        let client = match traceparent {
+            Some(traceparent) if n == 0 => client.with_header("traceparent", traceparent),
+            _ => client.clone(),
+        };
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        posts.spawn(async move {
+            let accepted = client.post_delivery(&request).await;
+            drop(permit);
+            (n, accepted.status_url)
+        });
+    }
+    let mut urls = posts.join_all().await;
+    urls.sort();
+    urls.into_iter().map(|(_, url)| url).collect()
 }
 
 /// How long a test waits for callbacks to arrive.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use skyport_core::ports::{Consumer, Diagnostics, Ports, StatusStore};
+use skyport_core::ports::{Consumer, Diagnostics, Ports, StatusStore, details_of, inspect_parts};
 use skyport_runtime::admin::ReadinessCheck;
 use skyport_runtime::config::{ServicesSettings, WorkerSettings};
 use tokio_util::sync::CancellationToken;
@@ -158,19 +158,10 @@ impl ReadinessCheck for WorkerReadiness {
     }
 
     fn details(&self) -> BTreeMap<String, Value> {
-        self.diagnostics
-            .iter()
-            .flat_map(|d| d.details())
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect()
+        details_of(&self.diagnostics)
     }
 
     async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
-        for part in &self.diagnostics {
-            if let Some(found) = part.inspect(path).await {
-                return Some(found);
-            }
-        }
-        None
+        inspect_parts(&self.diagnostics, path).await
     }
 }

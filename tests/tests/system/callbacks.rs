@@ -9,17 +9,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secrecy::SecretString;
 use serde_json::Value;
 use skyport_core::status::{CallbackState, DeliveryState, StatusDocument};
 use skyport_runtime::config::{Millis, Settings};
-use skyport_tests::webhooks::{Behaviour, CALLBACK_WAIT, Receiver, verify_with_python};
-use skyport_tests::{CONCURRENCY, Client, TestApp, delivery_request, test_settings};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use skyport_tests::webhooks::{
+    Behaviour, CALLBACK_WAIT, Receiver, post_with_callbacks, verify_with_python,
+};
+use skyport_tests::{Client, TestApp, delivery_request, test_settings};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -40,34 +39,6 @@ fn callback_settings(dir: &Path, allow: &[&str]) -> Settings {
     settings.change_feed.expiry_ms = Millis::new(5_000);
     settings.change_feed.estimate_interval_ms = Millis::new(500);
     settings
-}
-
-/// Posts deliveries `0..count`, each with `callback(n)` as its callbackUrl.
-async fn post_with_callbacks(
-    client: &Client,
-    count: usize,
-    callback: impl Fn(usize) -> String,
-) -> Vec<String> {
-    let permits = Arc::new(Semaphore::new(CONCURRENCY));
-    let mut posts = JoinSet::new();
-    for n in 0..count {
-        let mut request = delivery_request(n);
-        request["callbackUrl"] = Value::String(callback(n));
-        let client = if n == 0 {
-            client.with_header("traceparent", &format!("00-{TRACE_ID}-00f067aa0ba902b7-01"))
-        } else {
-            client.clone()
-        };
-        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
-        posts.spawn(async move {
-            let accepted = client.post_delivery(&request).await;
-            drop(permit);
-            (n, accepted.status_url)
-        });
-    }
-    let mut urls = posts.join_all().await;
-    urls.sort();
-    urls.into_iter().map(|(_, url)| url).collect()
 }
 
 /// Waits until every status behind `urls` records a callback in `state`.
@@ -115,7 +86,8 @@ fn by_id(received: &[skyport_tests::webhooks::Received]) -> (BTreeMap<String, Va
 }
 
 async fn every_terminal_status_reaches_its_callback(app: TestApp, receiver: Receiver) {
-    let urls = post_with_callbacks(&app.client, 500, |n| {
+    let traceparent = format!("00-{TRACE_ID}-00f067aa0ba902b7-01");
+    let urls = post_with_callbacks(&app.client, 500, Some(&traceparent), |n| {
         receiver.url("127.0.0.1", &format!("d{n}"))
     })
     .await;
@@ -193,7 +165,7 @@ async fn a_receiver_down_for_20_s_gets_every_callback_afterwards() {
     settings.callbacks.retry_for_ms = Millis::new(120_000);
     settings.callbacks.backoff_max_ms = Millis::new(2_000);
     let app = TestApp::spawn_with(settings).await;
-    let urls = post_with_callbacks(&app.client, 100, |n| {
+    let urls = post_with_callbacks(&app.client, 100, None, |n| {
         receiver.url("127.0.0.1", &format!("d{n}"))
     })
     .await;
@@ -234,7 +206,7 @@ async fn a_receiver_that_never_answers_ends_with_dead_lettered_callbacks() {
     settings.callbacks.timeout_ms = Millis::new(300);
     settings.callbacks.retry_for_ms = Millis::new(2_000);
     let app = TestApp::spawn_with(settings).await;
-    let urls = post_with_callbacks(&app.client, 20, |n| {
+    let urls = post_with_callbacks(&app.client, 20, None, |n| {
         receiver.url("127.0.0.1", &format!("d{n}"))
     })
     .await;
@@ -304,7 +276,7 @@ async fn callbacks_to_special_addresses_are_refused_and_never_sent() {
         assert_eq!(problem["errors"][0]["field"], "callbackUrl", "{problem}");
     }
     // A name is checked where it resolves, a redirect is never followed.
-    let urls = post_with_callbacks(&app.client, 2, |n| {
+    let urls = post_with_callbacks(&app.client, 2, None, |n| {
         if n == 0 {
             local.url("localhost", "by-name")
         } else {

@@ -124,6 +124,26 @@ fn processor(
     )
 }
 
+/// A processor instance running on the test's runtime until [`Running::stop`].
+struct Running {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(processor: Arc<Processor>) -> Self {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(processor.run(stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Stops it as a shutdown does: its leases are released.
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
 async fn write(store: &Arc<CosmosStore>, ids: impl IntoIterator<Item = String>) -> Vec<String> {
     let mut written = Vec::new();
     for id in ids {
@@ -178,8 +198,7 @@ async fn instances_share_leases_take_over_the_silent_and_let_a_newcomer_steal_it
     let first = write(&store, (0..40).map(|n| format!("doc-{n}"))).await;
 
     let a = processor(&store, processor_settings("a"), &recorder);
-    let stop_a = CancellationToken::new();
-    let running_a = tokio::spawn(Arc::clone(&a).run(stop_a.clone()));
+    let running_a = Running::start(Arc::clone(&a));
     let b_runtime = own_runtime();
     let b_store = b_runtime
         .spawn({
@@ -222,8 +241,7 @@ async fn instances_share_leases_take_over_the_silent_and_let_a_newcomer_steal_it
 
     // c joins: nothing is free, so it steals one lease per cycle up to 2.
     let c = processor(&store, processor_settings("c"), &recorder);
-    let stop_c = CancellationToken::new();
-    let running_c = tokio::spawn(Arc::clone(&c).run(stop_c.clone()));
+    let running_c = Running::start(Arc::clone(&c));
     let mut counts = vec![0];
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while c.report().owned.len() < 2 && std::time::Instant::now() < deadline {
@@ -252,10 +270,8 @@ async fn instances_share_leases_take_over_the_silent_and_let_a_newcomer_steal_it
         "80 changes handled by {instances:?}, {} duplicates",
         duplicates(&recorder)
     );
-    stop_a.cancel();
-    stop_c.cancel();
-    running_a.await.unwrap();
-    running_c.await.unwrap();
+    running_a.stop().await;
+    running_c.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,8 +292,7 @@ async fn a_failed_batch_is_handed_over_again_and_a_change_that_always_fails_is_d
     let mut settings = processor_settings("solo");
     settings.max_batches_in_flight = 1;
     let solo = processor(&store, settings, &recorder);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(Arc::clone(&solo).run(stop.clone()));
+    let running = Running::start(Arc::clone(&solo));
     let letters = eventually(
         "the poison change dead-lettered",
         Duration::from_secs(30),
@@ -329,8 +344,7 @@ async fn a_failed_batch_is_handed_over_again_and_a_change_that_always_fails_is_d
         (pending == 0).then_some(())
     })
     .await;
-    stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,8 +355,7 @@ async fn a_split_range_is_carried_on_by_child_leases_from_the_parents_position()
     let recorder = Arc::new(Recorder::default());
     let before = write(&store, (0..40).map(|n| format!("doc-{n}"))).await;
     let solo = processor(&store, processor_settings("solo"), &recorder);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(Arc::clone(&solo).run(stop.clone()));
+    let running = Running::start(Arc::clone(&solo));
     all_handled(&recorder, &before, Duration::from_secs(30)).await;
 
     let ranges = store.ranges().await.unwrap();
@@ -392,8 +405,7 @@ async fn a_split_range_is_carried_on_by_child_leases_from_the_parents_position()
             .contains(&format!("range.{}", ranges[1].name())),
         "the parent lease is retired"
     );
-    stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,8 +416,7 @@ async fn merged_ranges_keep_their_leases_each_reading_its_part() {
     let recorder = Arc::new(Recorder::default());
     let before = write(&store, (0..40).map(|n| format!("doc-{n}"))).await;
     let solo = processor(&store, processor_settings("solo"), &recorder);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(Arc::clone(&solo).run(stop.clone()));
+    let running = Running::start(Arc::clone(&solo));
     all_handled(&recorder, &before, Duration::from_secs(30)).await;
     let leases = solo.report().owned;
     let ranges = store.ranges().await.unwrap();
@@ -437,8 +448,7 @@ async fn merged_ranges_keep_their_leases_each_reading_its_part() {
         ranges[3],
         duplicates(&recorder)
     );
-    stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,8 +461,7 @@ async fn the_estimator_counts_what_a_stopped_processor_has_not_handled() {
     let recorder = Arc::new(Recorder::default());
     let first = write(&store, (0..20).map(|n| format!("doc-{n}"))).await;
     let solo = processor(&store, processor_settings("solo"), &recorder);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(Arc::clone(&solo).run(stop.clone()));
+    let running = Running::start(Arc::clone(&solo));
     all_handled(&recorder, &first, Duration::from_secs(30)).await;
     let estimator = Estimator::new(
         Arc::clone(&store) as Arc<dyn ChangeSource>,
@@ -473,8 +482,7 @@ async fn the_estimator_counts_what_a_stopped_processor_has_not_handled() {
         (total().await == 0).then_some(())
     })
     .await;
-    stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 
     write(&store, (20..30).map(|n| format!("doc-{n}"))).await;
     let stopped = total().await;
@@ -482,8 +490,7 @@ async fn the_estimator_counts_what_a_stopped_processor_has_not_handled() {
     assert_eq!(stopped, 10);
 
     let again = processor(&store, processor_settings("solo"), &recorder);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(Arc::clone(&again).run(stop.clone()));
+    let running = Running::start(Arc::clone(&again));
     eventually(
         "the estimate drained again",
         Duration::from_secs(30),
@@ -499,6 +506,5 @@ async fn the_estimator_counts_what_a_stopped_processor_has_not_handled() {
         },
     )
     .await;
-    stop.cancel();
-    running.await.unwrap();
+    running.stop().await;
 }

@@ -33,6 +33,7 @@ use tokio::sync::Semaphore;
 use url::Url;
 
 use crate::resilience::backoff::Backoff;
+use crate::resilience::classify::error_chain;
 
 /// The `User-Agent` of every callback.
 const AGENT: &str = concat!("skyport-callbacks/", env!("CARGO_PKG_VERSION"));
@@ -276,17 +277,6 @@ fn failed(error: &reqwest::Error) -> Attempt {
             after: None,
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The first `limit` bytes of the answer's body, or fewer when it is shorter

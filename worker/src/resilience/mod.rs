@@ -6,5 +6,5 @@
 
 pub mod backoff;
 pub mod breaker;
-mod classify;
+pub(crate) mod classify;
 pub mod client;

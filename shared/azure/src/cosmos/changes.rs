@@ -42,8 +42,7 @@ use azure_core::http::StatusCode;
 use azure_data_cosmos::feed::{ContinuationToken, FeedPage, FeedRange as SdkFeedRange};
 use azure_data_cosmos::models::{ChangeFeedItem, EffectivePartitionKey};
 use azure_data_cosmos::options::{
-    ChangeFeedOptions, ChangeFeedStartFrom, ItemWriteOptions, MaxItemCountHint, QueryOptions,
-    ReadFeedRangesOptions,
+    ChangeFeedOptions, ChangeFeedStartFrom, MaxItemCountHint, QueryOptions, ReadFeedRangesOptions,
 };
 use azure_data_cosmos::{CosmosError, CosmosStatus, FeedScope, Query};
 use futures_util::StreamExt;
@@ -382,15 +381,7 @@ impl CosmosStore {
             "at": letter.at.format(&Rfc3339).unwrap_or_default(),
             "payload": letter.payload,
         });
-        self.requests
-            .run(Work::DeadLetters, Operation::Write, u32::MAX, |options| {
-                let options = ItemWriteOptions::default().with_operation_options(options);
-                self.dead_letters
-                    .upsert_item(id.clone(), &id, &document, Some(options))
-            })
-            .await
-            .map_err(|e| DeadLetterError::Unavailable(e.into_box()))?;
-        Ok(())
+        self.upsert_dead_letter(id, &document).await
     }
 
     pub(super) async fn change_dead_letters(

@@ -350,6 +350,25 @@ impl StatusStore for CosmosStore {
     }
 }
 
+impl CosmosStore {
+    /// Keeps `document` as the dead letter `id` (replacing one kept before).
+    pub(super) async fn upsert_dead_letter(
+        &self,
+        id: String,
+        document: &serde_json::Value,
+    ) -> Result<(), DeadLetterError> {
+        self.requests
+            .run(Work::DeadLetters, Operation::Write, u32::MAX, |options| {
+                let options = ItemWriteOptions::default().with_operation_options(options);
+                self.dead_letters
+                    .upsert_item(id.clone(), &id, document, Some(options))
+            })
+            .await
+            .map_err(|e| DeadLetterError::Unavailable(e.into_box()))?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl DeadLetterStore for CosmosStore {
     async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError> {
@@ -362,15 +381,7 @@ impl DeadLetterStore for CosmosStore {
             "at": letter.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
             "payload": base64::engine::general_purpose::STANDARD.encode(&letter.payload),
         });
-        self.requests
-            .run(Work::DeadLetters, Operation::Write, u32::MAX, |options| {
-                let options = ItemWriteOptions::default().with_operation_options(options);
-                self.dead_letters
-                    .upsert_item(id.clone(), &id, &document, Some(options))
-            })
-            .await
-            .map_err(|e| DeadLetterError::Unavailable(e.into_box()))?;
-        Ok(())
+        self.upsert_dead_letter(id, &document).await
     }
 
     async fn put_change(&self, letter: ChangeDeadLetter) -> Result<(), DeadLetterError> {

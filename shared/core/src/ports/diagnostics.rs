@@ -1,6 +1,9 @@
 //! What `/readyz` lists as degraded without turning unready, and the reports
 //! a part of the process gives operators.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -20,4 +23,26 @@ pub trait Diagnostics: std::fmt::Debug + Send + Sync + 'static {
     async fn inspect(&self, _path: &str) -> Option<Result<Value, String>> {
         None
     }
+}
+
+/// The `details` of every part, by name.
+pub fn details_of(parts: &[Arc<dyn Diagnostics>]) -> BTreeMap<String, Value> {
+    parts
+        .iter()
+        .flat_map(|part| part.details())
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect()
+}
+
+/// What the first part that serves `path` reports there.
+pub async fn inspect_parts(
+    parts: &[Arc<dyn Diagnostics>],
+    path: &str,
+) -> Option<Result<Value, String>> {
+    for part in parts {
+        if let Some(found) = part.inspect(path).await {
+            return Some(found);
+        }
+    }
+    None
 }

@@ -20,7 +20,7 @@ pub use self::change_feed::{
     Change, ChangeFeedError, ChangePage, ChangeSource, FeedRange, StartFrom,
 };
 pub use self::dead_letters::{ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore};
-pub use self::diagnostics::Diagnostics;
+pub use self::diagnostics::{Diagnostics, details_of, inspect_parts};
 pub use self::idempotency::{IdempotencyStore, Reservation, Reserved};
 pub use self::leases::{Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion};
 pub use self::status::{ETag, Precondition, StatusStore, StatusStoreError, Versioned};
