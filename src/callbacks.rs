@@ -42,7 +42,10 @@ pub fn notifier(
             "callbacks.secrets: must hold a signing secret when callbacks are enabled on Cosmos DB"
         ),
     };
-    let processor_settings = ProcessorSettings::from(&settings.change_feed);
+    let processor_settings = ProcessorSettings {
+        only_with_field: Some(Notifier::FIELD.to_owned()),
+        ..ProcessorSettings::from(&settings.change_feed)
+    };
     let ports = backends.worker_ports();
     let notifier = Notifier::new(
         Arc::clone(&ports.status),

@@ -36,6 +36,12 @@ fn unavailable(e: redb::Error) -> ChangeFeedError {
     ChangeFeedError::Unavailable(Box::new(e))
 }
 
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
 /// Whether a document was written at or after `since` (by its `updatedAt`).
 fn written_since(document: &Value, since: OffsetDateTime) -> bool {
     document
@@ -58,54 +64,21 @@ impl ChangeSource for EmbeddedStore {
         start: StartFrom,
         max_items: u32,
     ) -> Result<ChangePage, ChangeFeedError> {
-        let after = sequence(from)?;
-        let db = Arc::clone(&self.db);
-        let limit = usize::try_from(max_items.max(1)).unwrap_or(usize::MAX);
-        let (rows, last) = self
-            .blocking(move || -> Result<_, redb::Error> {
-                let txn = db.begin_read()?;
-                let changes = match txn.open_table(STATUS_CHANGES) {
-                    Ok(table) => table,
-                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), 0)),
-                    Err(e) => return Err(e.into()),
-                };
-                let newest = changes.last()?.map_or(0, |(seq, _)| seq.value());
-                let after = match (after, start) {
-                    (Some(after), _) => after,
-                    (None, StartFrom::Now) => return Ok((Vec::new(), newest)),
-                    (None, StartFrom::Beginning | StartFrom::Time(_)) => 0,
-                };
-                let status = txn.open_table(STATUS)?;
-                let mut rows = Vec::new();
-                let mut last = after;
-                for entry in changes.range(after + 1..)?.take(limit) {
-                    let (seq, id) = entry?;
-                    last = seq.value();
-                    if let Some(stored) = status.get(id.value())? {
-                        rows.push((id.value().to_owned(), stored.value().1.to_vec()));
-                    }
-                }
-                Ok((rows, last))
-            })
+        self.read_changes(from, start, max_items, None).await
+    }
+
+    /// Passes over documents without `field` before decoding them: a
+    /// serialized status document holds `"field":` only when it is set.
+    async fn read_having(
+        &self,
+        _range: &FeedRange,
+        from: Option<&str>,
+        start: StartFrom,
+        max_items: u32,
+        field: &str,
+    ) -> Result<ChangePage, ChangeFeedError> {
+        self.read_changes(from, start, max_items, Some(format!("\"{field}\":")))
             .await
-            .map_err(unavailable)?;
-        let mut changes = Vec::with_capacity(rows.len());
-        for (id, body) in rows {
-            // A document that is not JSON is still a change: the handler
-            // decides what to do with it (the notifier dead-letters it).
-            let document = serde_json::from_slice(&body)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-            if let (None, StartFrom::Time(since)) = (from, start)
-                && !written_since(&document, since)
-            {
-                continue;
-            }
-            changes.push(Change { id, document });
-        }
-        Ok(ChangePage {
-            changes,
-            continuation: last.to_string(),
-        })
     }
 
     async fn pending(
@@ -139,6 +112,75 @@ impl ChangeSource for EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// The changes after `from`, those whose JSON holds `pattern` only when given.
+    async fn read_changes(
+        &self,
+        from: Option<&str>,
+        start: StartFrom,
+        max_items: u32,
+        pattern: Option<String>,
+    ) -> Result<ChangePage, ChangeFeedError> {
+        let after = sequence(from)?;
+        let db = Arc::clone(&self.db);
+        let limit = usize::try_from(max_items.max(1)).unwrap_or(usize::MAX);
+        let (rows, last, mut skipped) = self
+            .blocking(move || -> Result<_, redb::Error> {
+                let txn = db.begin_read()?;
+                let changes = match txn.open_table(STATUS_CHANGES) {
+                    Ok(table) => table,
+                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), 0, 0)),
+                    Err(e) => return Err(e.into()),
+                };
+                let newest = changes.last()?.map_or(0, |(seq, _)| seq.value());
+                let after = match (after, start) {
+                    (Some(after), _) => after,
+                    (None, StartFrom::Now) => return Ok((Vec::new(), newest, 0)),
+                    (None, StartFrom::Beginning | StartFrom::Time(_)) => 0,
+                };
+                let status = txn.open_table(STATUS)?;
+                let mut rows = Vec::new();
+                let (mut last, mut skipped) = (after, 0);
+                for entry in changes.range(after + 1..)?.take(limit) {
+                    let (seq, id) = entry?;
+                    last = seq.value();
+                    let Some(stored) = status.get(id.value())? else {
+                        continue;
+                    };
+                    let body = stored.value().1;
+                    if pattern
+                        .as_deref()
+                        .is_some_and(|pattern| !contains(body, pattern.as_bytes()))
+                    {
+                        skipped += 1;
+                        continue;
+                    }
+                    rows.push((id.value().to_owned(), body.to_vec()));
+                }
+                Ok((rows, last, skipped))
+            })
+            .await
+            .map_err(unavailable)?;
+        let mut changes = Vec::with_capacity(rows.len());
+        for (id, body) in rows {
+            // A document that is not JSON is still a change: the handler
+            // decides what to do with it (the notifier dead-letters it).
+            let document = serde_json::from_slice(&body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+            if let (None, StartFrom::Time(since)) = (from, start)
+                && !written_since(&document, since)
+            {
+                skipped += 1;
+                continue;
+            }
+            changes.push(Change { id, document });
+        }
+        Ok(ChangePage {
+            changes,
+            continuation: last.to_string(),
+            skipped,
+        })
+    }
+
     pub(crate) async fn put_change_dead_letter(
         &self,
         letter: ChangeDeadLetter,

@@ -432,6 +432,46 @@ mod change_feed {
     }
 
     #[tokio::test]
+    async fn a_reader_of_one_field_passes_over_the_rest_and_moves_past_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
+        let range = FeedRange::full();
+        for n in 0..6 {
+            let mut doc = document(&format!("d{n}"), DeliveryState::Scheduled);
+            if n % 3 == 0 {
+                doc.callback_url = Some(format!("https://example.com/{n}"));
+            }
+            StatusStore::put(&*store, &doc, Precondition::IfNoneMatch)
+                .await
+                .unwrap();
+        }
+        let first = store
+            .read_having(&range, None, StartFrom::Beginning, 4, "callbackUrl")
+            .await
+            .unwrap();
+        assert_eq!(ids(&first), ["d0", "d3"]);
+        assert_eq!(first.skipped, 2);
+        let second = store
+            .read_having(
+                &range,
+                Some(&first.continuation),
+                StartFrom::Beginning,
+                4,
+                "callbackUrl",
+            )
+            .await
+            .unwrap();
+        assert!(second.changes.is_empty());
+        assert_eq!(second.skipped, 2, "d4 and d5 passed over");
+        let all = store
+            .read(&range, None, StartFrom::Beginning, 10)
+            .await
+            .unwrap();
+        assert_eq!(all.changes.len(), 6);
+        assert_eq!(all.skipped, 0);
+    }
+
+    #[tokio::test]
     async fn change_dead_letters_are_kept_by_processor_and_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();

@@ -18,7 +18,7 @@ use skyport_runtime::config::{Millis, Settings};
 use skyport_tests::webhooks::{
     Behaviour, CALLBACK_WAIT, Receiver, post_with_callbacks, verify_with_python,
 };
-use skyport_tests::{Client, TestApp, delivery_request, test_settings};
+use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -136,6 +136,35 @@ async fn every_terminal_status_reaches_its_callback(app: TestApp, receiver: Rece
         "the callback continues its delivery's trace: {traced:?}"
     );
     assert_eq!(verify_with_python(SECRET, &received), received.len());
+    // The estimator drains to 0, in /readyz, at /admin/change-feed and in the metrics.
+    let get = |path: &'static str| {
+        let client = app.client.clone();
+        async move {
+            client
+                .http
+                .get(format!("{}{path}", client.base))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let report = eventually("nothing pending", Duration::from_secs(30), || async {
+        let ready: Value = get("/readyz").await.json().await.unwrap();
+        let report = ready["details"]["changeFeed"].clone();
+        (report["pending"] == 0 && !report["leases"].as_array()?.is_empty()).then_some(report)
+    })
+    .await;
+    assert!(!report["owned"].as_array().unwrap().is_empty(), "{report}");
+    let admin: Value = get("/admin/change-feed").await.json().await.unwrap();
+    assert_eq!(admin["processor"], "skyport-callbacks", "{admin}");
+    let metrics = get("/metrics").await.text().await.unwrap();
+    for series in [
+        "skyport_change_feed_lag_events{lease=\"range.",
+        "skyport_callbacks_total{outcome=\"delivered\"}",
+        "skyport_callback_duration_seconds_count",
+    ] {
+        assert!(metrics.contains(series), "{series} is not in /metrics");
+    }
     app.app.stop().await.unwrap();
     receiver.stop().await;
 }

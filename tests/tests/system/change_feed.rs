@@ -96,6 +96,7 @@ fn processor_settings(instance: &str) -> ProcessorSettings {
         start: StartFrom::Beginning,
         poll_interval: Duration::from_millis(100),
         max_items: 10,
+        only_with_field: None,
         max_batches_in_flight: 4,
         acquire_interval: Duration::from_millis(400),
         renew_interval: Duration::from_millis(500),

@@ -67,6 +67,9 @@ pub struct ProcessorSettings {
     pub start: StartFrom,
     pub poll_interval: Duration,
     pub max_items: u32,
+    /// Hand over only documents with this top-level field (the notifier's
+    /// `callbackUrl`); the others are passed over, and checkpointed.
+    pub only_with_field: Option<String>,
     pub max_batches_in_flight: usize,
     pub acquire_interval: Duration,
     pub renew_interval: Duration,
@@ -84,6 +87,7 @@ impl From<&ChangeFeedSettings> for ProcessorSettings {
             start: settings.start().unwrap_or(StartFrom::Beginning),
             poll_interval: settings.poll_interval_ms.duration(),
             max_items: settings.max_items,
+            only_with_field: None,
             max_batches_in_flight: settings.max_batches_in_flight.max(1),
             acquire_interval: settings.acquire_interval_ms.duration(),
             renew_interval: settings.renew_interval_ms.duration(),
@@ -205,7 +209,8 @@ struct InFlight {
     /// Set when the batch is done: handled (or its failures dead-lettered),
     /// or not (the lease stopped first).
     handled: Arc<OnceLock<bool>>,
-    task: JoinHandle<()>,
+    /// The handler's work, unless the page held nothing it wants.
+    task: Option<JoinHandle<()>>,
 }
 
 /// How a lease's processing ended.
@@ -511,21 +516,39 @@ impl Processor {
         // Wakes this loop when a batch is done.
         let done = Arc::new(Notify::new());
         loop {
-            // Checkpoint the batches done in order.
+            // Checkpoint the batches done in order, at the furthest of them.
+            let (mut furthest, mut stopped) = (None, false);
             while let Some(&handled) = in_flight.front().and_then(|batch| batch.handled.get()) {
                 let Some(batch) = in_flight.pop_front() else {
                     break;
                 };
-                if !handled || !self.checkpoint(held, &batch.continuation).await {
-                    return self.stop_in_flight(held, in_flight).await;
+                if !handled {
+                    stopped = true;
+                    break;
                 }
+                furthest = Some(batch.continuation);
             }
-            if lost.is_cancelled() {
+            if let Some(continuation) = furthest
+                && !self.checkpoint(held, &continuation).await
+            {
+                stopped = true;
+            }
+            if stopped || lost.is_cancelled() {
                 return self.stop_in_flight(held, in_flight).await;
             }
             let mut wait = None;
             if in_flight.len() < self.settings.max_batches_in_flight {
                 match self.read(&range, next.as_deref()).await {
+                    Ok(page) if page.changes.is_empty() && page.skipped > 0 => {
+                        // Only changes the handler does not want: passed
+                        // over, and checkpointed in their turn.
+                        next = Some(page.continuation.clone());
+                        in_flight.push_back(InFlight {
+                            continuation: page.continuation,
+                            handled: Arc::new(OnceLock::from(true)),
+                            task: None,
+                        });
+                    }
                     Ok(page) if page.changes.is_empty() => {
                         // An empty page still moves the position on (the
                         // first read pins "now"; Cosmos DB's records the
@@ -562,7 +585,7 @@ impl Processor {
                         in_flight.push_back(InFlight {
                             continuation,
                             handled,
-                            task,
+                            task: Some(task),
                         });
                     }
                     Err(e) => {
@@ -590,18 +613,23 @@ impl Processor {
         held: &tokio::sync::Mutex<Stored>,
         in_flight: VecDeque<InFlight>,
     ) -> Ended {
-        for batch in in_flight {
-            batch.task.abort();
-            let _ = batch.task.await;
+        for task in in_flight.into_iter().filter_map(|batch| batch.task) {
+            task.abort();
+            let _ = task.await;
         }
         self.why_stopped(held).await
     }
 
     async fn read(&self, range: &FeedRange, from: Option<&str>) -> Result<ChangePage, BoxError> {
-        Ok(self
-            .source
-            .read(range, from, self.settings.start, self.settings.max_items)
-            .await?)
+        let (start, max_items) = (self.settings.start, self.settings.max_items);
+        Ok(match &self.settings.only_with_field {
+            Some(field) => {
+                self.source
+                    .read_having(range, from, start, max_items, field)
+                    .await?
+            }
+            None => self.source.read(range, from, start, max_items).await?,
+        })
     }
 
     /// Hands `page` to the handler until it succeeds (re-reading the batch

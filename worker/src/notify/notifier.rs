@@ -125,6 +125,10 @@ impl Notifier {
         })
     }
 
+    /// The field of a status document the notifier acts on: a processor
+    /// may pass over documents without it.
+    pub const FIELD: &'static str = "callbackUrl";
+
     /// The callback's message id: stable per delivery and announced state.
     pub fn message_id(delivery_id: &str, state: DeliveryState) -> String {
         format!("msg_{delivery_id}_{}", state_name(state))
@@ -345,7 +349,7 @@ impl ChangeHandler for Notifier {
             // Most documents ask for no callback: skip them before decoding.
             if change
                 .document
-                .get("callbackUrl")
+                .get(Self::FIELD)
                 .is_none_or(serde_json::Value::is_null)
             {
                 continue;

@@ -298,6 +298,7 @@ impl ChangeSource for CosmosStore {
                 lsn,
             }
             .to_text(),
+            skipped: 0,
         })
     }
 

@@ -74,6 +74,9 @@ pub struct ChangePage {
     pub changes: Vec<Change>,
     /// Where the next read of this range starts once these are handled.
     pub continuation: String,
+    /// Changes the page passed over ([`ChangeSource::read_having`]): the
+    /// position moved past them although `changes` may be empty.
+    pub skipped: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +115,33 @@ pub trait ChangeSource: std::fmt::Debug + Send + Sync + 'static {
         start: StartFrom,
         max_items: u32,
     ) -> Result<ChangePage, ChangeFeedError>;
+
+    /// As [`ChangeSource::read`], handing over only the changes whose
+    /// document has the top-level `field` (not null); the others are passed
+    /// over and counted in [`ChangePage::skipped`]. A source that can tell
+    /// without decoding a document overrides this.
+    ///
+    /// # Errors
+    /// As [`ChangeSource::read`].
+    async fn read_having(
+        &self,
+        range: &FeedRange,
+        from: Option<&str>,
+        start: StartFrom,
+        max_items: u32,
+        field: &str,
+    ) -> Result<ChangePage, ChangeFeedError> {
+        let mut page = self.read(range, from, start, max_items).await?;
+        let read = page.changes.len();
+        page.changes.retain(|change| {
+            change
+                .document
+                .get(field)
+                .is_some_and(|value| !value.is_null())
+        });
+        page.skipped += read - page.changes.len();
+        Ok(page)
+    }
 
     /// How many changes of `range` after `from` are not read yet (the
     /// estimator's figure: the store's sequence numbers, so a document
