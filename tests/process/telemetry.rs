@@ -167,10 +167,7 @@ fn check_trace(spans: &[(String, Span)], log: &str) {
         "the worker continues the trace the event carried; {context}"
     );
     let writes = children(worker, "status write");
-    assert!(
-        writes.len() >= 2,
-        "Processing and Scheduled are written; {context}"
-    );
+    assert!(!writes.is_empty(), "the outcome is written; {context}");
 
     let mut calls_by_step = HashMap::new();
     for step in ["account", "package", "delivery", "thirdparty", "drone"] {

@@ -69,6 +69,7 @@ impl Worker {
             StatusWriter::new(Arc::clone(&ports.status), retries),
             Arc::clone(&ports.dead_letters),
             retries,
+            settings.processing_after_ms.duration(),
         );
         Ok(Self {
             consumer: Arc::clone(&ports.consumer),

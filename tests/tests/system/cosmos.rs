@@ -216,8 +216,9 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         write_units / 1_000.0
     );
     assert!(
-        written >= 2_000,
-        "Processing and Scheduled of every delivery went to Cosmos DB: {written}"
+        written >= 1_000,
+        "the outcome of every delivery went to Cosmos DB (and Processing of those that ran \
+         longer than worker.processing_after_ms): {written}"
     );
     app.app.stop().await.unwrap();
 }

@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use skyport_core::ports::{EventProperties, OutboundEvent};
+use skyport_core::ports::{EventProperties, FeedRange, OutboundEvent, StartFrom};
 use skyport_core::status::DeliveryState;
 use skyport_core::status::Step;
 use skyport_runtime::config::Millis;
+use skyport_simulator::Behaviour;
 use skyport_tests::{TestApp, delivery_request, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,6 +189,62 @@ async fn a_rate_limited_worker_stops_at_once_and_its_waiting_events_run_after_a_
     {
         assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
     }
+    app.app.stop().await.unwrap();
+}
+
+/// Status writes of the embedded store so far: it numbers every write in
+/// its change sequence, and a read's continuation is the last number read.
+async fn status_writes(app: &TestApp) -> u64 {
+    let changes = app.app.backends.store.changes();
+    let range = FeedRange::full();
+    let page = changes
+        .read(&range, None, StartFrom::Beginning, 1_000)
+        .await
+        .unwrap();
+    page.continuation.parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_quick_delivery_is_written_once_and_a_slow_one_is_marked_processing_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = skyport_tests::test_settings(dir.path());
+    settings.worker.processing_after_ms = Millis::new(300);
+    let app = TestApp::spawn_with(settings).await;
+    let wait = Duration::from_secs(30);
+    let quick = app.client.post_delivery(&delivery_request(1)).await;
+    let done = app
+        .client
+        .wait_for_state(&quick.status_url, DeliveryState::Scheduled, wait)
+        .await;
+    assert_eq!(done.attempt, 1);
+    assert_eq!(done.package_id.as_deref(), Some("package-1"));
+    assert_eq!(status_writes(&app).await, 1, "one write: the outcome");
+
+    app.simulator().set_behaviour(
+        Step::Drone,
+        Behaviour {
+            latency: Duration::from_millis(1_500),
+            ..Behaviour::default()
+        },
+    );
+    let slow = app.client.post_delivery(&delivery_request(2)).await;
+    let running = app
+        .client
+        .wait_for_state(&slow.status_url, DeliveryState::Processing, wait)
+        .await;
+    assert_eq!(running.attempt, 1);
+    assert!(running.steps.is_empty(), "{:?}", running.steps);
+    let done = app
+        .client
+        .wait_for_state(&slow.status_url, DeliveryState::Scheduled, wait)
+        .await;
+    assert_eq!(done.attempt, 1, "Processing counted the attempt once");
+    assert_eq!(done.steps.len(), 5);
+    assert_eq!(
+        status_writes(&app).await,
+        3,
+        "the slow one: Processing while it ran, then the outcome"
+    );
     app.app.stop().await.unwrap();
 }
 

@@ -27,14 +27,19 @@ impl Workflow {
         abandon: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let id = &cancel.delivery_id;
+        let running_here = self.cancellations.is_running(id);
         let (found, stored) = self
             .status
             .update(id, None, abandon, |current| {
                 let Some(document) = current else {
-                    // Not started yet: the request event will find it Cancelled and do nothing.
                     let mut cancelled = StatusDocument::accepted(id.clone(), cancel.requested_at);
-                    cancelled.state = DeliveryState::Cancelled;
                     cancelled.cancel_requested_at = Some(cancel.requested_at);
+                    if running_here {
+                        // Running here and not yet marked Processing: it stops at its next step.
+                        return Decision::Write(cancelled, Found::Done(Outcome::CancelRequested));
+                    }
+                    // Not started yet: the request event will find it Cancelled and do nothing.
+                    cancelled.state = DeliveryState::Cancelled;
                     return Decision::Write(cancelled, Found::Done(Outcome::Cancelled));
                 };
                 match document.state {

@@ -1,15 +1,25 @@
-//! A delivery request: mark it Processing, call the steps in
-//! [`ORDER`], and record Scheduled or Failed — a permanent failure first
-//! undoes the steps that succeeded. A cancellation that reached this worker
-//! meanwhile stops it at its next step.
+//! A delivery request: call the steps in [`ORDER`] and record Scheduled or
+//! Failed — a permanent failure first undoes the steps that succeeded. A
+//! cancellation that reached this worker meanwhile stops it at its next step.
+//!
+//! A delivery is marked Processing once it has run for
+//! `worker.processing_after_ms` (with 0, before its first step); one that
+//! ends sooner is written once, with its terminal status. Its final write is
+//! conditional on the document it last saw (or on there being none), so a
+//! cancellation or an earlier attempt recorded meanwhile is found there: a
+//! terminal state another attempt recorded stands, and what this attempt did
+//! is undone unless that state is Scheduled (the same calls, made again under
+//! the same idempotency keys, found the same resources).
 
 use std::sync::atomic::Ordering;
 
 use skyport_core::event::DeliveryRequested;
+use skyport_core::ports::Versioned;
 use skyport_core::status::{DeliveryState, Failure, StatusDocument, StepOutcome, StepResult};
 use skyport_runtime::metrics;
 use skyport_runtime::trace_span;
 use time::OffsetDateTime;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -19,13 +29,20 @@ use super::outcome::Outcome;
 use super::retry::Interrupted;
 use super::status::Decision;
 use super::steps::{ORDER, Progress};
-use crate::resilience::client::StepError;
+use crate::resilience::client::{Answer, StepError};
 
 /// How the final write of a delivery went.
 enum Finish {
     Written,
     AlreadyTerminal,
     CancelRequested,
+}
+
+/// The document as this attempt last wrote or read it, and whether this
+/// attempt is counted in its `attempt`.
+struct Seen {
+    current: Option<Versioned>,
+    counted: bool,
 }
 
 impl Workflow {
@@ -36,64 +53,44 @@ impl Workflow {
     ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
         let package_id = &request.request.package_info.package_id;
-        let (begun, current) = self
-            .status
-            .update_likely_new(id, abandon, |current| {
-                let mut next = match current {
-                    // Cancelled before this request was read: the callback
-                    // URL it carries still hears of the cancellation.
-                    Some(document)
-                        if document.state.is_terminal()
-                            && document.callback_url.is_none()
-                            && request.request.callback_url.is_some() =>
-                    {
-                        let mut told = document.clone();
-                        told.callback_url.clone_from(&request.request.callback_url);
-                        told.traceparent.clone_from(&request.traceparent);
-                        return Decision::Write(told, false);
-                    }
-                    Some(document) if document.state.is_terminal() => return Decision::Keep(false),
-                    Some(document) => document.clone(),
-                    None => StatusDocument::accepted(id.clone(), request.accepted_at),
-                };
-                next.state = DeliveryState::Processing;
-                next.attempt += 1;
-                next.package_id = Some(package_id.clone());
-                next.callback_url.clone_from(&request.request.callback_url);
-                next.traceparent.clone_from(&request.traceparent);
-                next.updated_at = OffsetDateTime::now_utc();
-                Decision::Write(next, true)
-            })
-            .await?;
-        let (true, Some(mut current)) = (begun, current) else {
-            return Ok(Outcome::AlreadyTerminal);
-        };
-        let replay = current.document.attempt > 1;
-        if replay {
-            self.tally.replayed.fetch_add(1, Ordering::Relaxed);
-            metrics::global().replays.inc();
-        }
         let traceparent = request.traceparent.as_deref();
+        let mut seen = Seen {
+            current: None,
+            counted: false,
+        };
+        let mut processing_due = Some(Instant::now() + self.processing_after);
+        if self.processing_after.is_zero() {
+            processing_due = None;
+            seen = self.mark_processing(request, abandon).await?;
+        }
         let mut progress = Progress::default();
         let mut outcomes = Vec::with_capacity(ORDER.len());
         let mut failure = None;
-        for (index, step) in ORDER.into_iter().enumerate() {
+        for step in ORDER {
             let name = step.id();
-            // Before every step but the first (whose document the Processing write just
-            // made), a cancellation that reached this worker is read from the document.
-            if index > 0 && self.cancellations.is_requested(id) {
-                match self.status.current(id, abandon).await? {
-                    Some(fresh) if fresh.document.state.is_terminal() => {
-                        return Ok(Outcome::AlreadyTerminal);
-                    }
-                    Some(fresh) => current = fresh,
-                    None => {}
-                }
+            // A cancellation that reached this worker is read from the document.
+            if self.cancellations.is_requested(id)
+                && let Some(fresh) = self.status.current(id, abandon).await?
+            {
+                seen.current = Some(fresh);
             }
-            if current.document.cancel_requested_at.is_some() {
-                return self
-                    .undo_and_cancel(current, outcomes, replay, traceparent, abandon)
-                    .await;
+            if let Some(current) = &seen.current {
+                if current.document.state.is_terminal() {
+                    return self
+                        .found_terminal(request, current.clone(), outcomes, abandon)
+                        .await;
+                }
+                if current.document.cancel_requested_at.is_some() {
+                    return self
+                        .undo_and_cancel(
+                            Self::described(current.clone(), request),
+                            outcomes,
+                            Self::is_replay(&current.document, seen.counted),
+                            traceparent,
+                            abandon,
+                        )
+                        .await;
+                }
             }
             let call = step.request(request, &progress);
             let key = format!("{id}:{}", name.as_str());
@@ -102,11 +99,20 @@ impl Workflow {
                 otel.name = %format_args!("step {}", name.as_str()),
                 step = name.as_str(),
             );
-            let answer = self
-                .client
-                .call(name, &call, &key, traceparent, abandon)
-                .instrument(span)
-                .await;
+            let answer = self.client.call(name, &call, &key, traceparent, abandon);
+            tokio::pin!(answer);
+            let answer: Answer = loop {
+                let Some(due) = processing_due else {
+                    break answer.as_mut().instrument(span.clone()).await;
+                };
+                tokio::select! {
+                    answer = answer.as_mut().instrument(span.clone()) => break answer,
+                    () = tokio::time::sleep_until(due) => {
+                        processing_due = None;
+                        seen = self.mark_processing(request, abandon).await?;
+                    }
+                }
+            };
             let recorded = answer
                 .result
                 .and_then(|body| step.record(&body, &mut progress));
@@ -151,36 +157,167 @@ impl Workflow {
         } else {
             DeliveryState::Scheduled
         };
-        let (finish, stored) = self
-            .status
-            .update(id, Some(current), abandon, |current| {
-                let mut next = match current {
-                    Some(document) if document.state.is_terminal() => {
-                        return Decision::Keep(Finish::AlreadyTerminal);
-                    }
-                    Some(document) if document.cancel_requested_at.is_some() => {
-                        return Decision::Keep(Finish::CancelRequested);
-                    }
-                    Some(document) => document.clone(),
-                    None => StatusDocument::accepted(id.clone(), request.accepted_at),
-                };
-                next.state = state;
-                next.steps.clone_from(&outcomes);
-                next.drone_id.clone_from(&progress.drone_id);
-                next.third_party_required = progress.third_party_required;
-                next.failure.clone_from(&failure);
-                next.updated_at = OffsetDateTime::now_utc();
-                Decision::Write(next, Finish::Written)
-            })
-            .await?;
+        let counted = seen.counted;
+        let mut replayed = false;
+        let decide = |current: Option<&StatusDocument>| {
+            let mut next = match current {
+                Some(document) if document.state.is_terminal() => {
+                    return Decision::Keep(Finish::AlreadyTerminal);
+                }
+                Some(document) if document.cancel_requested_at.is_some() => {
+                    return Decision::Keep(Finish::CancelRequested);
+                }
+                Some(document) => document.clone(),
+                None => StatusDocument::accepted(id.clone(), request.accepted_at),
+            };
+            if !counted {
+                next.attempt += 1;
+                replayed = next.attempt > 1;
+                Self::describe(&mut next, request);
+            }
+            next.state = state;
+            next.steps.clone_from(&outcomes);
+            next.drone_id.clone_from(&progress.drone_id);
+            next.third_party_required = progress.third_party_required;
+            next.failure.clone_from(&failure);
+            next.updated_at = OffsetDateTime::now_utc();
+            Decision::Write(next, Finish::Written)
+        };
+        let (finish, stored) = match seen.current {
+            Some(current) => {
+                self.status
+                    .update(id, Some(current), abandon, decide)
+                    .await?
+            }
+            None => self.status.update_likely_new(id, abandon, decide).await?,
+        };
+        if replayed {
+            self.count_replay();
+        }
         match (finish, stored) {
             (Finish::Written, _) if state == DeliveryState::Scheduled => Ok(Outcome::Scheduled),
             (Finish::Written, _) => Ok(Outcome::Failed),
             (Finish::CancelRequested, Some(current)) => {
+                let replay = Self::is_replay(&current.document, counted);
+                let current = Self::described(current, request);
                 self.undo_and_cancel(current, outcomes, replay, traceparent, abandon)
                     .await
             }
-            (Finish::AlreadyTerminal | Finish::CancelRequested, _) => Ok(Outcome::AlreadyTerminal),
+            (Finish::AlreadyTerminal, Some(current)) => {
+                self.found_terminal(request, current, outcomes, abandon)
+                    .await
+            }
+            (Finish::AlreadyTerminal | Finish::CancelRequested, None) => {
+                Ok(Outcome::AlreadyTerminal)
+            }
         }
+    }
+
+    /// Marks the delivery Processing, counting this attempt, unless its
+    /// document is terminal already (then it is left as it is).
+    async fn mark_processing(
+        &self,
+        request: &DeliveryRequested,
+        abandon: &CancellationToken,
+    ) -> Result<Seen, Interrupted> {
+        let (counted, current) = self
+            .status
+            .update_likely_new(&request.delivery_id, abandon, |current| {
+                let mut next = match current {
+                    Some(document) if document.state.is_terminal() => {
+                        return Decision::Keep(false);
+                    }
+                    Some(document) => document.clone(),
+                    None => {
+                        StatusDocument::accepted(request.delivery_id.clone(), request.accepted_at)
+                    }
+                };
+                next.state = DeliveryState::Processing;
+                next.attempt += 1;
+                Self::describe(&mut next, request);
+                next.updated_at = OffsetDateTime::now_utc();
+                Decision::Write(next, true)
+            })
+            .await?;
+        if counted && current.as_ref().is_some_and(|c| c.document.attempt > 1) {
+            self.count_replay();
+        }
+        Ok(Seen { current, counted })
+    }
+
+    /// What the request tells the document: its package, callback and trace.
+    fn describe(document: &mut StatusDocument, request: &DeliveryRequested) {
+        document.package_id = Some(request.request.package_info.package_id.clone());
+        document
+            .callback_url
+            .clone_from(&request.request.callback_url);
+        document.traceparent.clone_from(&request.traceparent);
+    }
+
+    /// `current` with what the request tells it, for a document this
+    /// attempt has not written (a cancellation's): compensation finds the
+    /// package there.
+    fn described(mut current: Versioned, request: &DeliveryRequested) -> Versioned {
+        if current.document.package_id.is_none() {
+            Self::describe(&mut current.document, request);
+        }
+        current
+    }
+
+    /// Whether an earlier attempt may have done steps this one did not see:
+    /// the document counts attempts before this one (`counted`: this one is
+    /// among those it counts).
+    fn is_replay(document: &StatusDocument, counted: bool) -> bool {
+        document.attempt > u32::from(counted)
+    }
+
+    fn count_replay(&self) {
+        self.tally.replayed.fetch_add(1, Ordering::Relaxed);
+        metrics::global().replays.inc();
+    }
+
+    /// The document was found terminal (recorded by another attempt or a
+    /// cancellation): it stands. What this attempt did is undone unless it
+    /// is Scheduled, and a callback URL the request carries is recorded on
+    /// a document that has none, so the callback still announces the state.
+    async fn found_terminal(
+        &self,
+        request: &DeliveryRequested,
+        current: Versioned,
+        mut outcomes: Vec<StepOutcome>,
+        abandon: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let id = &request.delivery_id;
+        if current.document.state != DeliveryState::Scheduled {
+            let undo = succeeded_latest_first(&outcomes);
+            if !undo.is_empty() {
+                tracing::info!(delivery_id = %id, state = ?current.document.state, "Undoing the steps of an attempt whose delivery ended meanwhile.");
+                self.compensate(
+                    id,
+                    Some(&request.request.package_info.package_id),
+                    &undo,
+                    &mut outcomes,
+                    request.traceparent.as_deref(),
+                    abandon,
+                )
+                .await?;
+            }
+        }
+        if current.document.callback_url.is_none() && request.request.callback_url.is_some() {
+            self.status
+                .update(id, Some(current), abandon, |current| match current {
+                    Some(document)
+                        if document.state.is_terminal() && document.callback_url.is_none() =>
+                    {
+                        let mut told = document.clone();
+                        told.callback_url.clone_from(&request.request.callback_url);
+                        told.traceparent.clone_from(&request.traceparent);
+                        Decision::Write(told, ())
+                    }
+                    _ => Decision::Keep(()),
+                })
+                .await?;
+        }
+        Ok(Outcome::AlreadyTerminal)
     }
 }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use skyport_core::event::Event;
 use skyport_core::ports::{DeadLetterStore, StreamEvent};
@@ -46,6 +47,9 @@ pub struct Workflow {
     pub(super) retries: RetryPolicy,
     pub(super) cancellations: Cancellations,
     pub(super) tally: Arc<Tally>,
+    /// How long a delivery runs before it is marked Processing (`ZERO`:
+    /// before its first step).
+    pub(super) processing_after: Duration,
 }
 
 impl Workflow {
@@ -54,6 +58,7 @@ impl Workflow {
         status: StatusWriter,
         dead_letters: Arc<dyn DeadLetterStore>,
         retries: RetryPolicy,
+        processing_after: Duration,
     ) -> Self {
         Self {
             client,
@@ -62,6 +67,7 @@ impl Workflow {
             retries,
             cancellations: Cancellations::default(),
             tally: Arc::default(),
+            processing_after,
         }
     }
 
@@ -115,9 +121,8 @@ impl Workflow {
                     event,
                     request.traceparent.as_deref(),
                 );
-                let outcome = self.deliver(&request, abandon).instrument(span).await;
-                self.cancellations.forget(&request.delivery_id);
-                outcome
+                let _running = self.cancellations.run(&request.delivery_id);
+                self.deliver(&request, abandon).instrument(span).await
             }
             Ok(Event::CancellationRequested(cancel)) => {
                 let span = event_span(

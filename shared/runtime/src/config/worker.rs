@@ -49,6 +49,11 @@ pub struct WorkerSettings {
     /// it is not. 0 keeps the whole window always, as on Kafka and Event
     /// Hubs, where an answer waits on the broker rather than on the worker.
     pub gateway_latency_goal_ms: Millis,
+    /// A delivery still running this long after it started is marked
+    /// Processing in its status document; one that ends sooner is written
+    /// once, with its terminal status (one durable write instead of two).
+    /// 0 marks every delivery Processing before its first step.
+    pub processing_after_ms: Millis,
 }
 
 impl Default for WorkerSettings {
@@ -69,6 +74,7 @@ impl Default for WorkerSettings {
             http: HttpSettings::default(),
             nice: 10,
             gateway_latency_goal_ms: Millis::new(5),
+            processing_after_ms: Millis::new(1_000),
         }
     }
 }
