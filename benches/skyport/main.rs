@@ -11,7 +11,9 @@
 //! 4. Burst: a large number of requests as fast as the client sends them,
 //!    then every accepted one followed to a terminal state.
 //! 5. End to end: workflows Scheduled per second with the simulated services
-//!    at 20 ms per call, rate limiter off; then the limiter at R against R.
+//!    at 20 ms per call, rate limiter off, and Skyport's CPU time per
+//!    workflow (this process's, over the phase; the services' and the
+//!    poster's are printed beside it); then the limiter at R against R.
 //!    These phases post distinct requests from another process (`--post`,
 //!    [`poster`]) and run the services in a process of their own
 //!    (`--simulate`).
@@ -24,7 +26,11 @@
 //!    then open loop at the fixed rate while the worker drains behind it,
 //!    every accepted request followed to a terminal state, and the peak RSS
 //!    (the services' memory included, as in a user's process).
-//! 8. Kafka: the gateway alone against the ceiling and end to end with the
+//! 8. Time to terminal: the system of (5) fed at a fixed rate (1,000/s, then
+//!    2,000/s) for 30 s; each delivery's time from its acceptance to its
+//!    terminal status, from the timestamps of its status document (read
+//!    through the change feed once all are terminal), not by polling.
+//! 9. Kafka: the gateway alone against the ceiling and end to end with the
 //!    stream on a local tansu broker (memory engine, installed as the tests
 //!    install it): Skyport's cost on Kafka, not a production broker's speed.
 //!
@@ -34,29 +40,34 @@
 //! nothing accepted was lost, not the numbers. Name phases to run only those:
 //! `cargo bench --bench skyport -- ingest burst`.
 
+mod cpu;
 mod load;
 mod memory;
 mod poster;
 mod report;
 mod servers;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use cpu::CpuTime;
 use load::{Load, Measured};
+use poster::Latency;
 use poster::{Naming, Schedule};
 use report::{
-    Burst, EndToEnd, FixedRate, Ingest, KafkaIngest, KafkaRun, Named, RateLimited, Results, Store,
-    WholeSystem,
+    Burst, CpuSplit, EndToEnd, FixedRate, Ingest, KafkaIngest, KafkaRun, Named, RateLimited,
+    Results, Store, TimeToTerminal, WholeRound, WholeSystem,
 };
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport::Backends;
 use skyport_core::event::{DeliveryRequested, Event};
-use skyport_core::ports::PublishError;
+use skyport_core::ports::{PublishError, StartFrom};
 use skyport_core::request::DeliveryRequest;
+use skyport_core::status::StatusDocument;
 use skyport_runtime::config::{LogFormat, Settings, StreamBackend};
 use skyport_runtime::telemetry::Telemetry;
 use skyport_tests::kafka::Broker;
@@ -94,6 +105,9 @@ struct Plan {
     end_to_end: u64,
     limited_rate: u32,
     limited_window: Duration,
+    /// The fixed rates of the time-to-terminal phase, and how long each runs.
+    terminal_rates: [u32; 2],
+    terminal_duration: Duration,
     drain_timeout: Duration,
 }
 
@@ -114,6 +128,8 @@ impl Plan {
             end_to_end: 50_000,
             limited_rate: 1_000,
             limited_window: Duration::from_secs(10),
+            terminal_rates: [1_000, 2_000],
+            terminal_duration: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(900),
         }
     }
@@ -134,6 +150,8 @@ impl Plan {
             end_to_end: 300,
             limited_rate: 50,
             limited_window: Duration::from_secs(2),
+            terminal_rates: [50, 100],
+            terminal_duration: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(120),
         }
     }
@@ -147,7 +165,7 @@ const OPEN_LOOP_CONNECTIONS: u32 = 256;
 /// Partitions of the Kafka phase's topic, as many as the embedded stream's.
 const KAFKA_PARTITIONS: u32 = 8;
 
-const PHASES: [&str; 9] = [
+const PHASES: [&str; 10] = [
     "ingest",
     "store",
     "named",
@@ -156,6 +174,7 @@ const PHASES: [&str; 9] = [
     "end-to-end",
     "rate-limit",
     "all-in-one",
+    "time-to-terminal",
     "kafka",
 ];
 
@@ -200,6 +219,7 @@ fn main() -> anyhow::Result<()> {
             "end-to-end" => results.end_to_end = serde_json::from_value(result)?,
             "all-in-one" => results.all_in_one = serde_json::from_value(result)?,
             "kafka" => results.kafka = serde_json::from_value(result)?,
+            "time-to-terminal" => results.time_to_terminal = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -273,6 +293,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "rate-limit" => serde_json::to_value(bench.rate_limited().await?)?,
             "all-in-one" => serde_json::to_value(bench.all_in_one().await?)?,
             "kafka" => serde_json::to_value(bench.kafka().await?)?,
+            "time-to-terminal" => serde_json::to_value(bench.time_to_terminal().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;
@@ -472,6 +493,8 @@ impl Bench {
     /// Gateway and worker, with the simulated services (20 ms per call) in
     /// a process of their own; stop both with [`Bench::stop`].
     ///
+    /// The calls go over HTTP/2 (`services.protocol` h2c).
+    ///
     /// The worker runs at nice 0 here: the poster and the services stand in
     /// for other machines, and a worker yielding the CPU to them (as it
     /// yields to its own gateway, `worker.nice`) would measure the two cores'
@@ -488,6 +511,12 @@ impl Bench {
             ("worker.rate_limit_per_s", rate_limit_per_s.to_string()),
             ("worker.nice", "0".to_owned()),
         ];
+        // The simulated services speak HTTP/2 over cleartext, so the bench
+        // configures it, as an operator would for services that do; a
+        // `SKYPORT__SERVICES__PROTOCOL` variable chooses otherwise.
+        if std::env::var_os("SKYPORT__SERVICES__PROTOCOL").is_none() {
+            keys.push(("services.protocol", "h2c".to_owned()));
+        }
         keys.extend_from_slice(extra);
         let settings = self.settings(phase, &keys)?;
         Ok((AllInOne::start(settings).await?, services))
@@ -575,23 +604,9 @@ impl Bench {
             }
         };
         let (system, services) = self.system(phase, 0, extra).await?;
-        // As users run it, the worker is up before the load comes: the clock
-        // starts once it reads every partition (on Kafka, after the group's
-        // first join and rebalance).
-        let joining = Instant::now();
-        while system.partitions_read() < partitions as usize {
-            anyhow::ensure!(
-                joining.elapsed() < Duration::from_secs(120),
-                "the worker read {} of {partitions} partitions after 120 s",
-                system.partitions_read()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        eprintln!(
-            "{phase}: the worker reads all {partitions} partitions after {:.1} s",
-            joining.elapsed().as_secs_f64()
-        );
+        Self::await_partitions(phase, &system, partitions).await?;
         let started = Instant::now();
+        let cpu_before = (CpuTime::this()?, CpuTime::of(services.pid())?);
         let post = poster::post(
             &system.url,
             Schedule::Requests(plan.end_to_end),
@@ -611,6 +626,7 @@ impl Bench {
         let (posted, samples) = tokio::join!(post, sample);
         let posted = posted?;
         let elapsed = started.elapsed();
+        let cpu = CpuSplit::between(cpu_before, services.pid(), elapsed)?;
         let completed = system.terminal();
         let failed = system.failed();
         let peak_rss_mib = memory::peak_mib()?;
@@ -629,8 +645,82 @@ impl Bench {
             posting_s: posted.seconds,
             workflows_per_s: (completed - failed) as f64 / elapsed.as_secs_f64(),
             best_second,
+            cpu_us_per_workflow: cpu.skyport_s * 1e6 / completed.max(1) as f64,
+            cpu,
             peak_rss_mib,
         })
+    }
+
+    /// As users run it, the worker is up before the load comes: a phase's
+    /// clock starts once it reads every partition (on Kafka, after the
+    /// group's first join and rebalance).
+    async fn await_partitions(
+        phase: &str,
+        system: &AllInOne,
+        partitions: u32,
+    ) -> anyhow::Result<()> {
+        let joining = Instant::now();
+        while system.partitions_read() < partitions as usize {
+            anyhow::ensure!(
+                joining.elapsed() < Duration::from_secs(120),
+                "the worker read {} of {partitions} partitions after 120 s",
+                system.partitions_read()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "{phase}: the worker reads all {partitions} partitions after {:.1} s",
+            joining.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// (8): the system of [`Bench::end_to_end`] fed at each fixed rate for
+    /// `plan.terminal_duration`, on a fresh store each; then every delivery's
+    /// time from acceptance to its terminal status, from its status document.
+    async fn time_to_terminal(&self) -> anyhow::Result<Vec<TimeToTerminal>> {
+        let plan = &self.plan;
+        let mut rows = Vec::new();
+        for rate in plan.terminal_rates {
+            let phase = format!("time-to-terminal-{rate}");
+            eprintln!(
+                "time to terminal: {rate}/s for {} s, 5 services at 20 ms per call",
+                plan.terminal_duration.as_secs()
+            );
+            let settings = self.settings(&phase, &[])?;
+            let (system, services) = self.system(&phase, 0, &[]).await?;
+            Self::await_partitions(&phase, &system, settings.stream.partitions).await?;
+            let posted = poster::post(
+                &system.url,
+                Schedule::Rate {
+                    per_s: rate,
+                    duration: plan.terminal_duration,
+                },
+                OPEN_LOOP_CONNECTIONS,
+                Naming::Unnamed,
+                0,
+            )
+            .await?;
+            let accepted = posted.status("202");
+            self.drain(&system, accepted).await?;
+            let mut micros = terminal_times(&system).await?;
+            let terminal = micros.len() as u64;
+            let failed = system.failed();
+            Self::stop(system, services).await?;
+            anyhow::ensure!(
+                terminal >= accepted,
+                "time to terminal at {rate}/s: {terminal} terminal documents for {accepted} accepted"
+            );
+            rows.push(TimeToTerminal {
+                rate,
+                seconds: plan.terminal_duration.as_secs_f64(),
+                accepted,
+                failed,
+                accept: posted.latency,
+                terminal: Latency::of(&mut micros),
+            });
+        }
+        Ok(rows)
     }
 
     /// The stream on Kafka: a local tansu broker (memory engine) with
@@ -746,7 +836,7 @@ impl Bench {
         memory::reset_peak()?;
         let system = AllInOne::start(self.settings("all-in-one", &[])?).await?;
         let (mut posted, mut accepted) = (0, 0);
-        let mut rounds = Vec::new();
+        let (mut rounds, mut work) = (Vec::new(), Vec::new());
         for round in 1..=plan.rounds {
             eprintln!(
                 "all in one: the ceiling, closed loop at {connections} connections (round {round})"
@@ -756,6 +846,7 @@ impl Bench {
                 poster::post(&ceiling.url, closed_loop, connections, Naming::Unnamed, 0).await?;
             ceiling.stop().await?;
             eprintln!("all in one: closed loop at {connections} connections (round {round})");
+            let (cpu_before, round_started) = (CpuTime::this()?, Instant::now());
             let skyport = poster::post(
                 &system.url,
                 closed_loop,
@@ -771,6 +862,15 @@ impl Bench {
                 "all in one: round {round} drained {:.1} s after its last answer",
                 drained.as_secs_f64()
             );
+            let seconds = round_started.elapsed().as_secs_f64();
+            let workflows = skyport.status("202");
+            work.push(WholeRound {
+                workflows,
+                seconds,
+                workflows_per_s: workflows as f64 / seconds,
+                cpu_us_per_workflow: CpuTime::this()?.since(cpu_before).own_s * 1e6
+                    / workflows.max(1) as f64,
+            });
             rounds.push((skyport.requests_per_s / bare.requests_per_s, bare, skyport));
         }
         // The round of the median ratio stands for them all; every ratio is kept.
@@ -804,6 +904,7 @@ impl Bench {
             skyport,
             ratio,
             ratios,
+            work,
             rate: plan.fixed_rate,
             seconds: plan.fixed_duration.as_secs_f64(),
             open_loop,
@@ -844,4 +945,35 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Each terminal delivery's time from its acceptance (`createdAt`, the time
+/// the gateway stamped on its event) to its terminal write (`updatedAt`), in
+/// microseconds: the status documents read through the store's change feed.
+async fn terminal_times(system: &AllInOne) -> anyhow::Result<Vec<u32>> {
+    let changes = system.app.backends.store.changes();
+    let mut times = HashMap::new();
+    for range in changes.ranges().await? {
+        let mut from: Option<String> = None;
+        loop {
+            let page = changes
+                .read(&range, from.as_deref(), StartFrom::Beginning, 10_000)
+                .await?;
+            if page.changes.is_empty() && page.skipped == 0 {
+                break;
+            }
+            for change in page.changes {
+                let document: StatusDocument = serde_json::from_value(change.document)?;
+                if document.state.is_terminal() {
+                    let micros = (document.updated_at - document.created_at).whole_microseconds();
+                    times.insert(
+                        document.id,
+                        u32::try_from(micros.max(0)).unwrap_or(u32::MAX),
+                    );
+                }
+            }
+            from = Some(page.continuation);
+        }
+    }
+    Ok(times.into_values().collect())
 }

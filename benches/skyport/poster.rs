@@ -241,7 +241,7 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
 
 impl Latency {
     /// The percentiles of `micros` (sorted here); `None` when it is empty.
-    fn of(micros: &mut [u32]) -> Option<Self> {
+    pub(crate) fn of(micros: &mut [u32]) -> Option<Self> {
         micros.sort_unstable();
         let max = *micros.last()?;
         let ms = |us: u32| f64::from(us) / 1_000.0;

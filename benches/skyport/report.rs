@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::cpu::CpuTime;
 use crate::load::Measured;
 use crate::poster::{Latency, Posted};
 
@@ -23,6 +24,7 @@ pub(crate) struct Results {
     pub(crate) end_to_end: Option<EndToEnd>,
     pub(crate) rate_limited: Option<RateLimited>,
     pub(crate) all_in_one: Option<WholeSystem>,
+    pub(crate) time_to_terminal: Vec<TimeToTerminal>,
     pub(crate) kafka: Option<KafkaRun>,
 }
 
@@ -122,7 +124,67 @@ pub(crate) struct EndToEnd {
     pub(crate) workflows_per_s: f64,
     /// The most workflows completed in one second.
     pub(crate) best_second: u64,
+    /// Skyport's CPU time (this process: gateway and worker) per completed workflow.
+    pub(crate) cpu_us_per_workflow: f64,
+    pub(crate) cpu: CpuSplit,
     pub(crate) peak_rss_mib: f64,
+}
+
+/// CPU time over a phase, by process: what shares the two cores.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CpuSplit {
+    pub(crate) seconds: f64,
+    /// This process: the gateway and the worker.
+    pub(crate) skyport_s: f64,
+    /// The simulated services' process.
+    pub(crate) services_s: f64,
+    /// The poster's process (the only child waited for in the phase).
+    pub(crate) poster_s: f64,
+}
+
+impl CpuSplit {
+    /// What was used since `before` (this process's reading and that of the
+    /// services, `services_pid`), over `elapsed`.
+    pub(crate) fn between(
+        before: (CpuTime, CpuTime),
+        services_pid: u32,
+        elapsed: std::time::Duration,
+    ) -> anyhow::Result<Self> {
+        let this = CpuTime::this()?.since(before.0);
+        let services = CpuTime::of(services_pid)?.since(before.1);
+        Ok(Self {
+            seconds: elapsed.as_secs_f64(),
+            skyport_s: this.own_s,
+            services_s: services.own_s,
+            poster_s: this.children_s,
+        })
+    }
+
+    /// Cores used on average by each process, for the table.
+    fn cores(&self) -> String {
+        let per = |s: f64| s / self.seconds.max(f64::EPSILON);
+        format!(
+            "cores: Skyport {:.2}, services {:.2}, poster {:.2}",
+            per(self.skyport_s),
+            per(self.services_s),
+            per(self.poster_s)
+        )
+    }
+}
+
+/// Deliveries fed at a fixed rate, and each one's time from its acceptance
+/// to its terminal status (from its status document's timestamps).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct TimeToTerminal {
+    pub(crate) rate: u32,
+    pub(crate) seconds: f64,
+    pub(crate) accepted: u64,
+    /// Every request is valid: must be 0.
+    pub(crate) failed: u64,
+    /// The 202's latency, from when each request was due.
+    pub(crate) accept: Option<Latency>,
+    /// From acceptance to the terminal status.
+    pub(crate) terminal: Option<Latency>,
 }
 
 /// The stream on Kafka (a local tansu broker on its memory engine: what
@@ -168,6 +230,9 @@ pub(crate) struct WholeSystem {
     pub(crate) ratio: f64,
     /// Every round's ratio, lowest first.
     pub(crate) ratios: Vec<f64>,
+    /// Each closed-loop round's workflows, from its first request until
+    /// the last was terminal, in the order run.
+    pub(crate) work: Vec<WholeRound>,
     /// Open loop: requests due per second, for how long, and what they got
     /// (latency from when each was due).
     pub(crate) rate: u32,
@@ -189,6 +254,17 @@ pub(crate) struct WholeSystem {
     pub(crate) failed: u64,
     /// Of the whole phase.
     pub(crate) peak_rss_mib: f64,
+}
+
+/// The workflows of one closed-loop round of the all-in-one.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WholeRound {
+    pub(crate) workflows: u64,
+    pub(crate) seconds: f64,
+    pub(crate) workflows_per_s: f64,
+    /// The process's CPU time per workflow: gateway, worker and the
+    /// simulated services it runs, as a user's process spends it.
+    pub(crate) cpu_us_per_workflow: f64,
 }
 
 /// A target of the issue, and whether this run met it.
@@ -213,6 +289,7 @@ impl Results {
             end_to_end: None,
             rate_limited: None,
             all_in_one: None,
+            time_to_terminal: Vec::new(),
             kafka: None,
         }
     }
@@ -315,6 +392,40 @@ impl Results {
                 target: "≥ 5,000 workflows/s",
                 met: Some(e.workflows_per_s >= 5_000.0),
             });
+            verdicts.push(Verdict {
+                what: "end to end: Skyport's CPU per workflow".into(),
+                measured: format!(
+                    "{:.0} µs ({:.1} s of CPU over {} workflows; {})",
+                    e.cpu_us_per_workflow,
+                    e.cpu.skyport_s,
+                    e.completed,
+                    e.cpu.cores()
+                ),
+                target: "≤ 300 µs",
+                met: Some(e.cpu_us_per_workflow <= 300.0),
+            });
+        }
+        for t in &self.time_to_terminal {
+            verdicts.push(Verdict {
+                what: format!(
+                    "time to terminal at {}/s for {:.0} s, 5 services at 20 ms",
+                    t.rate, t.seconds
+                ),
+                measured: format!(
+                    "{} accepted ({} Failed); acceptance to terminal: {}; the 202: {}",
+                    t.accepted,
+                    t.failed,
+                    latency(t.terminal.as_ref()),
+                    latency(t.accept.as_ref())
+                ),
+                target: if t.rate >= 2_000 {
+                    "p99 ≤ 200 ms"
+                } else {
+                    "(the time a client waits)"
+                },
+                met: (t.rate >= 2_000)
+                    .then(|| t.terminal.as_ref().is_some_and(|l| l.p99_ms <= 200.0)),
+            });
         }
         if let Some(r) = &self.rate_limited {
             let off = (r.achieved_per_s - f64::from(r.rate)) / f64::from(r.rate) * 100.0;
@@ -348,6 +459,22 @@ impl Results {
                     latency(a.ceiling.latency.as_ref())
                 ),
                 target: "(ingest beside the worker and the services)",
+                met: None,
+            });
+            verdicts.push(Verdict {
+                what: "all in one, closed-loop rounds followed to terminal".into(),
+                measured: a
+                    .work
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{:.0} workflows/s at {:.0} µs of process CPU each ({} in {:.1} s)",
+                            r.workflows_per_s, r.cpu_us_per_workflow, r.workflows, r.seconds
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                target: "(as users run it: the services' CPU included)",
                 met: None,
             });
             verdicts.push(Verdict {
@@ -514,6 +641,14 @@ impl Results {
             && r.completed == 0
         {
             failures.push("rate limiter: nothing completed".into());
+        }
+        for t in &self.time_to_terminal {
+            if t.failed > 0 || (!full && t.accepted == 0) {
+                failures.push(format!(
+                    "time to terminal at {}/s: {} accepted, {} Failed",
+                    t.rate, t.accepted, t.failed
+                ));
+            }
         }
         if let Some(k) = &self.kafka {
             let e = &k.end_to_end;

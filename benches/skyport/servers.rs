@@ -221,6 +221,11 @@ impl Simulated {
         .await?
     }
 
+    /// Their process id, to read their CPU time.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Closes their stdin, which stops them, and waits.
     pub(crate) async fn stop(mut self) -> anyhow::Result<()> {
         drop(self.child.stdin.take());
