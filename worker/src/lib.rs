@@ -29,7 +29,7 @@ use crate::intake::backlog::BacklogExceeded;
 use crate::intake::pauses::Pauses;
 use crate::resilience::backoff::Backoff;
 use crate::resilience::breaker::{BreakerSettings, Breakers};
-use crate::resilience::client::ServiceClient;
+use crate::resilience::client::{ClientError, ServiceClient};
 use crate::workflow::status::StatusWriter;
 use crate::workflow::{RetryPolicy, Workflow};
 
@@ -51,7 +51,7 @@ impl Worker {
         services_url: Url,
         services: &ServicesSettings,
         settings: WorkerSettings,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, ClientError> {
         let retries = RetryPolicy {
             backoff: Backoff::new(
                 services.retry_initial_backoff_ms.duration(),

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
+use bytes::Bytes;
+use http_body_util::Full;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use skyport_core::status::Step;
@@ -23,6 +25,13 @@ use tracing::Instrument;
 use super::backoff::Backoff;
 use super::breaker::{Admission, Breakers};
 use super::classify::{Attempt, classify, error_chain, parse_retry_after};
+use super::h2c::H2c;
+
+/// The header every call carries: the delivery and the step it is for.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// An answer's status and headers, and its body or why it could not be read.
+type Sent = (StatusCode, HeaderMap, Result<Bytes, String>);
 
 /// One request to a service: method, path segments under the base URL, and a
 /// JSON body (`Null` for none).
@@ -31,6 +40,15 @@ pub struct Call {
     pub method: Method,
     pub path: Vec<String>,
     pub body: Value,
+}
+
+/// Why the client cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("the HTTP client cannot be built")]
+    Http(#[from] reqwest::Error),
+    #[error("the services' base URL {0} names no host and port")]
+    NoHost(Url),
 }
 
 /// Why a step did not succeed.
@@ -60,10 +78,20 @@ impl Answer {
     }
 }
 
-/// The five services behind one base URL, one connection pool.
+/// How the calls reach the services.
+#[derive(Debug, Clone)]
+enum Transport {
+    /// reqwest's client: HTTP/1.1, a pool of connections.
+    Pooled(reqwest::Client),
+    /// One HTTP/2 connection with prior knowledge; `timeout` bounds a call.
+    H2c { h2c: Arc<H2c>, timeout: Duration },
+}
+
+/// The five services behind one base URL, one connection pool (or one
+/// HTTP/2 connection).
 #[derive(Debug, Clone)]
 pub struct ServiceClient {
-    http: reqwest::Client,
+    transport: Transport,
     base: Url,
     backoff: Backoff,
     max_attempts: u32,
@@ -72,24 +100,37 @@ pub struct ServiceClient {
 
 impl ServiceClient {
     /// # Errors
-    /// When the HTTP client cannot be built (no TLS backend).
+    /// When the HTTP client cannot be built (no TLS backend), or h2c is
+    /// asked of a base URL with no host.
     pub fn new(
         base: Url,
         settings: &ServicesSettings,
         breakers: Arc<Breakers>,
-    ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .timeout(settings.timeout_ms.duration())
-            .connect_timeout(settings.timeout_ms.duration())
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(Duration::from_secs(30));
-        let http = match settings.protocol {
-            ServicesProtocol::Auto | ServicesProtocol::Http1 => http.http1_only(),
-            ServicesProtocol::H2c => http.http2_prior_knowledge(),
-        }
-        .build()?;
+    ) -> Result<Self, ClientError> {
+        let timeout = settings.timeout_ms.duration();
+        let transport = match settings.protocol {
+            ServicesProtocol::Auto | ServicesProtocol::Http1 => Transport::Pooled(
+                reqwest::Client::builder()
+                    .timeout(timeout)
+                    .connect_timeout(timeout)
+                    .redirect(reqwest::redirect::Policy::none())
+                    .pool_idle_timeout(Duration::from_secs(30))
+                    .http1_only()
+                    .build()?,
+            ),
+            ServicesProtocol::H2c => {
+                let (Some(host), Some(port)) = (base.host_str(), base.port_or_known_default())
+                else {
+                    return Err(ClientError::NoHost(base));
+                };
+                Transport::H2c {
+                    h2c: Arc::new(H2c::new(format!("{host}:{port}"), timeout)),
+                    timeout,
+                }
+            }
+        };
         Ok(Self {
-            http,
+            transport,
             base,
             backoff: Backoff::new(
                 settings.retry_initial_backoff_ms.duration(),
@@ -113,8 +154,10 @@ impl ServiceClient {
     ) -> Answer {
         let url = self.url(&call.path);
         let body = (!call.body.is_null()).then(|| {
-            serde_json::to_vec(&call.body)
-                .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"))
+            Bytes::from(
+                serde_json::to_vec(&call.body)
+                    .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}")),
+            )
         });
         let breaker = self.breakers.get(step);
         let mut calls = 0u32;
@@ -140,7 +183,7 @@ impl ServiceClient {
                     }
                     return Answer::abandoned(calls);
                 }
-                attempt = self.attempt(step, call, &url, body.as_deref(), idempotency_key, traceparent) => attempt,
+                attempt = self.attempt(step, call, &url, body.as_ref(), idempotency_key, traceparent) => attempt,
             };
             let transient = matches!(attempt, Attempt::Transient { .. });
             breaker.record(admission, !transient, tokio::time::Instant::now());
@@ -207,7 +250,7 @@ impl ServiceClient {
         step: Step,
         call: &Call,
         url: &Url,
-        body: Option<&[u8]>,
+        body: Option<&Bytes>,
         idempotency_key: &str,
         traceparent: Option<&str>,
     ) -> Attempt {
@@ -255,51 +298,102 @@ impl ServiceClient {
         attempt
     }
 
+    /// One call over the transport: the answer classified, and its status
+    /// when there was one.
     async fn send(
         &self,
         call: &Call,
         url: &Url,
-        body: Option<&[u8]>,
+        body: Option<&Bytes>,
         idempotency_key: &str,
         traceparent: Option<&str>,
     ) -> (Attempt, Option<StatusCode>) {
-        let mut request = self
-            .http
+        let traceparent = telemetry::traceparent_or(traceparent);
+        let answered = match &self.transport {
+            Transport::Pooled(http) => {
+                Self::send_pooled(http, call, url, body, idempotency_key, traceparent).await
+            }
+            Transport::H2c { h2c, timeout } => {
+                Self::send_h2c(h2c, *timeout, call, url, body, idempotency_key, traceparent).await
+            }
+        };
+        match answered {
+            Ok((status, headers, Ok(bytes))) => {
+                let retry_after = headers.get(RETRY_AFTER).and_then(parse_retry_after);
+                (classify(status, &bytes, retry_after), Some(status))
+            }
+            Ok((status, _, Err(reason))) => (
+                Attempt::Transient {
+                    reason,
+                    retry_after: None,
+                },
+                Some(status),
+            ),
+            Err(reason) => (
+                Attempt::Transient {
+                    reason,
+                    retry_after: None,
+                },
+                None,
+            ),
+        }
+    }
+
+    async fn send_pooled(
+        http: &reqwest::Client,
+        call: &Call,
+        url: &Url,
+        body: Option<&Bytes>,
+        idempotency_key: &str,
+        traceparent: Option<String>,
+    ) -> Result<Sent, String> {
+        let mut request = http
             .request(call.method.clone(), url.clone())
-            .header("idempotency-key", idempotency_key);
+            .header(IDEMPOTENCY_KEY, idempotency_key);
         if let Some(body) = body {
             request = request
                 .header(CONTENT_TYPE, "application/json")
-                .body(body.to_vec());
+                .body(body.clone());
         }
-        if let Some(traceparent) = telemetry::traceparent_or(traceparent) {
+        if let Some(traceparent) = traceparent {
             request = request.header(telemetry::TRACEPARENT, traceparent);
         }
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(e) => {
-                let attempt = Attempt::Transient {
-                    reason: error_chain(&e),
-                    retry_after: None,
-                };
-                return (attempt, None);
-            }
-        };
+        let response = request.send().await.map_err(|e| error_chain(&e))?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(parse_retry_after);
-        let bytes = match response.bytes().await {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                let attempt = Attempt::Transient {
-                    reason: error_chain(&e),
-                    retry_after: None,
-                };
-                return (attempt, Some(status));
-            }
-        };
-        (classify(status, &bytes, retry_after), Some(status))
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.map_err(|e| error_chain(&e));
+        Ok((status, headers, bytes))
+    }
+
+    async fn send_h2c(
+        h2c: &H2c,
+        timeout: Duration,
+        call: &Call,
+        url: &Url,
+        body: Option<&Bytes>,
+        idempotency_key: &str,
+        traceparent: Option<String>,
+    ) -> Result<Sent, String> {
+        let mut request = hyper::Request::builder()
+            .method(call.method.clone())
+            .uri(url.as_str())
+            .header(IDEMPOTENCY_KEY, idempotency_key);
+        if body.is_some() {
+            request = request.header(CONTENT_TYPE, "application/json");
+        }
+        if let Some(traceparent) = traceparent {
+            request = request.header(telemetry::TRACEPARENT, traceparent);
+        }
+        let request = request
+            .body(Full::new(body.cloned().unwrap_or_default()))
+            .map_err(|e| error_chain(&e))?;
+        match tokio::time::timeout(timeout, h2c.send(request)).await {
+            Ok(Ok(answered)) => Ok((answered.status, answered.headers, Ok(answered.body))),
+            Ok(Err(e)) => Err(error_chain(&e)),
+            Err(_) => Err(format!(
+                "no answer within services.timeout_ms ({} ms)",
+                timeout.as_millis()
+            )),
+        }
     }
 }
