@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use skyport_core::status::Step;
@@ -29,6 +29,8 @@ use super::h2c::H2c;
 
 /// The header every call carries: the delivery and the step it is for.
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// The W3C trace context a call carries.
+const TRACEPARENT: HeaderName = HeaderName::from_static(telemetry::TRACEPARENT);
 
 /// An answer's status and headers, and its body or why it could not be read.
 type Sent = (StatusCode, HeaderMap, Result<Bytes, String>);
@@ -308,14 +310,22 @@ impl ServiceClient {
         idempotency_key: &str,
         traceparent: Option<&str>,
     ) -> (Attempt, Option<StatusCode>) {
-        let traceparent = telemetry::traceparent_or(traceparent);
-        let answered = match &self.transport {
-            Transport::Pooled(http) => {
-                Self::send_pooled(http, call, url, body, idempotency_key, traceparent).await
-            }
-            Transport::H2c { h2c, timeout } => {
-                Self::send_h2c(h2c, *timeout, call, url, body, idempotency_key, traceparent).await
-            }
+        let answered = match Self::headers(body.is_some(), idempotency_key, traceparent) {
+            Err(reason) => Err(reason),
+            Ok(headers) => match &self.transport {
+                Transport::Pooled(http) => {
+                    let mut request = http
+                        .request(call.method.clone(), url.clone())
+                        .headers(headers);
+                    if let Some(body) = body {
+                        request = request.body(body.clone());
+                    }
+                    Self::send_pooled(request).await
+                }
+                Transport::H2c { h2c, timeout } => {
+                    Self::send_h2c(h2c, *timeout, call, url, headers, body).await
+                }
+            },
         };
         match answered {
             Ok((status, headers, Ok(bytes))) => {
@@ -339,25 +349,26 @@ impl ServiceClient {
         }
     }
 
-    async fn send_pooled(
-        http: &reqwest::Client,
-        call: &Call,
-        url: &Url,
-        body: Option<&Bytes>,
+    /// The headers of a call: its idempotency key, the body's type when it
+    /// has one, and the trace context.
+    fn headers(
+        has_body: bool,
         idempotency_key: &str,
-        traceparent: Option<String>,
-    ) -> Result<Sent, String> {
-        let mut request = http
-            .request(call.method.clone(), url.clone())
-            .header(IDEMPOTENCY_KEY, idempotency_key);
-        if let Some(body) = body {
-            request = request
-                .header(CONTENT_TYPE, "application/json")
-                .body(body.clone());
+        traceparent: Option<&str>,
+    ) -> Result<HeaderMap, String> {
+        let mut headers = HeaderMap::with_capacity(3);
+        let value = |text: &str| HeaderValue::from_str(text).map_err(|e| error_chain(&e));
+        headers.insert(IDEMPOTENCY_KEY, value(idempotency_key)?);
+        if has_body {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        if let Some(traceparent) = traceparent {
-            request = request.header(telemetry::TRACEPARENT, traceparent);
+        if let Some(traceparent) = telemetry::traceparent_or(traceparent) {
+            headers.insert(TRACEPARENT, value(&traceparent)?);
         }
+        Ok(headers)
+    }
+
+    async fn send_pooled(request: reqwest::RequestBuilder) -> Result<Sent, String> {
         let response = request.send().await.map_err(|e| error_chain(&e))?;
         let status = response.status();
         let headers = response.headers().clone();
@@ -370,23 +381,15 @@ impl ServiceClient {
         timeout: Duration,
         call: &Call,
         url: &Url,
+        headers: HeaderMap,
         body: Option<&Bytes>,
-        idempotency_key: &str,
-        traceparent: Option<String>,
     ) -> Result<Sent, String> {
         let mut request = hyper::Request::builder()
             .method(call.method.clone())
             .uri(url.as_str())
-            .header(IDEMPOTENCY_KEY, idempotency_key);
-        if body.is_some() {
-            request = request.header(CONTENT_TYPE, "application/json");
-        }
-        if let Some(traceparent) = traceparent {
-            request = request.header(telemetry::TRACEPARENT, traceparent);
-        }
-        let request = request
             .body(Full::new(body.cloned().unwrap_or_default()))
             .map_err(|e| error_chain(&e))?;
+        *request.headers_mut() = headers;
         match tokio::time::timeout(timeout, h2c.send(request)).await {
             Ok(Ok(answered)) => Ok((answered.status, answered.headers, Ok(answered.body))),
             Ok(Err(e)) => Err(error_chain(&e)),

@@ -60,9 +60,11 @@ impl Workflow {
             })
             .await?;
         match (found, stored) {
-            (Found::Done(Outcome::CancelRequested), _) => {
+            // A delivery running here stops at its next step; one whose
+            // request is read but not yet started stops before its first.
+            (Found::Done(outcome @ (Outcome::CancelRequested | Outcome::Cancelled)), _) => {
                 self.cancellations.request(id);
-                Ok(Outcome::CancelRequested)
+                Ok(outcome)
             }
             (Found::Done(outcome), _) => Ok(outcome),
             (Found::Scheduled, Some(current)) => {

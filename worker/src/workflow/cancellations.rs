@@ -1,8 +1,11 @@
 //! The deliveries running on this worker, and those a cancellation flagged
 //! while they run.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, PoisonError};
+
+/// The most cancellations kept for deliveries not running here yet.
+const MAX_EARLY: usize = 4_096;
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -11,6 +14,13 @@ struct Registry {
     running: HashMap<String, usize>,
     /// Deliveries a cancellation event flagged while they were running here.
     requested: HashSet<String>,
+    /// Cancellations of deliveries not running here when they were handled,
+    /// oldest first: a request read before its cancellation may start just
+    /// after it (its task is polled later), and then stops before its first
+    /// step. Bounded, since a request read by another worker never starts here.
+    early: HashSet<String>,
+    /// The same, oldest first, to drop the oldest beyond [`MAX_EARLY`].
+    early_order: VecDeque<String>,
 }
 
 /// Deliveries running on this worker and the cancellations that reached them.
@@ -27,9 +37,14 @@ impl Cancellations {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes that `id` runs here until the guard is dropped.
+    /// Notes that `id` runs here until the guard is dropped; a cancellation
+    /// handled before it started flags it.
     pub(super) fn run<'a>(&'a self, id: &'a str) -> Running<'a> {
-        *self.lock().running.entry(id.to_owned()).or_default() += 1;
+        let mut registry = self.lock();
+        *registry.running.entry(id.to_owned()).or_default() += 1;
+        if registry.early.remove(id) {
+            registry.requested.insert(id.to_owned());
+        }
         Running { registry: self, id }
     }
 
@@ -38,12 +53,21 @@ impl Cancellations {
         self.lock().running.contains_key(id)
     }
 
-    /// Flags `id` if it runs here (else its document's flag stops it
-    /// where it runs, at its final write).
+    /// Flags `id` if it runs here, else keeps the cancellation for when it
+    /// starts here (elsewhere, the document stops it at its final write).
     pub(super) fn request(&self, id: &str) {
         let mut registry = self.lock();
         if registry.running.contains_key(id) {
             registry.requested.insert(id.to_owned());
+            return;
+        }
+        if registry.early.insert(id.to_owned()) {
+            registry.early_order.push_back(id.to_owned());
+        }
+        while registry.early_order.len() > MAX_EARLY {
+            if let Some(oldest) = registry.early_order.pop_front() {
+                registry.early.remove(&oldest);
+            }
         }
     }
 
@@ -78,10 +102,29 @@ mod tests {
     use super::Cancellations;
 
     #[test]
-    fn only_a_delivery_running_here_is_flagged() {
+    fn a_cancellation_handled_before_its_delivery_started_flags_it_when_it_starts() {
         let cancellations = Cancellations::default();
         cancellations.request("d-1");
         assert!(!cancellations.is_requested("d-1"));
+        let running = cancellations.run("d-1");
+        assert!(cancellations.is_requested("d-1"));
+        drop(running);
+        let again = cancellations.run("d-1");
+        assert!(!cancellations.is_requested("d-1"), "used once");
+        drop(again);
+    }
+
+    #[test]
+    fn early_cancellations_are_bounded() {
+        let cancellations = Cancellations::default();
+        for n in 0..=super::MAX_EARLY {
+            cancellations.request(&format!("d-{n}"));
+        }
+        let _oldest = cancellations.run("d-0");
+        assert!(!cancellations.is_requested("d-0"), "dropped as the oldest");
+        let newest = format!("d-{}", super::MAX_EARLY);
+        let _newest = cancellations.run(&newest);
+        assert!(cancellations.is_requested(&newest));
     }
 
     #[test]
