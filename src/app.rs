@@ -126,7 +126,7 @@ impl App {
         }
         let gateway = Gateway::bind(
             &backends.ports,
-            &settings.gateway,
+            &settings.gateway_settings(),
             // The gateway takes callback URLs when this process delivers them.
             CallbackAcceptance {
                 enabled: callbacks.is_some(),

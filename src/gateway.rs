@@ -22,7 +22,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .context("cannot open the stream and store")?;
     let gateway = Gateway::bind(
         &backends.ports,
-        &settings.gateway,
+        &settings.gateway_settings(),
         CallbackAcceptance::from_settings(&settings),
         auth,
         Vec::new(),

@@ -45,16 +45,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on worker.listen = {listen}"))?;
-    tracing::info!(address = %listener.local_addr()?, "The worker serves /healthz, /readyz and /metrics.");
+    tracing::info!(address = %listener.local_addr()?, "The worker serves /healthz, /readyz, /metrics and /dashboard (when on).");
     let callbacks = notifier(&settings, &backends)?;
     let diagnostics: Vec<Arc<dyn Diagnostics>> = callbacks
         .iter()
         .map(|processor| Arc::clone(processor) as Arc<dyn Diagnostics>)
         .collect();
-    let admin = admin::router(Admin::new(
-        Arc::new(worker.readiness(shutdown.clone(), diagnostics)),
-        RETRY_AFTER_S,
-    ));
+    let admin = admin::router(
+        Admin::new(
+            Arc::new(worker.readiness(shutdown.clone(), diagnostics)),
+            RETRY_AFTER_S,
+        ),
+        settings.worker_dashboard(),
+    );
     let admin_shutdown = CancellationToken::new();
     let server = tokio::spawn({
         let http = settings.worker.http.clone();

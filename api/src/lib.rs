@@ -26,10 +26,10 @@ use axum::http::header;
 use axum::middleware;
 use axum::routing::get;
 use skyport_core::ports::{Diagnostics, Ports};
-use skyport_runtime::admin;
 use skyport_runtime::config::GatewaySettings;
 use skyport_runtime::destination::CallbackAcceptance;
 use skyport_runtime::http::Server;
+use skyport_runtime::{admin, dashboard};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::limit::GlobalConcurrencyLimitLayer;
@@ -87,17 +87,25 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// `max_body_bytes` once decoded and to the body read timeout, API requests
 /// in flight to `max_in_flight` (one more is refused at once with 503 and
 /// `Retry-After` rather than queued; a request takes its slot only once its
-/// body has arrived). With `auth`, the `/api` routes and the `/admin`
-/// reports need credentials (the probes and `/metrics` never do).
+/// body has arrived). With `auth`, the `/api` routes, the `/admin`
+/// reports and the dashboard's data need credentials (the probes and
+/// `/metrics` never do). The dashboard is served when `settings.dashboard`
+/// says so (resolved from the profile by [`skyport_runtime::config::Settings::gateway_settings`]).
 pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -> Router {
     let retry_after_s = state.retry_after_s;
     let mut api = deliveries();
     let mut reports = admin::reports();
+    if settings.dashboard == Some(true) {
+        reports = reports.merge(dashboard::data());
+    }
     if let Some(auth) = &auth {
         reports = reports.route_layer(middleware::from_fn_with_state(
             auth.clone(),
             auth::require_credentials,
         ));
+    }
+    if settings.dashboard == Some(true) {
+        reports = reports.merge(dashboard::page());
     }
     if let Some(auth) = auth {
         // A route layer: it runs for requests that match one of these routes,

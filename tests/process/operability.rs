@@ -36,10 +36,10 @@ async fn the_worker_serves_probes_and_metrics() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop_serving = CancellationToken::new();
-    let router = admin::router(Admin::new(
-        Arc::new(worker.readiness(stopping.clone(), Vec::new())),
-        1,
-    ));
+    let router = admin::router(
+        Admin::new(Arc::new(worker.readiness(stopping.clone(), Vec::new())), 1),
+        true,
+    );
     let server = tokio::spawn({
         let http = app.settings.worker.http.clone();
         let stop_serving = stop_serving.clone();
@@ -93,6 +93,19 @@ async fn the_worker_serves_probes_and_metrics() {
     assert!(outcomes.contains(&"scheduled"), "{families:#?}");
     assert!(families.contains_key("skyport_events_in_flight"));
     assert!(families.contains_key("skyport_checkpoint_age_seconds"));
+    // The dashboard's data is the same registry, read the same moment.
+    let (status, _, snapshot) = get("/dashboard/data").await;
+    assert_eq!(status, 200);
+    let scheduled = snapshot["metrics"]["skyport_workflow_events_total"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|sample| sample["labels"]["outcome"] == "scheduled")
+        .map(|sample| sample["value"].as_f64().unwrap());
+    assert!(scheduled >= Some(1.0), "{snapshot}");
+    let page = reqwest::get(format!("{base}/dashboard")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("dashboard.js"));
 
     stopping.cancel();
     let (status, content_type, body) = get("/readyz").await;

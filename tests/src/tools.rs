@@ -159,6 +159,7 @@ fn install_clients(root: &Path) {
         venv.join("bin/kubernetes-validate"),
         node.join("node_modules/.bin/redocly"),
         node.join("node_modules/.bin/helm"),
+        node.join("node_modules/playwright-core/package.json"),
     ]
     .iter()
     .all(|tool| tool.exists());

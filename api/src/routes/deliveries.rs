@@ -24,6 +24,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, Problem};
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
+use crate::routes::status_page;
 use crate::state::AppState;
 
 /// The path every delivery request is posted to.
@@ -342,7 +343,9 @@ impl Links {
 /// Answers 200 from the moment the request is accepted: with `Retry-After`
 /// while the delivery is in flight, without it once `terminal` is true. A
 /// Scheduled delivery names its drone (`droneId`) and package (`packageId`);
-/// a Failed one says which step failed and why (`failure`).
+/// a Failed one says which step failed and why (`failure`). A browser gets
+/// the same status as a page (state, the steps on a timeline, the failure,
+/// the callback), reloading itself while the delivery is in flight.
 #[utoipa::path(
     get,
     path = "/api/deliveryrequests/{id}/status",
@@ -350,8 +353,15 @@ impl Links {
     tag = "deliveries",
     params(DeliveryPath, StatusQuery),
     responses(
-        (status = 200, description = "The delivery's status.", body = DeliveryStatus,
-            headers(("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."))),
+        (status = 200, description = "The delivery's status: JSON, or a page for a browser (one whose `Accept` names `text/html` above JSON).",
+            content(
+                (DeliveryStatus = "application/json"),
+                (String = "text/html", example = json!("<!DOCTYPE html><html lang=\"en\">…</html>")),
+            ),
+            headers(
+                ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."),
+                ("Vary" = String, description = "`Accept`: the answer depends on it."),
+            )),
         (status = 400, description = "A malformed query or Host header.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
@@ -379,12 +389,19 @@ pub async fn status(
     let receipt = query.receipt.unwrap_or_default();
     let links = Links::new(&base, &id, &receipt, document.state);
     let terminal = document.state.is_terminal();
-    let mut response = Json(DeliveryStatus {
+    let status = DeliveryStatus {
         document,
         terminal,
         links,
-    })
-    .into_response();
+    };
+    let mut response = if status_page::prefers_html(&headers) {
+        status_page::respond(&status, (!terminal).then_some(state.retry_after_s))
+    } else {
+        Json(status).into_response()
+    };
+    response
+        .headers_mut()
+        .append(header::VARY, HeaderValue::from_static("accept"));
     if !terminal {
         response
             .headers_mut()

@@ -1,3 +1,4 @@
 //! The gateway's routes.
 
 pub mod deliveries;
+pub mod status_page;

@@ -1,7 +1,7 @@
 //! The admin routes every Skyport server mounts: `/healthz` (the process is
 //! up), `/readyz` (what the process needs answers; what is degraded is listed
 //! without making it unready) and `/metrics` (this process's registry, as
-//! Prometheus text or OpenMetrics). The gateway serves them beside its API,
+//! Prometheus text or OpenMetrics), and the operators' `/dashboard` over it. The gateway serves them beside its API,
 //! `skyport-worker` on `worker.listen`.
 
 use std::collections::BTreeMap;
@@ -24,8 +24,8 @@ use utoipa_axum::routes;
 
 use crate::config::HttpSettings;
 use crate::http::Server;
-use crate::metrics;
 use crate::problem::Problem;
+use crate::{dashboard, metrics};
 
 /// What `/readyz` asks of a process.
 #[async_trait]
@@ -111,10 +111,14 @@ where
 }
 
 /// The admin routes and reports alone, as `skyport-worker` serves them on
-/// its internal listener: anything else is a 404 problem.
-pub fn router(admin: Admin) -> Router {
-    Router::from(routes())
-        .merge(reports())
+/// its internal listener, with the operators' page at `/dashboard` when
+/// `dashboard` is set: anything else is a 404 problem.
+pub fn router(admin: Admin, dashboard: bool) -> Router {
+    let mut router = Router::from(routes()).merge(reports());
+    if dashboard {
+        router = router.merge(dashboard::page()).merge(dashboard::data());
+    }
+    router
         .fallback(|| async {
             Problem::new(
                 StatusCode::NOT_FOUND,

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod dashboard;
 pub mod destination;
 pub mod foreground;
 pub mod http;

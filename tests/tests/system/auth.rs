@@ -130,6 +130,26 @@ async fn api_routes_need_credentials_and_ops_routes_do_not() {
     let reader = anonymous.with_header("x-api-key", READER);
     let response = reader.http.get(&reports).send().await.unwrap();
     assert_eq!(response.status(), 200);
+    // The dashboard's page carries no data; its data needs the read scope.
+    let page = format!("{}/dashboard", anonymous.base);
+    let response = anonymous.http.get(&page).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let data = format!("{}/dashboard/data", anonymous.base);
+    let response = anonymous.http.get(&data).send().await.unwrap();
+    problem(response, 401, "Unauthorized").await;
+    let response = reader.http.get(&data).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let snapshot: Value = response.json().await.unwrap();
+    assert!(snapshot["metrics"].is_object(), "{snapshot}");
+    let token = hs256(&claims("deliveries.read", 60));
+    let response = anonymous
+        .http
+        .get(&data)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
     let response = anonymous
         .http
         .get(format!("{}/api/nothing-here", anonymous.base))
@@ -144,6 +164,25 @@ async fn api_routes_need_credentials_and_ops_routes_do_not() {
         .await
         .unwrap();
     problem(response, 405, "MethodNotAllowed").await;
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_gateway_with_its_dashboard_off_serves_none_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = auth_settings(dir.path());
+    settings.gateway.dashboard = Some(false);
+    let app = TestApp::spawn_with(settings).await;
+    let reader = app.client.with_header("x-api-key", READER);
+    for path in ["/dashboard", "/dashboard/data"] {
+        let response = reader
+            .http
+            .get(format!("{}{path}", reader.base))
+            .send()
+            .await
+            .unwrap();
+        problem(response, 404, "NotFound").await;
+    }
     app.app.stop().await.unwrap();
 }
 

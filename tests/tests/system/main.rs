@@ -5,6 +5,7 @@
 
 mod auth;
 mod bad_input;
+mod browser;
 mod callbacks;
 mod cancellation;
 mod change_feed;

@@ -245,7 +245,7 @@ async fn the_worker_admin_listener_keeps_the_same_limits() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
-    let router = admin::router(Admin::new(Arc::new(AlwaysReady), 1));
+    let router = admin::router(Admin::new(Arc::new(AlwaysReady), 1), false);
     let server = tokio::spawn({
         let stop = stop.clone();
         async move { admin::serve(listener, router, &limits(), stop).await }

@@ -38,6 +38,10 @@ pub struct GatewaySettings {
     pub auth: AuthSettings,
     /// What the listener allows a connection (timeouts, head size, connections).
     pub http: HttpSettings,
+    /// Whether the gateway serves the operators' page at `/dashboard` (its
+    /// data behind the API's credentials, read scope). Unset: the profile's
+    /// (embedded and kafka → on, azure → off).
+    pub dashboard: Option<bool>,
 }
 
 impl Default for GatewaySettings {
@@ -53,6 +57,7 @@ impl Default for GatewaySettings {
             max_in_flight: 4096,
             auth: AuthSettings::default(),
             http: HttpSettings::default(),
+            dashboard: None,
         }
     }
 }

@@ -113,6 +113,33 @@ impl Settings {
         })
     }
 
+    /// `[gateway]` with what the profile decides filled in: whether it
+    /// serves `/dashboard` (`gateway.dashboard`, else the profile's).
+    pub fn gateway_settings(&self) -> GatewaySettings {
+        GatewaySettings {
+            dashboard: Some(
+                self.gateway
+                    .dashboard
+                    .unwrap_or(self.dashboard_by_profile()),
+            ),
+            ..self.gateway.clone()
+        }
+    }
+
+    /// Whether the worker's admin listener serves `/dashboard`: `worker.dashboard`, else the profile's.
+    pub fn worker_dashboard(&self) -> bool {
+        self.worker.dashboard.unwrap_or(self.dashboard_by_profile())
+    }
+
+    /// On a single machine or beside Kafka the page is on; on Azure, where
+    /// the gateway faces the internet, an operator turns it on.
+    fn dashboard_by_profile(&self) -> bool {
+        match self.profile {
+            Profile::Embedded | Profile::Kafka => true,
+            Profile::Azure => false,
+        }
+    }
+
     /// Whether callbacks are delivered: `callbacks.enabled`, else whether
     /// there is a secret to sign them with (configured, or kept by the
     /// embedded store).

@@ -251,6 +251,28 @@ fn auth_is_off_in_the_embedded_profile_and_on_in_azure() {
 }
 
 #[test]
+fn the_dashboard_is_on_in_the_embedded_profile_and_off_in_azure_unless_enabled() {
+    let embedded = Settings::default();
+    assert_eq!(embedded.gateway_settings().dashboard, Some(true));
+    assert!(embedded.worker_dashboard());
+    let azure = Settings {
+        profile: Profile::Azure,
+        ..Settings::default()
+    };
+    assert_eq!(azure.gateway_settings().dashboard, Some(false));
+    assert!(!azure.worker_dashboard());
+    let mut enabled = azure;
+    enabled.gateway.dashboard = Some(true);
+    enabled.worker.dashboard = Some(true);
+    assert_eq!(enabled.gateway_settings().dashboard, Some(true));
+    assert!(enabled.worker_dashboard());
+    let settings = Settings::load(&cli(&["gateway.dashboard=false", "worker.dashboard=false"]))
+        .expect("valid");
+    assert_eq!(settings.gateway_settings().dashboard, Some(false));
+    assert!(!settings.worker_dashboard());
+}
+
+#[test]
 fn logs_are_human_in_the_embedded_profile_and_json_in_azure() {
     assert_eq!(Settings::default().log_format(), LogFormat::Human);
     let azure = Settings {

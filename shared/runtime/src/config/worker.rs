@@ -37,6 +37,9 @@ pub struct WorkerSettings {
     pub redeliver_after_failures: u32,
     /// What the admin listener allows a connection (timeouts, head size, connections).
     pub http: HttpSettings,
+    /// Whether the admin listener serves the operators' page at `/dashboard`.
+    /// Unset: the profile's (embedded and kafka → on, azure → off).
+    pub dashboard: Option<bool>,
     /// The OS scheduling niceness (0 to 19) of the worker's threads. Above 0
     /// the worker yields the CPU to a gateway beside it (in the all-in-one,
     /// or on a shared node), so a spike is accepted at the gateway's rate and
@@ -72,6 +75,7 @@ impl Default for WorkerSettings {
             backlog_grace_period_ms: Millis::new(60_000),
             redeliver_after_failures: 20,
             http: HttpSettings::default(),
+            dashboard: None,
             nice: 10,
             gateway_latency_goal_ms: Millis::new(5),
             processing_after_ms: Millis::new(1_000),

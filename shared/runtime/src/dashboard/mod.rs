@@ -1,0 +1,303 @@
+//! `/dashboard`: a live page over this process's own metrics, for operators.
+//!
+//! The page (HTML, a script and a style sheet, embedded in the binary and
+//! fetched from the same origin: nothing comes from elsewhere) polls
+//! `/dashboard/data` every second and draws rates, percentiles and states
+//! from the differences between two snapshots. A snapshot is the registry
+//! `/metrics` exposes, read back from its own text, so the page shows the
+//! same numbers a Prometheus scraper gets and nothing counts twice.
+//!
+//! The page carries no data and is served to anyone the listener serves;
+//! the data route is what the gateway puts behind its credentials (read
+//! scope). The page asks for an API key or a token when the data route
+//! answers 401, and sends it with each poll.
+
+mod exposition;
+
+use std::collections::BTreeMap;
+
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+
+use crate::metrics::{self, Metrics};
+
+pub use self::exposition::{Sample, parse};
+
+/// Everything a page may load, and nothing from elsewhere.
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+                      connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+                      form-action 'none'; frame-ancestors 'none'";
+
+const PAGE: &str = include_str!("index.html");
+const SCRIPT: &str = include_str!("dashboard.js");
+const STYLE: &str = include_str!("dashboard.css");
+
+/// The page and its assets: `/dashboard`, `/dashboard/dashboard.js`, `/dashboard/dashboard.css`.
+pub fn page<S>() -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    axum::Router::new()
+        .route("/dashboard", get(|| async { asset("text/html", PAGE) }))
+        .route(
+            "/dashboard/dashboard.js",
+            get(|| async { asset("text/javascript", SCRIPT) }),
+        )
+        .route(
+            "/dashboard/dashboard.css",
+            get(|| async { asset("text/css", STYLE) }),
+        )
+}
+
+/// The page's data: `/dashboard/data`, a [`Snapshot`] of the process's metrics.
+pub fn data<S>() -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    axum::Router::new().route("/dashboard/data", get(snapshot_route))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_str(&format!("{content_type}; charset=utf-8")).unwrap_or_else(
+                    |e| unreachable!("a fixed content type is a header value: {e}"),
+                ),
+            ),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(POLICY),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn snapshot_route() -> Response {
+    (
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        axum::Json(Snapshot::of(metrics::global())),
+    )
+        .into_response()
+}
+
+/// One reading of every series: what `/dashboard/data` answers.
+#[derive(Debug, Serialize)]
+pub struct Snapshot {
+    /// When it was read, in milliseconds since the Unix epoch: rates divide by
+    /// the difference between two of these.
+    pub at: u64,
+    /// The samples by their exposition name (a counter's with `_total`, a
+    /// histogram's as `_bucket`, `_sum` and `_count`).
+    pub metrics: BTreeMap<String, Vec<Sample>>,
+}
+
+impl Snapshot {
+    /// Reads `metrics` now.
+    pub fn of(metrics: &Metrics) -> Self {
+        let text = metrics.render();
+        let at = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+        let mut grouped: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+        for (name, sample) in parse(&text) {
+            grouped.entry(name).or_default().push(sample);
+        }
+        Self {
+            at: u64::try_from(at).unwrap_or(0),
+            metrics: grouped,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::metrics::{BreakerState, HttpLabels, OutcomeLabels, PartitionLabels, RouteLabels};
+
+    fn value(snapshot: &Snapshot, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        snapshot.metrics.get(name)?.iter().find_map(|sample| {
+            labels
+                .iter()
+                .all(|(k, v)| sample.labels.get(*k).map(String::as_str) == Some(*v))
+                .then_some(sample.value)
+        })
+    }
+
+    #[test]
+    fn a_snapshot_holds_what_the_registry_recorded_by_name_and_labels() {
+        let metrics = Metrics::new();
+        let accepted = HttpLabels {
+            route: "/api/deliveryrequests".into(),
+            method: "POST",
+            status: 202,
+        };
+        metrics.http_requests.get_or_create(&accepted).inc_by(7);
+        let post = RouteLabels {
+            route: "/api/deliveryrequests".into(),
+            method: "POST",
+        };
+        for seconds in [0.0004, 0.003, 0.003, 20.0] {
+            metrics.http_duration.get_or_create(&post).observe(seconds);
+        }
+        metrics
+            .consumer_lag
+            .get_or_create(&PartitionLabels { partition: 3 })
+            .set(42);
+        metrics.partition_assigned(3);
+        metrics.breaker("Drone", BreakerState::Open);
+        metrics
+            .workflow_events
+            .get_or_create(&OutcomeLabels {
+                outcome: "scheduled",
+            })
+            .inc_by(5);
+
+        let snapshot = Snapshot::of(&metrics);
+
+        let route = ("route", "/api/deliveryrequests");
+        assert_eq!(
+            value(
+                &snapshot,
+                "skyport_http_requests_total",
+                &[route, ("method", "POST"), ("status", "202")]
+            ),
+            Some(7.0)
+        );
+        let histogram = "skyport_http_request_duration_seconds";
+        assert_eq!(
+            value(&snapshot, &format!("{histogram}_count"), &[route]),
+            Some(4.0)
+        );
+        let sum = value(&snapshot, &format!("{histogram}_sum"), &[route]).unwrap();
+        assert!((sum - 20.0064).abs() < 1e-9, "{sum}");
+        // Buckets are cumulative, and the last one is +Inf.
+        let buckets = &snapshot.metrics[&format!("{histogram}_bucket")];
+        let le = |bound: &str| {
+            buckets
+                .iter()
+                .find(|s| s.labels["le"] == bound)
+                .unwrap()
+                .value
+        };
+        assert_eq!(le("0.0005"), 1.0);
+        assert_eq!(le("0.004"), 3.0);
+        assert_eq!(le("+Inf"), 4.0);
+        assert_eq!(
+            value(
+                &snapshot,
+                "skyport_consumer_lag_events",
+                &[("partition", "3")]
+            ),
+            Some(42.0)
+        );
+        let age = value(
+            &snapshot,
+            "skyport_checkpoint_age_seconds",
+            &[("partition", "3")],
+        )
+        .unwrap();
+        assert!((0.0..60.0).contains(&age), "{age}");
+        assert_eq!(
+            value(&snapshot, "skyport_breaker_state", &[("step", "Drone")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &snapshot,
+                "skyport_workflow_events_total",
+                &[("outcome", "scheduled")]
+            ),
+            Some(5.0)
+        );
+        // An unlabelled series is there with no labels.
+        let window = &snapshot.metrics["skyport_worker_window"];
+        assert_eq!(window.len(), 1);
+        assert!(window[0].labels.is_empty());
+        let now = time::OffsetDateTime::now_utc().unix_timestamp() as u64 * 1000;
+        assert!(snapshot.at.abs_diff(now) < 5_000, "{}", snapshot.at);
+    }
+
+    #[test]
+    fn a_snapshot_reads_every_sample_the_exposition_writes() {
+        let metrics = Metrics::new();
+        metrics.published("embedded", 12, 0.004);
+        metrics.throttled_by("cosmos");
+        let text = metrics.render();
+        let samples = text
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.is_empty())
+            .count();
+        let snapshot = Snapshot::of(&metrics);
+        assert_eq!(
+            snapshot.metrics.values().map(Vec::len).sum::<usize>(),
+            samples
+        );
+    }
+
+    #[tokio::test]
+    async fn the_data_route_answers_json_that_is_never_cached_and_the_page_only_loads_from_itself()
+    {
+        metrics::global()
+            .workflow_events
+            .get_or_create(&OutcomeLabels { outcome: "failed" })
+            .inc();
+        let app = page::<()>().merge(data());
+        let answer = app
+            .clone()
+            .oneshot(Request::get("/dashboard/data").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(answer.headers()[header::CACHE_CONTROL], "no-store");
+        assert_eq!(answer.headers()[header::CONTENT_TYPE], "application/json");
+        let body = axum::body::to_bytes(answer.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(json["at"].as_u64().unwrap() > 0, "{json}");
+        let failed = json["metrics"]["skyport_workflow_events_total"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["labels"]["outcome"] == "failed")
+            .unwrap();
+        assert!(failed["value"].as_f64().unwrap() >= 1.0, "{failed}");
+
+        for (path, content_type) in [
+            ("/dashboard", "text/html; charset=utf-8"),
+            ("/dashboard/dashboard.js", "text/javascript; charset=utf-8"),
+            ("/dashboard/dashboard.css", "text/css; charset=utf-8"),
+        ] {
+            let answer = app
+                .clone()
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), StatusCode::OK, "{path}");
+            assert_eq!(answer.headers()[header::CONTENT_TYPE], content_type);
+            let policy = answer.headers()[header::CONTENT_SECURITY_POLICY]
+                .to_str()
+                .unwrap();
+            assert!(policy.starts_with("default-src 'none'"), "{policy}");
+        }
+        // What the page loads, it loads from its own origin.
+        for reference in ["http://", "https://", "//"] {
+            let outside = format!("=\"{reference}");
+            assert!(!PAGE.contains(&outside), "the page refers to {reference}");
+        }
+    }
+}
