@@ -1,6 +1,7 @@
-//! The OpenAPI document judged by outside tools: Redocly's linter, a Python and a
-//! TypeScript client generated from it (at test time, into a temporary directory)
-//! driving a running gateway, and schemathesis fuzzing that gateway against it.
+//! The OpenAPI document judged by outside tools: Redocly's linter, a Python, a
+//! TypeScript and a Rust client generated from it (at test time, into a temporary
+//! directory or, for Rust, `target/sdk/rust`) driving a running gateway, and
+//! schemathesis fuzzing that gateway against it.
 //!
 //! The tools live under `target/tools` (installed on first use); a missing one
 //! fails its test, never skips it. Each runs as a child process with a time limit
@@ -179,6 +180,73 @@ async fn a_generated_typescript_client_drives_the_gateway() {
         .arg(&app.client.base);
     run(
         "the TypeScript driver",
+        drive,
+        Duration::from_secs(180),
+        dir.path(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_generated_rust_client_drives_the_gateway() {
+    // The client is generated where the driver's manifest (tests/clients/rust) names it,
+    // and built into a target directory later runs reuse; runs in other processes
+    // wait for this one, as they would regenerate the crate under its build.
+    let sdk = workspace().join("target/sdk/rust");
+    std::fs::create_dir_all(&sdk).unwrap();
+    let lock = std::fs::File::create(sdk.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+
+    let generated = sdk.join("skyport-client");
+    if generated.exists() {
+        std::fs::remove_dir_all(&generated).unwrap();
+    }
+    // The package name and version are the ones tests/clients/rust/Cargo.lock records.
+    let mut generate = command(&installed_tool("venv/bin/openapi-generator-cli"));
+    generate
+        .current_dir(dir.path())
+        .arg("generate")
+        .arg("--input-spec")
+        .arg(spec())
+        .args([
+            "--generator-name",
+            "rust",
+            "--additional-properties",
+            "packageName=skyport-client,packageVersion=0.1.0",
+            "--output",
+        ])
+        .arg(&generated);
+    run(
+        "openapi-generator rust",
+        generate,
+        Duration::from_secs(300),
+        dir.path(),
+    )
+    .await;
+
+    let target = sdk.join("target");
+    let mut build = command(Path::new(
+        &std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+    ));
+    build
+        .current_dir(clients().join("rust"))
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--locked"]);
+    run(
+        "cargo build (the Rust driver)",
+        build,
+        Duration::from_secs(900),
+        dir.path(),
+    )
+    .await;
+
+    let data = tempfile::tempdir().unwrap();
+    let app = spawn_with_auth(&data).await;
+    let mut drive = command(&target.join("debug/skyport-rust-driver"));
+    drive.current_dir(dir.path()).arg(&app.client.base);
+    run(
+        "the Rust driver",
         drive,
         Duration::from_secs(180),
         dir.path(),
