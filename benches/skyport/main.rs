@@ -35,11 +35,15 @@
 //!    install it): Skyport's cost on Kafka, not a production broker's speed.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
-//! `BENCHMARKS.json`. Without it (`cargo test` runs this target too) it is a
-//! smoke run of a few seconds that proves the harness works and checks that
-//! nothing accepted was lost, not the numbers. Name phases to run only those:
-//! `cargo bench --bench skyport -- ingest burst`.
+//! `BENCHMARKS.json` and its charts (SVG, in `benchmarks/`, see [`charts`]).
+//! Without it (`cargo test` runs this target too) it is a smoke run of a few
+//! seconds that proves the harness works and checks that nothing accepted
+//! was lost and that every chart of the phases run is drawn, not the
+//! numbers. Name phases to run only those:
+//! `cargo bench --bench skyport -- ingest burst`; `-- charts` redraws the
+//! charts from `BENCHMARKS.json` and runs nothing.
 
+mod charts;
 mod cpu;
 mod load;
 mod memory;
@@ -59,8 +63,8 @@ use load::{Load, Measured};
 use poster::Latency;
 use poster::{Naming, Schedule};
 use report::{
-    Burst, CpuSplit, EndToEnd, FixedRate, Ingest, KafkaIngest, KafkaRun, Named, RateLimited,
-    Results, Store, TimeToTerminal, WholeRound, WholeSystem,
+    Burst, BurstSample, CpuSplit, EndToEnd, FixedRate, Ingest, KafkaIngest, KafkaRun, Named,
+    RateLimited, Results, Store, TimeToTerminal, WholeRound, WholeSystem,
 };
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport::Backends;
@@ -200,8 +204,34 @@ fn main() -> anyhow::Result<()> {
         .filter(|a| !a.starts_with("--"))
         .map(String::as_str)
         .collect();
+    let (json, charts_dir) = if full {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        (root.join("BENCHMARKS.json"), root.join("benchmarks"))
+    } else {
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        (
+            tmp.join("skyport-bench-smoke.json"),
+            tmp.join("skyport-bench-smoke"),
+        )
+    };
+    if only.contains(&"charts") {
+        anyhow::ensure!(
+            only.len() == 1,
+            "`charts` redraws the charts from {} and runs no phase",
+            json.display()
+        );
+        let text = std::fs::read_to_string(&json)
+            .with_context(|| format!("cannot read {}", json.display()))?;
+        let results: Results = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a run's results", json.display()))?;
+        charts::write(&results, &charts_dir)?;
+        return Ok(());
+    }
     if let Some(unknown) = only.iter().find(|p| !PHASES.contains(p)) {
-        bail!("no phase {unknown:?}; the phases are {}", PHASES.join(", "));
+        bail!(
+            "no phase {unknown:?}; the phases are {} (or `charts` alone)",
+            PHASES.join(", ")
+        );
     }
     if only.is_empty() {
         only = PHASES.to_vec();
@@ -223,16 +253,13 @@ fn main() -> anyhow::Result<()> {
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
-    let json = if full {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.json")
-    } else {
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("skyport-bench-smoke.json")
-    };
     std::fs::write(&json, serde_json::to_string_pretty(&results)? + "\n")
         .with_context(|| format!("cannot write {}", json.display()))?;
     println!("{}", results.table());
     println!("Results written to {}", json.display());
-    let failures = results.failures(full);
+    let mut failures = results.failures(full);
+    // A phase just run records what its chart needs.
+    failures.extend(charts::write(&results, &charts_dir)?);
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }
@@ -539,14 +566,22 @@ impl Bench {
         memory::reset_peak()?;
         let (system, services) = self.system("burst", plan.burst_drain_rate, &[]).await?;
         let started = Instant::now();
-        let measured = poster::post(
-            &system.url,
-            Schedule::Requests(plan.burst),
-            plan.burst_connections,
-            Naming::Unnamed,
-            0,
-        )
-        .await?;
+        let mut timeline = Timeline::new(started, &system);
+        let measured = {
+            let mut posting = std::pin::pin!(poster::post(
+                &system.url,
+                Schedule::Requests(plan.burst),
+                plan.burst_connections,
+                Naming::Unnamed,
+                0,
+            ));
+            loop {
+                tokio::select! {
+                    posted = &mut posting => break posted?,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => timeline.sample(&system),
+                }
+            }
+        };
         let sent = started.elapsed();
         let accepted = measured.status("202");
         // Every event the stream holds (a request whose answer was lost on the
@@ -555,8 +590,10 @@ impl Bench {
         let deadline = started + sent + plan.drain_timeout;
         while system.terminal() < durable && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
+            timeline.sample(&system);
         }
         let drained = started.elapsed();
+        timeline.take(&system);
         let terminal = system.terminal();
         let failed = system.failed();
         let peak_rss_mib = memory::peak_mib()?;
@@ -576,6 +613,7 @@ impl Bench {
             drain_s: (drained - sent).as_secs_f64(),
             measured,
             peak_rss_mib,
+            timeline: timeline.samples,
         })
     }
 
@@ -944,6 +982,49 @@ impl Bench {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// The burst's counts over time, for its chart.
+struct Timeline {
+    started: Instant,
+    /// Seconds since `started` when the next sample is due.
+    next: f64,
+    samples: Vec<BurstSample>,
+}
+
+impl Timeline {
+    /// Twenty samples over the ten seconds of sending, a few hundred over
+    /// the whole phase.
+    const EVERY_S: f64 = 0.5;
+
+    /// Starts with the counts at `started`.
+    fn new(started: Instant, system: &AllInOne) -> Self {
+        let mut timeline = Self {
+            started,
+            next: Self::EVERY_S,
+            samples: Vec::new(),
+        };
+        timeline.take(system);
+        timeline
+    }
+
+    /// Takes a sample if one is due (call it more often than [`Self::EVERY_S`]).
+    fn sample(&mut self, system: &AllInOne) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        if elapsed >= self.next {
+            self.take(system);
+            self.next = ((elapsed / Self::EVERY_S).floor() + 1.0) * Self::EVERY_S;
+        }
+    }
+
+    /// Takes a sample now.
+    fn take(&mut self, system: &AllInOne) {
+        self.samples.push(BurstSample {
+            seconds: self.started.elapsed().as_secs_f64(),
+            published: system.published(),
+            terminal: system.terminal(),
+        });
     }
 }
 

@@ -53,7 +53,25 @@ pub(crate) struct Latency {
     pub(crate) p99_ms: f64,
     pub(crate) p99_9_ms: f64,
     pub(crate) max_ms: f64,
+    /// At each of [`PERCENTILES`], named as oha names them (`p99.9`): the
+    /// latency chart's curve (absent from runs before it was kept).
+    #[serde(default)]
+    pub(crate) percentiles_ms: BTreeMap<String, f64>,
 }
+
+/// The percentiles oha reports, by its names, so that the poster's curves
+/// and oha's are drawn at the same points.
+const PERCENTILES: [(&str, f64); 9] = [
+    ("p10", 0.1),
+    ("p25", 0.25),
+    ("p50", 0.5),
+    ("p75", 0.75),
+    ("p90", 0.9),
+    ("p95", 0.95),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+    ("p99.99", 0.9999),
+];
 
 /// Whether each request names its delivery with an `Idempotency-Key` of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,6 +273,10 @@ impl Latency {
             p99_ms: at(0.99),
             p99_9_ms: at(0.999),
             max_ms: ms(max),
+            percentiles_ms: PERCENTILES
+                .iter()
+                .map(|&(name, q)| (name.to_owned(), at(q)))
+                .collect(),
         })
     }
 }

@@ -12,11 +12,15 @@ use crate::cpu::CpuTime;
 use crate::load::Measured;
 use crate::poster::{Latency, Posted};
 
-#[derive(Debug, Serialize)]
+/// Read back to redraw the charts (`-- charts`): a phase a run did not have
+/// is empty or null.
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Results {
-    pub(crate) plan: &'static str,
+    pub(crate) plan: String,
     pub(crate) machine: Machine,
+    #[serde(default)]
     pub(crate) ingest: Vec<Ingest>,
+    #[serde(default)]
     pub(crate) store: Vec<Store>,
     pub(crate) named: Option<Named>,
     pub(crate) fixed_rate: Option<FixedRate>,
@@ -24,11 +28,12 @@ pub(crate) struct Results {
     pub(crate) end_to_end: Option<EndToEnd>,
     pub(crate) rate_limited: Option<RateLimited>,
     pub(crate) all_in_one: Option<WholeSystem>,
+    #[serde(default)]
     pub(crate) time_to_terminal: Vec<TimeToTerminal>,
     pub(crate) kafka: Option<KafkaRun>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Machine {
     pub(crate) date: String,
     pub(crate) commit: String,
@@ -108,6 +113,21 @@ pub(crate) struct Burst {
     pub(crate) drain_s: f64,
     pub(crate) measured: Posted,
     pub(crate) peak_rss_mib: f64,
+    /// Every half second from the first request until the drain ended
+    /// (absent from runs before it was kept): the burst chart.
+    #[serde(default)]
+    pub(crate) timeline: Vec<BurstSample>,
+}
+
+/// The burst's counts at one moment.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct BurstSample {
+    /// Since the first request.
+    pub(crate) seconds: f64,
+    /// Events in the stream: the requests accepted so far.
+    pub(crate) published: u64,
+    /// Deliveries that reached a terminal state so far.
+    pub(crate) terminal: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -277,9 +297,9 @@ struct Verdict {
 }
 
 impl Results {
-    pub(crate) fn new(plan: &'static str, load_generator: &str) -> Self {
+    pub(crate) fn new(plan: &str, load_generator: &str) -> Self {
         Self {
-            plan,
+            plan: plan.to_owned(),
             machine: Machine::read(load_generator),
             ingest: Vec::new(),
             store: Vec::new(),
@@ -586,7 +606,7 @@ impl Results {
                 v.what,
                 v.measured,
                 v.target,
-                match (self.plan, v.met) {
+                match (self.plan.as_str(), v.met) {
                     (_, None) => "",
                     ("smoke", _) => "(smoke run: not judged)",
                     (_, Some(true)) => "yes",
