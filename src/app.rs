@@ -222,6 +222,7 @@ impl App {
 /// When a part cannot start, or one fails.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let data_dir = settings.embedded.data_dir.clone();
+    let dashboard = settings.gateway_settings().dashboard == Some(true);
     let app = App::start(settings, shutdown).await?;
     let url = format!("http://{}", app.gateway_addr);
     println!(
@@ -232,7 +233,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     println!("Try:");
     println!("  curl -si {url}/api/deliveryrequests -H 'content-type: application/json' \\");
     println!("    -d '{EXAMPLE_REQUEST}'");
-    println!("  then GET the statusUrl it answers with until the state is Scheduled.");
+    println!(
+        "  then GET the statusUrl it answers with until the state is Scheduled (or open it in a browser)."
+    );
+    if dashboard {
+        println!("Dashboard: {url}/dashboard");
+    }
     app.wait().await
 }
 
