@@ -130,7 +130,11 @@ pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
         .inc();
     metrics
         .http_duration
-        .get_or_create(&RouteLabels { route, method })
+        .get_or_create(&RouteLabels {
+            route,
+            method,
+            class: RouteLabels::class_of(status.as_u16()),
+        })
         .observe(seconds);
     response
 }

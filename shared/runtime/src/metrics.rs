@@ -46,6 +46,22 @@ pub struct HttpLabels {
 pub struct RouteLabels {
     pub route: String,
     pub method: &'static str,
+    /// The answer's status class (`2xx`, `4xx`, `5xx`…): a POST's `2xx` is
+    /// its 202, so an accepted request's latency is apart from a refusal's.
+    pub class: &'static str,
+}
+
+impl RouteLabels {
+    /// The class of `status`: `1xx` to `5xx`.
+    pub fn class_of(status: u16) -> &'static str {
+        match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -198,7 +214,7 @@ impl Metrics {
         let http_duration = Family::new_with_constructor(latency as fn() -> Histogram);
         registry.register(
             "http_request_duration_seconds",
-            "Time from an HTTP request's arrival to its answer",
+            "Time from an HTTP request's arrival to its answer, by route, method and status class",
             http_duration.clone(),
         );
         let http_connections = Gauge::default();

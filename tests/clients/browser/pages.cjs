@@ -115,7 +115,7 @@ async function dashboard(base, out) {
     expect(breakers.every((state) => state === "closed"), `every breaker is closed (${breakers.join(",")})`);
     const partitions = await page.$$eval("#partitions tr", (rows) => rows.length - 1);
     expect(partitions > 0, `partitions are listed (${partitions})`);
-    expect(numeric(await figure(page, "post-p99")) > 0, "the POST p99 is shown");
+    expect(numeric(await figure(page, "post-p99")) > 0, "the 202s' p99 is shown");
     await page.screenshot({ path: path.join(out, "dashboard.png"), fullPage: true });
     checkClean(problems, "the dashboard");
 

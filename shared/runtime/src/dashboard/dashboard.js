@@ -188,8 +188,9 @@ function ingest(now, then) {
   set("connections", has(now, "skyport_http_connections") ? number(total(now, "skyport_http_connections")) : "–");
   remember(history.accepted, accepted);
   spark("accepted-spark", history.accepted);
+  const answered202 = { ...post, class: "2xx" };
   for (const q of [50, 90, 99]) {
-    set(`post-p${q}`, millis(quantile(now, then, "skyport_http_request_duration_seconds", post, q / 100)));
+    set(`post-p${q}`, millis(quantile(now, then, "skyport_http_request_duration_seconds", answered202, q / 100)));
   }
   fill("rejections", ["reason", "per second"], rows,
     statuses.size ? "none" : "nothing recorded in this process");

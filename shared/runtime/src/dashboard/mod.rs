@@ -149,6 +149,7 @@ mod tests {
         let post = RouteLabels {
             route: "/api/deliveryrequests".into(),
             method: "POST",
+            class: RouteLabels::class_of(202),
         };
         for seconds in [0.0004, 0.003, 0.003, 20.0] {
             metrics.http_duration.get_or_create(&post).observe(seconds);
@@ -179,7 +180,11 @@ mod tests {
         );
         let histogram = "skyport_http_request_duration_seconds";
         assert_eq!(
-            value(&snapshot, &format!("{histogram}_count"), &[route]),
+            value(
+                &snapshot,
+                &format!("{histogram}_count"),
+                &[route, ("class", "2xx")]
+            ),
             Some(4.0)
         );
         let sum = value(&snapshot, &format!("{histogram}_sum"), &[route]).unwrap();
