@@ -529,6 +529,26 @@ pub struct ToolOutput {
     pub stderr: String,
 }
 
+/// [`run_tool`], then prints what the tool printed (shown on failure, or with
+/// `--nocapture`) and fails the test unless it exited 0; returns that output
+/// (stdout, then stderr).
+pub async fn run_tool_ok(
+    what: &str,
+    command: tokio::process::Command,
+    limit: Duration,
+    dir: &Path,
+) -> String {
+    let output = run_tool(what, command, limit, dir).await;
+    let printed = format!("{}{}", output.stdout, output.stderr);
+    println!("{printed}");
+    assert!(
+        output.status.success(),
+        "{what} failed ({}); its output is above",
+        output.status
+    );
+    printed
+}
+
 /// Runs a tool's `command` within `limit`, its stdout and stderr going to files in
 /// `dir` (named after `what`); on time-out its whole process group is killed (a
 /// wrapper may have started a JVM) and the test fails with what it printed.

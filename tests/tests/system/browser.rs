@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::config::{ApiKeySettings, Millis, Scope};
 use skyport_tests::{
-    TestApp, delivery_request, installed_tool, run_tool, test_settings, workspace,
+    TestApp, delivery_request, installed_tool, run_tool_ok, test_settings, workspace,
 };
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
@@ -44,13 +44,7 @@ fn pages(args: &[&str]) -> Command {
 }
 
 async fn run(what: &str, command: Command, dir: &Path) {
-    let output = run_tool(what, command, Duration::from_secs(180), dir).await;
-    println!("{}{}", output.stdout, output.stderr);
-    assert!(
-        output.status.success(),
-        "{what} failed ({}); its output is above",
-        output.status
-    );
+    run_tool_ok(what, command, Duration::from_secs(180), dir).await;
 }
 
 /// Copies `name` from the screenshots to `docs/images/` when asked to.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 use skyport_runtime::config::{ApiKeySettings, Scope};
-use skyport_tests::{TestApp, installed_tool, run_tool, test_settings, workspace};
+use skyport_tests::{TestApp, installed_tool, run_tool_ok as run, test_settings, workspace};
 use tokio::process::Command;
 
 /// The API key the gateway accepts (with both scopes), passed to the tools in `SKYPORT_API_KEY`.
@@ -65,20 +65,6 @@ fn command(program: &Path) -> Command {
         .env("REDOCLY_TELEMETRY", "off")
         .env("NO_COLOR", "1");
     command
-}
-
-/// Runs `command` within `limit`, its output going to files in `dir`; panics with
-/// that output unless it exits 0, which it returns (stdout, then stderr).
-async fn run(what: &str, command: Command, limit: Duration, dir: &Path) -> String {
-    let output = run_tool(what, command, limit, dir).await;
-    let printed = format!("{}{}", output.stdout, output.stderr);
-    println!("{printed}");
-    assert!(
-        output.status.success(),
-        "{what} failed ({}); its output is above",
-        output.status
-    );
-    printed
 }
 
 #[tokio::test]
