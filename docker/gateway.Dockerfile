@@ -15,7 +15,8 @@ RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registr
     cargo build --release --locked -p skyport --bin skyport-gateway \
     && install -D -m 0755 target/release/skyport-gateway /out/skyport-gateway
 
-# glibc, libssl3 and libgcc of Debian 12 (the builder's), no shell; uid 65532.
+# glibc and libgcc of Debian 12 (the builder's) and its CA certificates, no shell;
+# OpenSSL is built into the binary. uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/skyport-gateway /usr/local/bin/skyport-gateway
 USER 65532:65532

@@ -16,7 +16,7 @@ RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registr
     cargo build --release --locked -p skyport-simulator --bin skyport-simulator \
     && install -D -m 0755 target/release/skyport-simulator /out/skyport-simulator
 
-# glibc, libssl3 and libgcc of Debian 12 (the builder's), no shell; uid 65532.
+# glibc and libgcc of Debian 12 (the builder's), no shell; uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/skyport-simulator /usr/local/bin/skyport-simulator
 USER 65532:65532

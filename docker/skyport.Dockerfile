@@ -19,7 +19,8 @@ RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registr
     && install -D -m 0755 target/release/skyport /out/skyport \
     && install -d -m 0750 /out/data
 
-# glibc, libssl3 and libgcc of Debian 12 (the builder's), no shell; uid 65532.
+# glibc and libgcc of Debian 12 (the builder's) and its CA certificates, no shell;
+# OpenSSL is built into the binary. uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/skyport /usr/local/bin/skyport
 COPY --from=build --chown=65532:65532 /out/data /data

@@ -16,7 +16,8 @@ RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registr
     cargo build --release --locked -p skyport --bin skyport-worker \
     && install -D -m 0755 target/release/skyport-worker /out/skyport-worker
 
-# glibc, libssl3 and libgcc of Debian 12 (the builder's), no shell; uid 65532.
+# glibc and libgcc of Debian 12 (the builder's) and its CA certificates, no shell;
+# OpenSSL is built into the binary. uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/skyport-worker /usr/local/bin/skyport-worker
 USER 65532:65532

@@ -1,6 +1,12 @@
 //! What the producer and the consumer share: the client configuration built
 //! from `[kafka]`, and the topics with their partitions in the worker's
 //! numbering.
+//!
+//! Over TLS, librdkafka trusts the same certificate authorities as the rest
+//! of the process (native-tls under the HTTPS and AMQP clients): those of
+//! `SSL_CERT_FILE` or `SSL_CERT_DIR` when set, else the system's bundle. The
+//! OpenSSL linked in is built from source, and its compiled-in default
+//! directory holds no certificates on a real system.
 
 use std::time::Duration;
 
@@ -12,9 +18,14 @@ use skyport_runtime::config::{ConfigError, KafkaSettings};
 
 use crate::KafkaOpenError;
 
+/// The pass-through properties that choose the certificate authorities
+/// themselves.
+const CA_PROPERTIES: [&str; 3] = ["ssl.ca.location", "ssl.ca.pem", "ssl.ca.certificate.stores"];
+
 /// The librdkafka configuration common to the producer and the consumer:
-/// brokers, client id, security, then the pass-through properties (for
-/// tools that reach the same cluster as Skyport does).
+/// brokers, client id, security, the certificate authorities, then the
+/// pass-through properties (for tools that reach the same cluster as Skyport
+/// does).
 pub fn client_config(settings: &KafkaSettings) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
@@ -30,10 +41,29 @@ pub fn client_config(settings: &KafkaSettings) -> ClientConfig {
             .set("sasl.username", user)
             .set("sasl.password", password.expose_secret());
     }
+    if settings.security.uses_tls()
+        && !CA_PROPERTIES
+            .iter()
+            .any(|key| settings.properties.contains_key(*key))
+    {
+        config.set("ssl.ca.location", ca_location(&openssl_probe::probe()));
+    }
     for (key, value) in &settings.properties {
         config.set(key, value);
     }
     config
+}
+
+/// The file or directory of trusted certificates that `probe` found
+/// (environment first, then the system's usual places), or librdkafka's own
+/// probe of those places when it found none.
+fn ca_location(probe: &openssl_probe::ProbeResult) -> String {
+    probe
+        .cert_file
+        .iter()
+        .chain(&probe.cert_dir)
+        .next()
+        .map_or_else(|| "probe".to_owned(), |path| path.display().to_string())
 }
 
 /// A client that librdkafka refused to create: a pass-through property it
@@ -120,6 +150,8 @@ impl Topics {
 
 #[cfg(test)]
 mod tests {
+    use skyport_runtime::config::KafkaSecurity;
+
     use super::*;
 
     fn topics() -> Topics {
@@ -135,6 +167,54 @@ mod tests {
                 first: 3,
             },
         ])
+    }
+
+    fn property(config: &ClientConfig, key: &str) -> Option<String> {
+        config.get(key).map(str::to_owned)
+    }
+
+    #[test]
+    fn tls_trusts_the_certificates_the_probe_finds_unless_the_properties_choose() {
+        let mut settings = KafkaSettings {
+            security: KafkaSecurity::SaslSsl,
+            ..KafkaSettings::default()
+        };
+        let probed = ca_location(&openssl_probe::probe());
+        assert_eq!(
+            property(&client_config(&settings), "ssl.ca.location"),
+            Some(probed)
+        );
+
+        settings
+            .properties
+            .insert("ssl.ca.pem".into(), "-----BEGIN CERTIFICATE-----".into());
+        assert_eq!(property(&client_config(&settings), "ssl.ca.location"), None);
+
+        settings.properties.clear();
+        settings
+            .properties
+            .insert("ssl.ca.location".into(), "/etc/kafka/ca.pem".into());
+        assert_eq!(
+            property(&client_config(&settings), "ssl.ca.location").as_deref(),
+            Some("/etc/kafka/ca.pem")
+        );
+
+        settings.security = KafkaSecurity::SaslPlaintext;
+        settings.properties.clear();
+        assert_eq!(property(&client_config(&settings), "ssl.ca.location"), None);
+    }
+
+    #[test]
+    fn the_ca_location_is_the_file_then_the_directory_then_librdkafkas_probe() {
+        let mut probe = openssl_probe::ProbeResult {
+            cert_file: Some("/etc/ssl/certs/ca-certificates.crt".into()),
+            cert_dir: vec!["/etc/ssl/certs".into()],
+        };
+        assert_eq!(ca_location(&probe), "/etc/ssl/certs/ca-certificates.crt");
+        probe.cert_file = None;
+        assert_eq!(ca_location(&probe), "/etc/ssl/certs");
+        probe.cert_dir.clear();
+        assert_eq!(ca_location(&probe), "probe");
     }
 
     #[test]

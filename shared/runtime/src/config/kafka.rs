@@ -38,6 +38,11 @@ impl KafkaSecurity {
     fn uses_sasl(self) -> bool {
         matches!(self, Self::SaslPlaintext | Self::SaslSsl)
     }
+
+    /// Whether the connections to the brokers are TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
 }
 
 /// The SASL mechanism (librdkafka's `sasl.mechanism`).
