@@ -18,7 +18,7 @@ pub mod otlp;
 pub mod tools;
 pub mod webhooks;
 
-pub use self::tools::installed_tool;
+pub use self::tools::{chromium, installed_tool};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

