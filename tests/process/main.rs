@@ -1,7 +1,8 @@
 //! The tests of the `skyport` package's binaries as processes (killed,
-//! misconfigured, traced, fed bombs, searched for secrets), and of the
-//! worker's admin listener. No test here runs a system in this process but
-//! the admin listener's, so the metrics registry it scrapes is its own.
+//! misconfigured, traced, fed bombs, searched for secrets, calling over TLS),
+//! and of the worker's admin listener. No test here runs a system in this
+//! process but the admin listener's, so the metrics registry it scrapes is
+//! its own.
 
 mod bomb;
 mod callbacks_crash;
@@ -10,6 +11,7 @@ mod crash_recovery;
 mod operability;
 mod secrets;
 mod telemetry;
+mod tls;
 
 use skyport_tests::ChildApp;
 

@@ -5,7 +5,8 @@
 //! Clients reach it through a TCP relay of the test's own (the address the
 //! broker advertises), which a test can cut to make the broker unreachable
 //! for a while without losing what it holds (the memory engine keeps
-//! nothing across a restart).
+//! nothing across a restart), and which can serve TLS in front of the
+//! broker's plain listener (tansu 0.6 has no TLS listener of its own).
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -13,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use skyport_runtime::config::{KafkaSettings, Settings, StreamBackend};
+use tokio_native_tls::native_tls::{Identity, TlsAcceptor};
 
 use crate::tools;
 
@@ -33,8 +35,26 @@ impl Broker {
     /// # Panics
     /// When the broker cannot be installed, started or reached within 30 s.
     pub async fn start(topics: &[&str], partitions: u32) -> Self {
+        Self::start_with(topics, partitions, None).await
+    }
+
+    /// [`Broker::start`] with clients reaching it over TLS, the broker
+    /// presenting `identity`'s certificate.
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub async fn start_tls(topics: &[&str], partitions: u32, identity: Identity) -> Self {
+        let acceptor = TlsAcceptor::new(identity).expect("a TLS acceptor for the certificate");
+        Self::start_with(topics, partitions, Some(acceptor.into())).await
+    }
+
+    async fn start_with(
+        topics: &[&str],
+        partitions: u32,
+        tls: Option<tokio_native_tls::TlsAcceptor>,
+    ) -> Self {
         let listen = format!("127.0.0.1:{}", free_port());
-        let relay = Relay::start(listen.clone()).await;
+        let relay = Relay::start(listen.clone(), tls).await;
         let address = relay.address.clone();
         let child = spawn(&listen, &address).await;
         let broker = Self {
@@ -159,7 +179,7 @@ fn free_port() -> u16 {
 
 /// A TCP relay from a port of its own to the broker, which can be cut: while
 /// it is down, its listener is closed (connections are refused) and the
-/// connections it relayed are dropped.
+/// connections it relayed are dropped. With an acceptor, it ends TLS.
 #[derive(Debug)]
 struct Relay {
     address: String,
@@ -168,13 +188,13 @@ struct Relay {
 }
 
 impl Relay {
-    async fn start(upstream: String) -> Self {
+    async fn start(upstream: String, tls: Option<tokio_native_tls::TlsAcceptor>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a port on 127.0.0.1");
         let address = listener.local_addr().expect("bound").to_string();
         let (up, watch) = tokio::sync::watch::channel(true);
-        let task = tokio::spawn(relay(listener, address.clone(), upstream, watch));
+        let task = tokio::spawn(relay(listener, address.clone(), upstream, tls, watch));
         Self { address, up, task }
     }
 
@@ -195,6 +215,7 @@ async fn relay(
     listener: tokio::net::TcpListener,
     address: String,
     upstream: String,
+    tls: Option<tokio_native_tls::TlsAcceptor>,
     mut up: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut listener = Some(listener);
@@ -210,15 +231,16 @@ async fn relay(
             accepted = open.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 let upstream = upstream.clone();
-                let mut cut = up.clone();
+                let cut = up.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut client, mut server) = (client, server);
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.wait_for(|up| !*up) => {}
+                    match tls {
+                        None => pipe(client, &upstream, cut).await,
+                        Some(acceptor) => {
+                            if let Ok(client) = acceptor.accept(client).await {
+                                pipe(client, &upstream, cut).await;
+                            }
+                        }
                     }
                 });
             }
@@ -231,6 +253,21 @@ async fn relay(
                 }
             }
         }
+    }
+}
+
+/// Copies between `client` and a new connection to `upstream` until either
+/// closes or the relay is cut.
+async fn pipe<S>(mut client: S, upstream: &str, mut cut: tokio::sync::watch::Receiver<bool>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        _ = cut.wait_for(|up| !*up) => {}
     }
 }
 

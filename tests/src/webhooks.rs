@@ -1,5 +1,6 @@
-//! A callback receiver for the tests: an HTTP server on a loopback address,
-//! port 0, that records every callback it is sent and answers as told, and
+//! A callback receiver for the tests: an HTTP or HTTPS server on a loopback
+//! address, port 0, that records every callback it is sent and answers as
+//! told, and
 //! the check of their signatures by the `standardwebhooks` Python package
 //! (a verifier nobody here wrote).
 
@@ -14,11 +15,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::Listener;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_native_tls::native_tls::Identity;
 use tokio_util::sync::CancellationToken;
 
+use crate::tls::TlsListener;
 use crate::{CONCURRENCY, Client, delivery_request, installed_tool, workspace};
 
 /// How the receiver answers.
@@ -61,6 +65,9 @@ struct Shared {
 #[derive(Debug)]
 pub struct Receiver {
     pub addr: SocketAddr,
+    scheme: &'static str,
+    /// The errors of the TLS handshakes that failed (HTTPS only).
+    handshake_failures: Arc<Mutex<Vec<String>>>,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
@@ -108,6 +115,25 @@ impl Receiver {
     /// Listens on `ip`, port 0.
     pub async fn start(ip: IpAddr, behaviour: Behaviour) -> Self {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+        Self::serve(listener, "http", Arc::default(), behaviour)
+    }
+
+    /// Listens on `ip`, port 0, for HTTPS with `identity`'s certificate.
+    pub async fn start_tls(ip: IpAddr, identity: Identity, behaviour: Behaviour) -> Self {
+        let listener = TlsListener::bind(ip, identity).await;
+        let failures = listener.failures();
+        Self::serve(listener, "https", failures, behaviour)
+    }
+
+    fn serve<L>(
+        listener: L,
+        scheme: &'static str,
+        handshake_failures: Arc<Mutex<Vec<String>>>,
+        behaviour: Behaviour,
+    ) -> Self
+    where
+        L: Listener<Addr = SocketAddr>,
+    {
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             behaviour,
@@ -128,6 +154,8 @@ impl Receiver {
         });
         Self {
             addr,
+            scheme,
+            handshake_failures,
             shared,
             shutdown,
             task,
@@ -136,7 +164,15 @@ impl Receiver {
 
     /// The URL of hook `name` on this receiver, with `host` as its host.
     pub fn url(&self, host: &str, name: &str) -> String {
-        format!("http://{host}:{}/hooks/{name}", self.addr.port())
+        format!("{}://{host}:{}/hooks/{name}", self.scheme, self.addr.port())
+    }
+
+    /// The errors of the TLS handshakes that failed so far.
+    pub fn handshake_failures(&self) -> Vec<String> {
+        self.handshake_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Every callback so far, in arrival order.
