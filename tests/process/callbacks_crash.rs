@@ -21,6 +21,8 @@ use skyport_tests::{CONCURRENCY, ChildApp, Client};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::configured_args;
+
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const REQUESTS: usize = 200;
 /// How long the receiver answers 503: long enough for the first process to
@@ -72,19 +74,6 @@ estimate_interval_ms = 500
 "#,
         expiry = LEASE_EXPIRY.as_millis()
     )
-}
-
-fn args(config: &Path, data: &Path) -> Vec<String> {
-    [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec()
 }
 
 /// The status documents behind `urls`, in order.
@@ -169,7 +158,7 @@ async fn callbacks_pending_at_a_kill_are_all_delivered_after_the_restart() {
 
     let first = ChildApp::spawn(
         binary,
-        &args(&config_file, &data),
+        &configured_args(&config_file, &data),
         dir.path().join("first.log"),
     )
     .await;
@@ -232,7 +221,7 @@ async fn callbacks_pending_at_a_kill_are_all_delivered_after_the_restart() {
     let restarted_at = Instant::now();
     let second = ChildApp::spawn(
         binary,
-        &args(&config_file, &data),
+        &configured_args(&config_file, &data),
         dir.path().join("second.log"),
     )
     .await;

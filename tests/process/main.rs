@@ -40,3 +40,18 @@ async fn spawn_skyport(
     )
     .await
 }
+
+/// The `skyport` binary's arguments for a data directory `data` and a
+/// configuration file `config`, listening on 127.0.0.1:0.
+fn configured_args(config: &std::path::Path, data: &std::path::Path) -> Vec<String> {
+    [
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().expect("a UTF-8 data directory"),
+        "--config",
+        config.to_str().expect("a UTF-8 configuration path"),
+    ]
+    .map(String::from)
+    .to_vec()
+}

@@ -20,6 +20,8 @@ use skyport_tests::tls::{Authority, SubjectName};
 use skyport_tests::webhooks::{Behaviour, Receiver};
 use skyport_tests::{ChildApp, Client, delivery_request};
 
+use crate::configured_args;
+
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Callbacks to loopback allowed, retried quickly and for long.
@@ -39,19 +41,9 @@ backoff_max_ms = 500
 async fn spawn(dir: &Path, config: &str, ca_file: &Path) -> ChildApp {
     let config_file = dir.join("skyport.toml");
     std::fs::write(&config_file, config).unwrap();
-    let data = dir.join("data");
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--config",
-        config_file.to_str().unwrap(),
-    ]
-    .map(String::from);
     ChildApp::spawn_with_env(
         Path::new(env!("CARGO_BIN_EXE_skyport")),
-        &args,
+        &configured_args(&config_file, &dir.join("data")),
         &[("SSL_CERT_FILE", ca_file.to_str().unwrap().to_owned())],
         dir.join("skyport.log"),
     )
