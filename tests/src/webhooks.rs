@@ -1,8 +1,7 @@
 //! A callback receiver for the tests: an HTTP or HTTPS server on a loopback
 //! address, port 0, that records every callback it is sent and answers as
-//! told, and
-//! the check of their signatures by the `standardwebhooks` Python package
-//! (a verifier nobody here wrote).
+//! told, and the check of their signatures by the `standardwebhooks` Python
+//! package (a verifier nobody here wrote).
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
