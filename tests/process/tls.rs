@@ -12,13 +12,13 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use skyport_core::status::{CallbackState, DeliveryState, StatusDocument};
 use skyport_tests::kafka::Broker;
 use skyport_tests::tls::{Authority, SubjectName};
 use skyport_tests::webhooks::{Behaviour, Receiver};
-use skyport_tests::{ChildApp, Client, delivery_request};
+use skyport_tests::{ChildApp, Client, delivery_request, eventually};
 
 use crate::configured_args;
 
@@ -58,7 +58,7 @@ async fn post(client: &Client, n: usize, url: String) -> String {
 }
 
 /// Polls the document behind `url` until `done` holds for it; panics after
-/// `within`, naming `what` and showing the document.
+/// `within`, naming `what`.
 async fn wait_for(
     client: &Client,
     url: &str,
@@ -66,18 +66,11 @@ async fn wait_for(
     within: Duration,
     done: impl Fn(&StatusDocument) -> bool,
 ) -> StatusDocument {
-    let deadline = Instant::now() + within;
-    loop {
+    eventually(what, within, || async {
         let document: StatusDocument = client.status(url).await.json().await.unwrap();
-        if done(&document) {
-            return document;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not {what} after {within:?}: {document:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        done(&document).then_some(document)
+    })
+    .await
 }
 
 fn callback_is(document: &StatusDocument, state: CallbackState) -> bool {
@@ -191,15 +184,19 @@ security = "ssl"
         broker.address
     );
     let app = spawn(dir.path(), &config, &ca_file).await;
-    let accepted = app.client.post_many(20).await;
-    for delivery in &accepted {
-        app.client
-            .wait_for_state(
-                &delivery.status_url,
-                DeliveryState::Scheduled,
-                Duration::from_secs(60),
-            )
-            .await;
+    let urls: Vec<String> = app
+        .client
+        .post_many(20)
+        .await
+        .into_iter()
+        .map(|accepted| accepted.status_url)
+        .collect();
+    for document in app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await
+    {
+        assert_eq!(document.state, DeliveryState::Scheduled, "{document:?}");
     }
     app.terminate().await;
 }
