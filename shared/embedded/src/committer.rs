@@ -1,6 +1,6 @@
 //! The group-commit writer of the embedded store's database: status
-//! documents, dead letters and leases (the stream has its own writer, in
-//! [`crate::log`]).
+//! documents, dead letters and leases (the stream log has a writer of its
+//! own; both take their batches through `group_commit`).
 //!
 //! One thread owns every write to the database. It takes all the operations queued at the
 //! moment it wakes (up to `max_batch`), applies them in queue order inside one
@@ -10,14 +10,14 @@
 //! fails, every operation in it fails and nothing of it is visible.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::thread::JoinHandle;
 
 use redb::{Database, ReadableTable};
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::log::Faults;
+use crate::faults::Faults;
+use crate::group_commit;
 use crate::tables::{
     CHANGE_DEAD_LETTERS, DEAD_LETTERS, LEASES, STATUS, STATUS_CHANGE_OF, STATUS_CHANGES,
 };
@@ -78,13 +78,6 @@ pub(crate) enum Applied {
     Done,
 }
 
-/// How much group commit is grouping: operations per durable commit.
-#[derive(Debug, Default)]
-pub struct CommitStats {
-    pub commits: AtomicU64,
-    pub operations: AtomicU64,
-}
-
 struct Committer {
     db: Arc<Database>,
     max_batch: usize,
@@ -108,27 +101,10 @@ pub(crate) fn spawn(
         .spawn(move || committer.run(ops))
 }
 
-/// Group commit's intake, shared by the database's committer and the log's
-/// writer: waits for one operation, then takes every one queued behind it,
-/// up to `max` in all. False once every sender is gone and the queue is empty.
-pub(crate) fn next_batch<T>(ops: &mut mpsc::Receiver<T>, batch: &mut Vec<T>, max: usize) -> bool {
-    let Some(first) = ops.blocking_recv() else {
-        return false;
-    };
-    batch.push(first);
-    while batch.len() < max {
-        match ops.try_recv() {
-            Ok(op) => batch.push(op),
-            Err(_) => break,
-        }
-    }
-    true
-}
-
 impl Committer {
     fn run(self, mut ops: mpsc::Receiver<Op>) {
         let mut batch = Vec::with_capacity(self.max_batch);
-        while next_batch(&mut ops, &mut batch, self.max_batch) {
+        while group_commit::next_batch(&mut ops, &mut batch, self.max_batch) {
             self.commit(&mut batch);
         }
     }

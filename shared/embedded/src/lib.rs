@@ -37,6 +37,8 @@
 mod changes;
 mod committer;
 mod consumer;
+mod faults;
+mod group_commit;
 mod leases;
 pub mod log;
 mod migrate;
@@ -45,7 +47,8 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
-pub use self::committer::CommitStats;
 pub use self::consumer::EmbeddedConsumer;
-pub use self::log::{AppendError, Faults, LogError};
+pub use self::faults::Faults;
+pub use self::group_commit::CommitStats;
+pub use self::log::{AppendError, LogError};
 pub use self::store::{EmbeddedStore, OpenError};

@@ -14,8 +14,9 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
+use crate::faults::Faults;
 use crate::log::frame::{self, END_OF_COMMIT};
-use crate::log::{Checkpoints, Faults, segment};
+use crate::log::{Checkpoints, segment};
 
 const LOG: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("log");
 const HEADS: TableDefinition<u32, u64> = TableDefinition::new("heads");

@@ -20,8 +20,10 @@ use skyport_runtime::config::EmbeddedSettings;
 use time::OffsetDateTime;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
-use crate::committer::{self, Applied, CommitFailed, CommitStats, Op, OpKind};
-use crate::log::{AppendError, Faults, LogError, ReservationRecord, SegmentLog, Shared};
+use crate::committer::{self, Applied, CommitFailed, Op, OpKind};
+use crate::faults::Faults;
+use crate::group_commit::CommitStats;
+use crate::log::{AppendError, LogError, ReservationRecord, SegmentLog, Shared};
 use crate::migrate;
 use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
 

@@ -14,8 +14,8 @@ use std::sync::mpsc::Receiver;
 
 use tokio::sync::oneshot;
 
-use super::faults::Faults;
 use super::{LogError, Shared, segment};
+use crate::faults::Faults;
 
 const FILE: &str = "checkpoints.json";
 const TEMPORARY: &str = "checkpoints.json.tmp";

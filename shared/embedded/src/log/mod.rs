@@ -20,7 +20,6 @@
 //!   event ([`reservations`]).
 
 mod checkpoints;
-mod faults;
 pub mod frame;
 mod reservations;
 pub mod scan;
@@ -45,11 +44,11 @@ use skyport_runtime::config::EmbeddedSettings;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub(crate) use self::checkpoints::Checkpoints;
-pub use self::faults::Faults;
 use self::frame::{Decoded, HEADER};
 pub(crate) use self::reservations::Record as ReservationRecord;
 use self::segment::DATA_START;
-use crate::committer::CommitStats;
+use crate::faults::Faults;
+use crate::group_commit::CommitStats;
 
 /// Why the log did not open.
 #[derive(Debug, thiserror::Error)]

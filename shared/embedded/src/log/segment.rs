@@ -15,7 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::faults::Faults;
+use crate::faults::Faults;
 
 /// Bytes of the segment header; frames start here.
 pub(crate) const DATA_START: usize = 32;

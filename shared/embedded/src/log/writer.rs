@@ -21,12 +21,12 @@ use bytes::Bytes;
 use skyport_runtime::metrics::{self, StreamLabels};
 use tokio::sync::{mpsc, oneshot};
 
-use super::faults::Faults;
 use super::frame::{self, END_OF_COMMIT};
 use super::reservations::{self, Held, Holds, Record};
 use super::segment::{self, DATA_START};
 use super::{AppendError, Location, Shared, now_ms};
-use crate::committer::{self, CommitStats};
+use crate::faults::Faults;
+use crate::group_commit::{self, CommitStats};
 
 /// An append the writer is asked for.
 #[derive(Debug)]
@@ -169,7 +169,7 @@ impl Writer {
     /// Runs until every sender of `ops` is gone and the queue is empty.
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Append>) {
         let mut batch = Vec::with_capacity(self.max_batch);
-        while committer::next_batch(&mut ops, &mut batch, self.max_batch) {
+        while group_commit::next_batch(&mut ops, &mut batch, self.max_batch) {
             if self.last_purge.elapsed() >= PURGE_EVERY {
                 self.holds.purge_expired(now_ms());
                 self.last_purge = Instant::now();
