@@ -56,9 +56,10 @@ use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::charge::{Charged, Paged, charge};
 use super::request_units::Operation;
 use super::store::CosmosStore;
-use super::throttle::{Charged, Failure, Paged, charge};
+use super::throttle::Failure;
 
 /// A continuation this source gives out.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

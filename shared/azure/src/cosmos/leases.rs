@@ -19,9 +19,9 @@ use skyport_core::ports::{
 use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
+use super::charge::Paged;
 use super::request_units::Operation;
 use super::store::CosmosStore;
-use super::throttle::Paged;
 
 const ID: &str = "id";
 const GROUP: &str = "partitionKey";

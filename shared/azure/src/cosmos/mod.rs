@@ -31,6 +31,7 @@
 
 mod bulk;
 mod changes;
+mod charge;
 mod control;
 #[cfg(feature = "cosmos-emulator")]
 pub mod emulator;

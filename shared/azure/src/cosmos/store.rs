@@ -22,12 +22,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::bulk::{Bulk, BulkSettings};
+use super::charge::Paged;
 use super::control::{Control, GroupReport, Targets};
 use super::error::CosmosOpenError;
 use super::provision;
 use super::request_units::{Operation, RequestUnits};
 use super::status_writes::{StatusBatches, StatusWrite};
-use super::throttle::{Paged, Requests, no_throttle_retry};
+use super::throttle::{Requests, no_throttle_retry};
 
 /// The Cosmos DB store; cheap to share behind an [`Arc`].
 pub struct CosmosStore {

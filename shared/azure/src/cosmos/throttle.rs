@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use azure_core::http::StatusCode;
 use azure_data_cosmos::CosmosError;
-use azure_data_cosmos::models::ItemResponse;
 use azure_data_cosmos::options::{
     OperationOptions, OperationOptionsBuilder, ThrottlingRetryOptionsBuilder,
 };
@@ -19,6 +18,7 @@ use skyport_runtime::config::Work;
 
 use skyport_core::error::{BoxError, Throttled};
 
+use super::charge::{Charged, error_charge};
 use super::control::Control;
 use super::request_units::{Operation, RequestUnits};
 
@@ -68,48 +68,6 @@ impl Failure {
             self.status_code(),
             StatusCode::Conflict | StatusCode::PreconditionFailed | StatusCode::NotFound
         )
-    }
-}
-
-/// What a response was charged.
-pub(crate) trait Charged {
-    fn request_charge(&self) -> f64;
-}
-
-impl Charged for ItemResponse {
-    fn request_charge(&self) -> f64 {
-        charge(self.headers())
-    }
-}
-
-/// The items of every page of a query, and what the pages were charged.
-#[derive(Debug)]
-pub(crate) struct Paged<T> {
-    pub(crate) items: Vec<T>,
-    pub(crate) charge: f64,
-}
-
-impl<T> Charged for Paged<T> {
-    fn request_charge(&self) -> f64 {
-        self.charge
-    }
-}
-
-impl<T: serde::de::DeserializeOwned + Send + 'static> Paged<T> {
-    /// Reads every page of a query.
-    pub(crate) async fn read_all(
-        query: azure_data_cosmos::feed::QueryItemIterator<T>,
-    ) -> Result<Self, CosmosError> {
-        let mut pages = query.into_pages();
-        let mut paged = Self {
-            items: Vec::new(),
-            charge: 0.0,
-        };
-        while let Some(page) = futures_util::TryStreamExt::try_next(&mut pages).await? {
-            paged.charge += charge(page.headers());
-            paged.items.extend(page.into_items());
-        }
-        Ok(paged)
     }
 }
 
@@ -201,17 +159,4 @@ impl Requests {
             }
         }
     }
-}
-
-/// The request charge a response carried (`x-ms-request-charge`).
-pub(crate) fn charge(headers: &azure_data_cosmos::models::ResponseHeaders) -> f64 {
-    headers.request_charge().map_or(0.0, |c| c.value())
-}
-
-/// The request charge an error response carried, if any.
-pub(crate) fn error_charge(error: &CosmosError) -> f64 {
-    error
-        .response()
-        .and_then(|r| r.headers().request_charge)
-        .map_or(0.0, |charge| charge.value())
 }

@@ -21,8 +21,8 @@ use skyport_runtime::config::GlobalControlSettings;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::super::charge::{Paged, charge, error_charge};
 use super::super::request_units::{Operation, RequestUnits};
-use super::super::throttle::{Paged, charge, error_charge};
 use super::budget::share;
 use super::{Group, describe};
 
