@@ -11,7 +11,7 @@ use skyport_core::ports::{PublishError, StatusStoreError};
 use skyport_core::request::FieldError;
 pub use skyport_runtime::problem::{PROBLEM_JSON, Problem};
 
-use crate::request_context;
+use crate::request_id;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -60,7 +60,7 @@ pub enum ApiError {
     Overloaded { retry_after_s: u32 },
     #[error("an internal error occurred")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// A handler panicked ([`crate::request_context::observe`] caught it; the
+    /// A handler panicked (the request middleware caught it; the
     /// panic hook has logged it within the request's span).
     #[error("an internal error occurred while answering request {request_id}")]
     Panicked { request_id: String },
@@ -135,11 +135,11 @@ impl IntoResponse for ApiError {
                 source: Some(source),
                 ..
             } => {
-                let request_id = request_context::current_request_id();
+                let request_id = request_id::current_request_id();
                 tracing::warn!(request_id, error = %source, "Refused a request: a backend is unavailable.");
             }
             Self::Internal(source) => {
-                let request_id = request_context::current_request_id();
+                let request_id = request_id::current_request_id();
                 tracing::error!(request_id, error = %source, "A request failed with an internal error.");
             }
             _ => {}

@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod openapi;
 pub mod receipt;
 pub mod request_context;
+pub mod request_id;
 pub mod routes;
 pub mod state;
 

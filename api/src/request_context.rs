@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request};
-use axum::http::{HeaderName, HeaderValue, Method, Response};
+use axum::http::{HeaderValue, Method, Response};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use futures_util::FutureExt;
@@ -25,21 +25,7 @@ use skyport_runtime::{telemetry, trace_span};
 use tracing::Instrument;
 
 use crate::error::ApiError;
-
-/// The header that carries a request's id.
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-tokio::task_local! {
-    /// The id of the request this task is answering, for log lines outside its span.
-    static CURRENT: HeaderValue;
-}
-
-/// The id of the request being answered, when called while answering one.
-pub fn current_request_id() -> Option<String> {
-    CURRENT
-        .try_with(|id| id.to_str().unwrap_or_default().to_owned())
-        .ok()
-}
+use crate::request_id::{CURRENT, REQUEST_ID};
 
 /// A label for `method` from a fixed set, so that odd methods cannot grow the series.
 fn method_label(method: &Method) -> &'static str {

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use skyport::{App, Backends, Store};
-use skyport_api::routes::deliveries::Accepted;
+use skyport_api::routes::resources::Accepted;
 use skyport_azure::cosmos::CosmosStore;
 use skyport_core::status::{DeliveryState, StatusDocument, Step};
 use skyport_embedded::EmbeddedStore;

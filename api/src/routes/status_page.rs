@@ -13,7 +13,7 @@ use skyport_core::status::{CallbackState, DeliveryState, Step, StepOutcome, Step
 use time::OffsetDateTime;
 use time::macros::format_description;
 
-use super::deliveries::DeliveryStatus;
+use super::resources::DeliveryStatus;
 
 /// No script, nothing fetched: the page's own style and nothing else.
 const POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
@@ -270,7 +270,7 @@ mod tests {
     use time::Duration;
 
     use super::*;
-    use crate::routes::deliveries::Links;
+    use crate::routes::resources::Links;
 
     fn accept(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use skyport_api::routes::deliveries::Accepted;
+use skyport_api::routes::resources::Accepted;
 use skyport_core::status::DeliveryState;
 use skyport_tests::{Client, TestApp, delivery_request};
 

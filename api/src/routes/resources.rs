@@ -1,0 +1,69 @@
+//! The resources the delivery routes answer with: the 202 of an accepted
+//! request or cancellation, and the status resource with its links. Their
+//! own module, so that the JSON routes and the browser's status page both
+//! read them and neither imports the other.
+
+use serde::{Deserialize, Serialize};
+use skyport_core::status::{DeliveryState, StatusDocument};
+use utoipa::ToSchema;
+
+/// The path every delivery request is posted to.
+pub const DELIVERY_REQUESTS: &str = "/api/deliveryrequests";
+/// The answer to an accepted request (or cancellation).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({
+    "deliveryId": "d-2026-11-21-0001",
+    "status": "Accepted",
+    "statusUrl": "https://skyport.example.com/api/deliveryrequests/d-2026-11-21-0001/status?receipt=AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd",
+    "receipt": "AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd"
+}))]
+pub struct Accepted {
+    pub delivery_id: String,
+    /// Where the delivery is now: Accepted for a new request; a retried or
+    /// cancelled one may be further along.
+    pub status: DeliveryState,
+    /// Poll this URL (also in `Location`) for the outcome.
+    #[schema(format = "uri")]
+    pub status_url: String,
+    /// The signed receipt in the status URL: the capability to read or cancel this delivery.
+    pub receipt: String,
+}
+
+/// The status resource: the delivery's document, whether it is over, and where to go next.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryStatus {
+    #[serde(flatten)]
+    pub document: StatusDocument,
+    /// Whether the state is final (Scheduled, Failed or Cancelled): stop polling.
+    pub terminal: bool,
+    pub links: Links,
+}
+
+/// Where a client goes from a status.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Links {
+    /// This status resource.
+    #[serde(rename = "self")]
+    #[schema(format = "uri")]
+    pub status: String,
+    /// `DELETE` here cancels the delivery; absent once it cannot be cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = "uri", nullable = false)]
+    pub cancel: Option<String>,
+}
+
+impl Links {
+    pub(crate) fn new(base: &str, id: &str, receipt: &str, state: DeliveryState) -> Self {
+        let delivery = format!("{base}{DELIVERY_REQUESTS}/{id}");
+        let cancellable = matches!(
+            state,
+            DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled
+        );
+        Self {
+            status: format!("{delivery}/status?receipt={receipt}"),
+            cancel: cancellable.then(|| format!("{delivery}?receipt={receipt}")),
+        }
+    }
+}
