@@ -3,11 +3,16 @@
 //! `cargo run -p skyport-api --bin skyport-openapi`; a test fails when the
 //! committed file drifts from the code).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use skyport_core::status::StatusDocument;
+use skyport_runtime::problem::{PROBLEM_JSON, Problem};
+use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::openapi::{Content, RefOr, Response, ResponseBuilder};
+use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
 
 /// Where the committed document lives, relative to the workspace root.
 pub const COMMITTED_PATH: &str = "openapi/openapi.json";
@@ -27,10 +32,89 @@ pub const API_KEY_HEADER: &str = "X-API-Key";
         (name = "operations", description = "Liveness and readiness probes."),
         (name = "callbacks", description = "What Skyport sends to a request's `callbackUrl` (see `webhooks`)."),
     ),
-    components(schemas(CallbackPayload)),
+    components(schemas(CallbackPayload, Problem)),
     modifiers(&SecuritySchemes),
 )]
 pub(crate) struct ApiDoc;
+
+/// The refusals every delivery route may answer, whatever it does: listed
+/// once here, and named in each route's `responses` (their bodies come from
+/// [`Problems`]).
+pub(crate) struct Refusals;
+
+impl IntoResponses for Refusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let unauthorized = ResponseBuilder::new()
+            .description("No valid credentials (when auth is on).")
+            .header(
+                "WWW-Authenticate",
+                HeaderBuilder::new()
+                    .schema(String::schema())
+                    .description(Some("The schemes accepted."))
+                    .build(),
+            )
+            .build();
+        let head_too_large = ResponseBuilder::new()
+            .description("The request's head is larger than `gateway.http.max_header_bytes`.")
+            .build();
+        BTreeMap::from([
+            ("401".to_owned(), unauthorized.into()),
+            ("431".to_owned(), head_too_large.into()),
+        ])
+    }
+}
+
+/// Every 4xx and 5xx answer is a problem (RFC 9457), and every 503 says when
+/// to retry: written once here for every operation, so a route's `responses`
+/// give an error status its description only. Applied by [`to_json`], to the
+/// document with every route merged in (a modifier of [`ApiDoc`] would see
+/// none of the routers' paths).
+struct Problems;
+
+impl Modify for Problems {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let operations = openapi.paths.paths.values_mut().flat_map(|item| {
+            [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+        });
+        for operation in operations {
+            for (status, response) in &mut operation.responses.responses {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                if !(status.starts_with('4') || status.starts_with('5')) {
+                    continue;
+                }
+                if response.content.is_empty() {
+                    response.content.insert(
+                        PROBLEM_JSON.to_owned(),
+                        Content::new(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                            "Problem",
+                        )))),
+                    );
+                }
+                if status == "503" {
+                    response
+                        .headers
+                        .entry("Retry-After".to_owned())
+                        .or_insert_with(|| {
+                            HeaderBuilder::new()
+                                .schema(u32::schema())
+                                .description(Some("Seconds to wait before retrying."))
+                                .build()
+                        });
+                }
+            }
+        }
+    }
+}
 
 /// The body of a callback: a Standard Webhooks envelope around the status
 /// of a delivery that reached a terminal state.
@@ -74,9 +158,12 @@ impl Modify for SecuritySchemes {
     }
 }
 
-/// The document as committed: pretty JSON with a final newline.
+/// The document as committed: every error answer a problem, pretty JSON
+/// with a final newline.
 pub fn to_json(openapi: &utoipa::openapi::OpenApi) -> String {
-    let mut document = serde_json::to_value(openapi)
+    let mut openapi = openapi.clone();
+    Problems.modify(&mut openapi);
+    let mut document = serde_json::to_value(&openapi)
         .unwrap_or_else(|e| unreachable!("an OpenAPI document always serializes: {e}"));
     camel_case_links(&mut document);
     add_webhooks(&mut document);

@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use skyport_core::event::{CancellationRequested, DeliveryRequested, Event};
 use skyport_core::ports::Reserved;
 use skyport_core::request::{DeliveryRequest, FieldError, is_valid_id};
@@ -18,39 +18,18 @@ use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::{telemetry, trace_span};
 use time::OffsetDateTime;
 use tracing::Instrument;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use crate::auth::Principal;
-use crate::error::{ApiError, Problem};
+use crate::error::ApiError;
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
+use crate::openapi::Refusals;
+use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
 
-/// The path every delivery request is posted to.
-pub const DELIVERY_REQUESTS: &str = "/api/deliveryrequests";
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
-
-/// The answer to an accepted request (or cancellation).
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(example = json!({
-    "deliveryId": "d-2026-11-21-0001",
-    "status": "Accepted",
-    "statusUrl": "https://skyport.example.com/api/deliveryrequests/d-2026-11-21-0001/status?receipt=AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd",
-    "receipt": "AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd"
-}))]
-pub struct Accepted {
-    pub delivery_id: String,
-    /// Where the delivery is now: Accepted for a new request; a retried or
-    /// cancelled one may be further along.
-    pub status: DeliveryState,
-    /// Poll this URL (also in `Location`) for the outcome.
-    #[schema(format = "uri")]
-    pub status_url: String,
-    /// The signed receipt in the status URL: the capability to read or cancel this delivery.
-    pub receipt: String,
-}
 
 /// The header that makes a POST safe to retry.
 const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
@@ -82,19 +61,16 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
                     parameters(("id" = "$response.body#/deliveryId"), ("receipt" = "$response.body#/receipt")),
                     description = "Cancels the accepted delivery.")),
             )),
-        (status = 400, description = "Malformed JSON, a body that is not what its Content-Encoding says, a malformed Idempotency-Key or Host header.", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
-        (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The Idempotency-Key or deliveryId was used before with a different body.", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body did not arrive within `gateway.http.body_read_timeout_ms`; the connection is closed.", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body, once decoded, is larger than `gateway.max_body_bytes`.", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).", body = Problem, content_type = "application/problem+json",
+        (status = 400, description = "Malformed JSON, a body that is not what its Content-Encoding says, a malformed Idempotency-Key or Host header."),
+        (status = 403, description = "The credentials lack the write scope."),
+        (status = 409, description = "The Idempotency-Key or deliveryId was used before with a different body."),
+        (status = 408, description = "The body did not arrive within `gateway.http.body_read_timeout_ms`; the connection is closed."),
+        (status = 413, description = "The body, once decoded, is larger than `gateway.max_body_bytes`."),
+        (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).",
             headers(("Accept-Encoding" = String, description = "The content codings the gateway decodes, on an encoding refusal."))),
-        (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach among them); `errors` lists them.", body = Problem, content_type = "application/problem+json"),
-        (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
+        (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach among them); `errors` lists them."),
+        Refusals,
+        (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`."),
     ),
     security(("apiKey" = []), ("bearer" = ["deliveries.write"])),
 )]
@@ -198,15 +174,12 @@ fn requested(
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before polling."),
             )),
-        (status = 400, description = "A malformed query or Host header.", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
-        (status = 403, description = "The credentials lack the write scope.", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such delivery, or the receipt is not its own.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The delivery already failed; there is nothing to cancel.", body = Problem, content_type = "application/problem+json"),
-        (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
+        (status = 400, description = "A malformed query or Host header."),
+        (status = 403, description = "The credentials lack the write scope."),
+        (status = 404, description = "No such delivery, or the receipt is not its own."),
+        (status = 409, description = "The delivery already failed; there is nothing to cancel."),
+        Refusals,
+        (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`."),
     ),
     security(("apiKey" = []), ("bearer" = ["deliveries.write"])),
 )]
@@ -300,44 +273,6 @@ pub struct StatusQuery {
     receipt: Option<String>,
 }
 
-/// The status resource: the delivery's document, whether it is over, and where to go next.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryStatus {
-    #[serde(flatten)]
-    pub document: StatusDocument,
-    /// Whether the state is final (Scheduled, Failed or Cancelled): stop polling.
-    pub terminal: bool,
-    pub links: Links,
-}
-
-/// Where a client goes from a status.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Links {
-    /// This status resource.
-    #[serde(rename = "self")]
-    #[schema(format = "uri")]
-    pub status: String,
-    /// `DELETE` here cancels the delivery; absent once it cannot be cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(format = "uri", nullable = false)]
-    pub cancel: Option<String>,
-}
-
-impl Links {
-    fn new(base: &str, id: &str, receipt: &str, state: DeliveryState) -> Self {
-        let delivery = format!("{base}{DELIVERY_REQUESTS}/{id}");
-        let cancellable = matches!(
-            state,
-            DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled
-        );
-        Self {
-            status: format!("{delivery}/status?receipt={receipt}"),
-            cancel: cancellable.then(|| format!("{delivery}?receipt={receipt}")),
-        }
-    }
-}
-
 /// Reads a delivery's status.
 ///
 /// Answers 200 from the moment the request is accepted: with `Retry-After`
@@ -362,14 +297,11 @@ impl Links {
                 ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."),
                 ("Vary" = String, description = "`Accept`: the answer depends on it."),
             )),
-        (status = 400, description = "A malformed query or Host header.", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No valid credentials (when auth is on).", body = Problem, content_type = "application/problem+json",
-            headers(("WWW-Authenticate" = String, description = "The schemes accepted."))),
-        (status = 403, description = "The credentials lack the read scope.", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such delivery, or the receipt is not its own.", body = Problem, content_type = "application/problem+json"),
-        (status = 431, description = "The request's head is larger than `gateway.http.max_header_bytes`.", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The status store is unavailable; retry after `Retry-After`.", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying."))),
+        (status = 400, description = "A malformed query or Host header."),
+        (status = 403, description = "The credentials lack the read scope."),
+        (status = 404, description = "No such delivery, or the receipt is not its own."),
+        Refusals,
+        (status = 503, description = "The status store is unavailable; retry after `Retry-After`."),
     ),
     security(("apiKey" = []), ("bearer" = ["deliveries.read"])),
 )]

@@ -173,7 +173,7 @@ pub async fn healthz() -> Json<Health> {
     tag = "operations",
     responses(
         (status = 200, description = "Ready to take requests.", body = Readiness),
-        (status = 503, description = "The stream or the status store is unavailable.", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "The stream or the status store is unavailable.",
             headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
     ),
     security(()),
