@@ -42,28 +42,16 @@ pub struct DeliveryRequest {
     )]
     #[schema(nullable = false, pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
     pub delivery_id: Option<String>,
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
-    )]
+    #[schema(schema_with = text::<256>)]
     pub owner_id: String,
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
-    )]
+    #[schema(schema_with = text::<256>)]
     pub pickup_location: String,
     #[serde(with = "time::serde::rfc3339")]
     pub pickup_time: OffsetDateTime,
     /// Must be later than `pickupTime`.
     #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
-    )]
+    #[schema(schema_with = text::<256>)]
     pub dropoff_location: String,
     #[serde(default)]
     pub expedited: bool,
@@ -115,12 +103,7 @@ pub struct PackageInfo {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "present"
     )]
-    #[schema(
-        nullable = false,
-        min_length = 1,
-        max_length = 64,
-        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
-    )]
+    #[schema(schema_with = text::<64>)]
     pub tag: Option<String>,
 }
 
@@ -225,6 +208,20 @@ fn check_id(errors: &mut Vec<FieldError>, field: &str, id: &str) {
             format!("must be 1 to {MAX_ID_LEN} characters of A-Z, a-z, 0-9, '-', '_' or '.'"),
         ));
     }
+}
+
+/// The schema of a text field of at most `MAX` characters: what
+/// [`check_text`] checks, as a JSON-schema pattern (something besides
+/// whitespace, and no C0, DEL or C1 control character).
+fn text<const MAX: usize>() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX))
+        .pattern(Some(
+            r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$",
+        ))
+        .build()
 }
 
 fn check_text(errors: &mut Vec<FieldError>, field: &str, value: &str, max: usize) {
