@@ -5,10 +5,8 @@
 //! A library on the ports: [`Worker::new`] wires them to the workflow,
 //! [`Worker::run`] consumes until the shutdown token fires and then drains.
 
-pub mod change_feed;
 pub mod consumer;
 pub mod intake;
-pub mod notify;
 pub mod resilience;
 pub mod workflow;
 
