@@ -130,3 +130,138 @@ impl Estimator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use skyport_core::ports::{FeedRange, StartFrom};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{Estimator, LeaseEstimate};
+    use crate::change_feed::ProcessorReport;
+    use crate::change_feed::fixture::{Fixture, PROCESSOR, eventually};
+    use crate::change_feed::lease::LeaseDoc;
+
+    fn estimator(fixture: &Fixture, start: StartFrom) -> Estimator {
+        Estimator::new(fixture.source(), fixture.lease_store(), PROCESSOR, start)
+    }
+
+    #[tokio::test]
+    async fn a_lease_without_a_checkpoint_has_every_change_pending() {
+        let fixture = Fixture::open();
+        for id in ["a", "b", "c"] {
+            fixture.write(id).await;
+        }
+        fixture.acquired("pod-0").await;
+        assert_eq!(
+            estimator(&fixture, StartFrom::Beginning)
+                .estimate()
+                .await
+                .unwrap(),
+            [LeaseEstimate {
+                lease: "range.-FF".into(),
+                owner: Some("pod-0".into()),
+                pending: 3,
+            }]
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_changes_after_the_checkpoint_are_pending() {
+        let fixture = Fixture::open();
+        for id in ["a", "b", "c", "d", "e"] {
+            fixture.write(id).await;
+        }
+        let acquired = fixture.acquired("pod-0").await;
+        let mut doc = acquired.doc.clone();
+        doc.continuation = Some(fixture.after(3).await);
+        fixture
+            .leases()
+            .replace(&doc, &acquired.etag)
+            .await
+            .unwrap();
+        let estimates = estimator(&fixture, StartFrom::Beginning)
+            .estimate()
+            .await
+            .unwrap();
+        assert_eq!(estimates[0].pending, 2);
+        fixture.write("f").await;
+        let estimates = estimator(&fixture, StartFrom::Beginning)
+            .estimate()
+            .await
+            .unwrap();
+        assert_eq!(estimates[0].pending, 3);
+    }
+
+    #[tokio::test]
+    async fn a_processor_that_starts_now_has_nothing_pending_before_its_first_checkpoint() {
+        let fixture = Fixture::open();
+        fixture.write("a").await;
+        fixture.acquired("pod-0").await;
+        let estimates = estimator(&fixture, StartFrom::Now)
+            .estimate()
+            .await
+            .unwrap();
+        assert_eq!(estimates[0].pending, 0);
+    }
+
+    #[tokio::test]
+    async fn retired_leases_are_not_counted_and_no_lease_is_no_estimate() {
+        let fixture = Fixture::open();
+        fixture.write("a").await;
+        assert!(
+            estimator(&fixture, StartFrom::Beginning)
+                .estimate()
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        fixture
+            .leases()
+            .create(&LeaseDoc {
+                retired: true,
+                ..LeaseDoc::new(&FeedRange::full())
+            })
+            .await
+            .unwrap();
+        assert!(
+            estimator(&fixture, StartFrom::Beginning)
+                .estimate()
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_periodic_estimate_fills_the_report_until_shutdown() {
+        let fixture = Fixture::open();
+        for id in ["a", "b"] {
+            fixture.write(id).await;
+        }
+        fixture.acquired("pod-0").await;
+        let estimator = estimator(&fixture, StartFrom::Beginning);
+        let report = Mutex::new(ProcessorReport::default());
+        let shutdown = CancellationToken::new();
+        let running = estimator.run_every(
+            Duration::from_millis(10),
+            PROCESSOR,
+            &report,
+            shutdown.clone(),
+        );
+        let watching = async {
+            eventually("the report holds the estimate", || async {
+                let report = report.lock().unwrap().clone();
+                (report.pending == 2 && report.leases.len() == 1).then_some(())
+            })
+            .await;
+            shutdown.cancel();
+        };
+        tokio::join!(running, watching);
+        assert_eq!(report.lock().unwrap().leases[0].lease, "range.-FF");
+    }
+}

@@ -167,3 +167,172 @@ impl Leases {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+    use skyport_core::ports::{FeedRange, LeaseCondition, LeaseError};
+
+    use super::{LeaseDoc, Stored};
+    use crate::change_feed::fixture::{Fixture, PROCESSOR};
+
+    fn half(min: &str, max: &str) -> FeedRange {
+        FeedRange {
+            min: min.into(),
+            max: max.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_is_created_once_and_a_second_create_finds_it_made() {
+        let fixture = Fixture::open();
+        let leases = fixture.leases();
+        let first = fixture.acquired("a").await;
+        leases
+            .create(&LeaseDoc::new(&FeedRange::full()))
+            .await
+            .unwrap();
+        let listed = leases.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].name, "range.-FF");
+        assert_eq!(listed[0].doc.owner.as_deref(), Some("a"));
+        assert_eq!(listed[0].etag, first.etag);
+    }
+
+    #[tokio::test]
+    async fn only_the_writer_at_the_version_it_read_acquires_a_lease() {
+        let fixture = Fixture::open();
+        let leases = fixture.leases();
+        leases
+            .create(&LeaseDoc::new(&FeedRange::full()))
+            .await
+            .unwrap();
+        let read = fixture.lease().await;
+        let mut mine = read.doc.clone();
+        mine.owner = Some("a".into());
+        let mut theirs = read.doc.clone();
+        theirs.owner = Some("b".into());
+        leases.replace(&mine, &read.etag).await.unwrap();
+        let late = leases.replace(&theirs, &read.etag).await;
+        assert!(matches!(late, Err(LeaseError::Conflict)));
+        assert_eq!(fixture.lease().await.doc.owner.as_deref(), Some("a"));
+    }
+
+    #[tokio::test]
+    async fn a_renewal_gives_the_lease_a_new_version_and_a_later_time() {
+        let fixture = Fixture::open();
+        let acquired = fixture.acquired("a").await;
+        let renewed = fixture
+            .leases()
+            .replace(&acquired.doc, &acquired.etag)
+            .await
+            .unwrap();
+        assert_ne!(renewed.etag, acquired.etag);
+        assert!(renewed.modified >= acquired.modified);
+        assert_eq!(renewed.doc, acquired.doc);
+        let stored = fixture.lease().await;
+        assert_eq!(stored.etag, renewed.etag);
+        assert_eq!(stored.modified, renewed.modified);
+    }
+
+    #[tokio::test]
+    async fn an_owner_is_live_until_the_expiry_after_its_last_write() {
+        let fixture = Fixture::open();
+        let acquired = fixture.acquired("a").await;
+        let expiry = time::Duration::seconds(60);
+        let written = acquired.modified;
+        assert_eq!(acquired.live_owner(written, expiry), Some("a"));
+        assert_eq!(
+            acquired.live_owner(written + expiry - time::Duration::MILLISECOND, expiry),
+            Some("a")
+        );
+        assert_eq!(acquired.live_owner(written + expiry, expiry), None);
+        let released = Stored {
+            doc: LeaseDoc {
+                owner: None,
+                ..acquired.doc.clone()
+            },
+            ..acquired
+        };
+        assert_eq!(released.live_owner(written, expiry), None);
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_is_kept_with_the_owner_and_read_back() {
+        let fixture = Fixture::open();
+        let acquired = fixture.acquired("a").await;
+        let mut doc = acquired.doc.clone();
+        doc.continuation = Some("42".into());
+        fixture
+            .leases()
+            .replace(&doc, &acquired.etag)
+            .await
+            .unwrap();
+        let stored = fixture.lease().await;
+        assert_eq!(stored.doc.continuation.as_deref(), Some("42"));
+        assert_eq!(stored.doc.owner.as_deref(), Some("a"));
+        assert!(!stored.doc.retired);
+    }
+
+    #[tokio::test]
+    async fn only_this_processors_range_leases_are_listed() {
+        let fixture = Fixture::open();
+        let leases = fixture.leases();
+        leases
+            .create(&LeaseDoc::new(&half("", "7F")))
+            .await
+            .unwrap();
+        leases
+            .create(&LeaseDoc::new(&half("7F", "FF")))
+            .await
+            .unwrap();
+        let other = LeaseDoc::new(&FeedRange::full());
+        let store = fixture.lease_store();
+        store
+            .put(
+                "another-processor",
+                &other.name(),
+                &other.fields(),
+                LeaseCondition::Absent,
+            )
+            .await
+            .unwrap();
+        let not_a_range = json!({"owner": "a"}).as_object().unwrap().clone();
+        store
+            .put(
+                PROCESSOR,
+                "range.broken",
+                &not_a_range,
+                LeaseCondition::Absent,
+            )
+            .await
+            .unwrap();
+        store
+            .put(
+                PROCESSOR,
+                "ownership.0",
+                &other.fields(),
+                LeaseCondition::Absent,
+            )
+            .await
+            .unwrap();
+        let names: Vec<String> = leases
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert_eq!(names, ["range.-7F", "range.7F-FF"]);
+        assert!(leases.get("range.broken").await.unwrap().is_none());
+        assert!(leases.get("range.-7F").await.unwrap().is_some());
+    }
+
+    #[test]
+    fn a_lease_is_named_after_its_range() {
+        assert_eq!(LeaseDoc::new(&half("3F", "7F")).name(), "range.3F-7F");
+        assert_eq!(LeaseDoc::new(&half("3F", "7F")).range(), half("3F", "7F"));
+    }
+}

@@ -28,6 +28,8 @@
 
 mod balance;
 mod estimator;
+#[cfg(test)]
+mod fixture;
 mod handler;
 mod lease;
 mod owned;

@@ -349,3 +349,160 @@ impl Diagnostics for Processor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+    use skyport_core::ports::{ChangeDeadLetter, DeadLetterStore, Diagnostics};
+    use time::OffsetDateTime;
+    use tokio_util::sync::CancellationToken;
+
+    use super::Processor;
+    use crate::change_feed::fixture::{Fixture, PROCESSOR, Recorder, eventually, settings};
+    use crate::change_feed::settings::ProcessorSettings;
+
+    fn processor(
+        fixture: &Fixture,
+        settings: ProcessorSettings,
+        recorder: &Arc<Recorder>,
+    ) -> Arc<Processor> {
+        Processor::new(
+            settings,
+            fixture.source(),
+            fixture.lease_store(),
+            Arc::clone(&fixture.store) as Arc<dyn DeadLetterStore>,
+            Arc::clone(recorder) as _,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_lone_processor_hands_over_every_change_and_releases_its_lease_at_shutdown() {
+        let fixture = Fixture::open();
+        for id in ["a", "b", "c"] {
+            fixture.write(id).await;
+        }
+        let recorder = Arc::new(Recorder::default());
+        let processor = processor(&fixture, settings("pod-0"), &recorder);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(Arc::clone(&processor).run(shutdown.clone()));
+        eventually("every change is handed over", || async {
+            (recorder.ids() == ["a", "b", "c"]).then_some(())
+        })
+        .await;
+        eventually("the report shows the lease and nothing pending", || async {
+            let report = processor.report();
+            (report.owned == ["range.-FF"] && report.leases.len() == 1 && report.pending == 0)
+                .then_some(())
+        })
+        .await;
+        assert!(processor.degraded().is_empty());
+        shutdown.cancel();
+        running.await.unwrap();
+        let lease = fixture.lease().await;
+        assert_eq!(lease.doc.owner, None);
+        assert_eq!(
+            lease.doc.continuation.as_deref(),
+            Some(fixture.after(3).await.as_str())
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_cycle_creates_the_lease_of_each_range_and_takes_it() {
+        let fixture = Fixture::open();
+        let recorder = Arc::new(Recorder::default());
+        let processor = processor(&fixture, settings("pod-0"), &recorder);
+        let shutdown = CancellationToken::new();
+        processor.cycle(&shutdown).await.unwrap();
+        assert_eq!(processor.report().owned, ["range.-FF"]);
+        assert_eq!(fixture.lease().await.doc.owner.as_deref(), Some("pod-0"));
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_lease_a_live_instance_holds_is_left_to_it() {
+        let fixture = Fixture::open();
+        fixture.acquired("pod-1").await;
+        let recorder = Arc::new(Recorder::default());
+        let processor = processor(&fixture, settings("pod-0"), &recorder);
+        processor.cycle(&CancellationToken::new()).await.unwrap();
+        assert!(processor.report().owned.is_empty());
+        assert_eq!(fixture.lease().await.doc.owner.as_deref(), Some("pod-1"));
+    }
+
+    #[tokio::test]
+    async fn a_lease_whose_owner_stopped_renewing_is_taken_over_from_its_checkpoint() {
+        let fixture = Fixture::open();
+        for id in ["a", "b"] {
+            fixture.write(id).await;
+        }
+        let acquired = fixture.acquired("pod-1").await;
+        let mut doc = acquired.doc.clone();
+        doc.continuation = Some(fixture.after(1).await);
+        fixture
+            .leases()
+            .replace(&doc, &acquired.etag)
+            .await
+            .unwrap();
+        let recorder = Arc::new(Recorder::default());
+        // Expired the moment it was written: pod-1 renews no more.
+        let settings = ProcessorSettings {
+            expiry: Duration::ZERO,
+            ..settings("pod-0")
+        };
+        let processor = processor(&fixture, settings, &recorder);
+        let shutdown = CancellationToken::new();
+        processor.cycle(&shutdown).await.unwrap();
+        assert_eq!(processor.report().owned, ["range.-FF"]);
+        eventually("the change after the checkpoint is handed over", || async {
+            (recorder.ids() == ["b"]).then_some(())
+        })
+        .await;
+        shutdown.cancel();
+        eventually("the lease is released", || async {
+            fixture.lease().await.doc.owner.is_none().then_some(())
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn the_admin_inspection_lists_the_report_and_the_dead_letters() {
+        let fixture = Fixture::open();
+        fixture
+            .store
+            .put_change(ChangeDeadLetter {
+                processor: PROCESSOR.into(),
+                key: "msg_d-1_failed".into(),
+                reason: "410 Gone".into(),
+                payload: json!({"webhookId": "msg_d-1_failed"}),
+                at: OffsetDateTime::UNIX_EPOCH,
+            })
+            .await
+            .unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let processor = processor(&fixture, settings("pod-0"), &recorder);
+        let report = processor.inspect("change-feed/").await.unwrap().unwrap();
+        assert_eq!(report["processor"], PROCESSOR);
+        assert_eq!(report["instance"], "pod-0");
+        let letters = processor
+            .inspect("change-feed/dead-letters")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            letters,
+            json!([{
+                "key": "msg_d-1_failed",
+                "reason": "410 Gone",
+                "at": "1970-01-01T00:00:00Z",
+                "payload": {"webhookId": "msg_d-1_failed"},
+            }])
+        );
+        assert!(processor.inspect("other").await.is_none());
+        assert_eq!(processor.details()[0].0, "changeFeed");
+    }
+}

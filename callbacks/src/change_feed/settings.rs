@@ -50,3 +50,87 @@ impl From<&ChangeFeedSettings> for ProcessorSettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use skyport_core::ports::StartFrom;
+    use skyport_runtime::config::{ChangeFeedSettings, Millis};
+    use time::macros::datetime;
+
+    use super::ProcessorSettings;
+
+    #[test]
+    fn the_defaults_resolve_to_the_sdks_timings() {
+        let settings = ProcessorSettings::from(&ChangeFeedSettings {
+            instance_name: "pod-0".into(),
+            ..ChangeFeedSettings::default()
+        });
+        assert_eq!(settings.processor, "skyport-callbacks");
+        assert_eq!(settings.instance, "pod-0");
+        assert_eq!(settings.start, StartFrom::Beginning);
+        assert_eq!(settings.poll_interval, Duration::from_secs(5));
+        assert_eq!(settings.max_items, 100);
+        assert_eq!(settings.only_with_field, None);
+        assert_eq!(settings.max_batches_in_flight, 8);
+        assert_eq!(settings.acquire_interval, Duration::from_secs(13));
+        assert_eq!(settings.renew_interval, Duration::from_secs(17));
+        assert_eq!(settings.expiry, Duration::from_secs(60));
+        assert_eq!(settings.max_attempts, 5);
+        assert_eq!(settings.retry_backoff, Duration::from_secs(1));
+        assert_eq!(settings.estimate_interval, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn counts_of_zero_become_one_so_that_a_lease_still_moves() {
+        let settings = ProcessorSettings::from(&ChangeFeedSettings {
+            max_batches_in_flight: 0,
+            max_attempts: 0,
+            ..ChangeFeedSettings::default()
+        });
+        assert_eq!(settings.max_batches_in_flight, 1);
+        assert_eq!(settings.max_attempts, 1);
+    }
+
+    #[test]
+    fn the_start_is_read_from_its_three_forms_else_the_beginning() {
+        let start = |text: &str| {
+            ProcessorSettings::from(&ChangeFeedSettings {
+                start_from: text.into(),
+                ..ChangeFeedSettings::default()
+            })
+            .start
+        };
+        assert_eq!(start("beginning"), StartFrom::Beginning);
+        assert_eq!(start("now"), StartFrom::Now);
+        assert_eq!(
+            start("2026-01-02T03:04:05Z"),
+            StartFrom::Time(datetime!(2026-01-02 03:04:05 UTC))
+        );
+        assert_eq!(start("yesterday"), StartFrom::Beginning);
+    }
+
+    #[test]
+    fn millisecond_settings_become_durations() {
+        let settings = ProcessorSettings::from(&ChangeFeedSettings {
+            poll_interval_ms: Millis::new(250),
+            expiry_ms: Millis::new(1_500),
+            ..ChangeFeedSettings::default()
+        });
+        assert_eq!(settings.poll_interval, Duration::from_millis(250));
+        assert_eq!(settings.expiry, Duration::from_millis(1_500));
+    }
+
+    #[test]
+    fn an_unnamed_instance_is_named_after_the_host_and_the_process() {
+        let settings = ProcessorSettings::from(&ChangeFeedSettings::default());
+        assert!(
+            settings
+                .instance
+                .ends_with(&format!("-{}", std::process::id())),
+            "{}",
+            settings.instance
+        );
+    }
+}
