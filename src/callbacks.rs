@@ -10,10 +10,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use skyport_callbacks::change_feed::{Processor, ProcessorSettings};
+use skyport_callbacks::notify::Notifier;
 use skyport_runtime::config::{SECRET_PREFIX, Settings, decode_secret};
 use skyport_runtime::destination::AddressPolicy;
-use skyport_worker::change_feed::{Processor, ProcessorSettings};
-use skyport_worker::notify::Notifier;
 
 use crate::backends::{Backends, Store};
 

@@ -5,10 +5,8 @@
 //! A library on the ports: [`Worker::new`] wires them to the workflow,
 //! [`Worker::run`] consumes until the shutdown token fires and then drains.
 
-pub mod change_feed;
 pub mod consumer;
 pub mod intake;
-pub mod notify;
 pub mod resilience;
 pub mod workflow;
 
@@ -19,6 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use skyport_core::ports::{Consumer, Diagnostics, Ports, StatusStore, details_of, inspect_parts};
 use skyport_runtime::admin::ReadinessCheck;
+use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::{ServicesSettings, WorkerSettings};
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -27,7 +26,6 @@ use crate::consumer::PartitionContext;
 use crate::intake::Intake;
 use crate::intake::backlog::BacklogExceeded;
 use crate::intake::pauses::Pauses;
-use crate::resilience::backoff::Backoff;
 use crate::resilience::breaker::{BreakerSettings, Breakers};
 use crate::resilience::client::{ClientError, ServiceClient};
 use crate::workflow::status::StatusWriter;

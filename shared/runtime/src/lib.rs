@@ -1,15 +1,18 @@
 //! What every Skyport process shares besides the domain: its configuration,
 //! telemetry (logs and traces), metrics, the shutdown signal, the process
-//! runner every binary's `main` is, the HTTP server every listener runs, and
-//! the admin routes every server mounts.
+//! runner every binary's `main` is, the HTTP server every listener runs, the
+//! admin routes every server mounts, and how a retry waits ([`backoff`]) and
+//! a failure is told ([`error_chain`]).
 //!
 //! No storage engine and no cloud SDK: adapters depend on this crate, never
 //! the other way round.
 
 pub mod admin;
+pub mod backoff;
 pub mod config;
 pub mod dashboard;
 pub mod destination;
+pub mod error_chain;
 pub mod foreground;
 pub mod http;
 pub mod metrics;

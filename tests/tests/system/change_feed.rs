@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use skyport_azure::cosmos::CosmosStore;
 use skyport_azure::cosmos::emulator::Emulator;
+use skyport_callbacks::change_feed::{ChangeHandler, Estimator, Processor, ProcessorSettings};
 use skyport_core::error::BoxError;
 use skyport_core::ports::{
     Change, ChangeSource, DeadLetterStore, Precondition, StartFrom, StatusStore, StatusStoreError,
@@ -21,7 +22,6 @@ use skyport_core::ports::{
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::{CosmosSettings, Millis};
 use skyport_tests::eventually;
-use skyport_worker::change_feed::{ChangeHandler, Estimator, Processor, ProcessorSettings};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 

@@ -440,6 +440,7 @@ fn the_build_context_leaves_out_build_output_and_history() {
         "shared",
         "api",
         "worker",
+        "callbacks",
         "tests",
         "src",
         "benches",

@@ -68,17 +68,6 @@ pub(crate) fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,15 +16,16 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AF
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use skyport_core::status::Step;
+use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::{ServicesProtocol, ServicesSettings};
+use skyport_runtime::error_chain::error_chain;
 use skyport_runtime::metrics::{self, StepErrorLabels, StepLabels};
 use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::backoff::Backoff;
 use super::breaker::{Admission, Breakers};
-use super::classify::{Attempt, classify, error_chain, parse_retry_after};
+use super::classify::{Attempt, classify, parse_retry_after};
 use super::h2c::H2c;
 
 /// The header every call carries: the delivery and the step it is for.

@@ -7,9 +7,8 @@
 use std::fmt::Display;
 use std::future::Future;
 
+use skyport_runtime::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
-
-use crate::resilience::backoff::Backoff;
 
 /// Why an event stopped before its write was durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

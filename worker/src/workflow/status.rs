@@ -159,11 +159,11 @@ mod tests {
     use skyport_core::ports::ETag;
     use skyport_core::status::DeliveryState;
     use skyport_embedded::EmbeddedStore;
+    use skyport_runtime::backoff::Backoff;
     use skyport_runtime::config::EmbeddedSettings;
     use time::OffsetDateTime;
 
     use super::*;
-    use crate::resilience::backoff::Backoff;
 
     /// The embedded store on disk, counting reads.
     #[derive(Debug)]

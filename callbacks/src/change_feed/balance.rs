@@ -61,7 +61,14 @@ pub(crate) fn choose<'a>(leases: &[Held<'a>], me: &str) -> Vec<&'a str> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use skyport_core::ports::FeedRange;
+    use time::OffsetDateTime;
+
     use super::{Held, choose};
+    use crate::change_feed::fixture::Fixture;
+    use crate::change_feed::lease::LeaseDoc;
 
     fn leases<'a>(owners: &[Option<&'a str>], names: &'a [String]) -> Vec<Held<'a>> {
         owners
@@ -125,5 +132,76 @@ mod tests {
         let names = names(1);
         let held = leases(&[Some("b")], &names);
         assert!(choose(&held, "a").is_empty());
+    }
+
+    #[test]
+    fn an_instance_at_its_share_takes_no_free_lease() {
+        let names = names(4);
+        let held = leases(&[Some("a"), Some("a"), Some("b"), None], &names);
+        assert!(choose(&held, "a").is_empty());
+        assert_eq!(choose(&held, "b"), ["l3"]);
+    }
+
+    #[test]
+    fn free_leases_are_taken_before_any_is_stolen() {
+        let names = names(3);
+        let held = leases(&[Some("b"), Some("b"), None], &names);
+        assert_eq!(choose(&held, "a"), ["l2"]);
+    }
+
+    #[test]
+    fn the_stolen_lease_is_one_of_the_busiest_owners() {
+        let names = names(6);
+        let held = leases(
+            &[
+                Some("b"),
+                Some("c"),
+                Some("c"),
+                Some("c"),
+                Some("c"),
+                Some("b"),
+            ],
+            &names,
+        );
+        assert_eq!(choose(&held, "a"), ["l1"]);
+    }
+
+    #[tokio::test]
+    async fn leases_in_the_store_whose_owner_stopped_renewing_are_free_to_take() {
+        let fixture = Fixture::open();
+        let leases = fixture.leases();
+        for (min, max) in [("", "7F"), ("7F", "FF")] {
+            let range = FeedRange {
+                min: min.into(),
+                max: max.into(),
+            };
+            leases
+                .create(&LeaseDoc {
+                    owner: Some("gone".into()),
+                    ..LeaseDoc::new(&range)
+                })
+                .await
+                .unwrap();
+        }
+        let stored = leases.list().await.unwrap();
+        let decide = |now: OffsetDateTime| {
+            let held: Vec<Held<'_>> = stored
+                .iter()
+                .map(|lease| Held {
+                    name: &lease.name,
+                    live_owner: lease.live_owner(now, time::Duration::seconds(60)),
+                })
+                .collect();
+            let mut taken: Vec<String> =
+                choose(&held, "a").into_iter().map(str::to_owned).collect();
+            taken.sort();
+            taken
+        };
+        let written = stored.iter().map(|lease| lease.modified).max().unwrap();
+        assert_eq!(decide(written), ["range.-7F"]);
+        assert_eq!(
+            decide(written + time::Duration::seconds(61)),
+            ["range.-7F", "range.7F-FF"]
+        );
     }
 }

@@ -24,16 +24,15 @@ use bytes::Bytes;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT};
 use reqwest::{Response, StatusCode};
+use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::CallbackSettings;
 use skyport_runtime::destination::AddressPolicy;
+use skyport_runtime::error_chain::error_chain;
 use skyport_runtime::telemetry;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc2822;
 use tokio::sync::Semaphore;
 use url::Url;
-
-use crate::resilience::backoff::Backoff;
-use crate::resilience::classify::error_chain;
 
 /// The `User-Agent` of every callback.
 const AGENT: &str = concat!("skyport-callbacks/", env!("CARGO_PKG_VERSION"));

@@ -365,3 +365,181 @@ impl ChangeHandler for Notifier {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Mutex;
+
+    use axum::Router;
+    use axum::http::{HeaderMap, StatusCode};
+    use skyport_core::ports::Versioned;
+    use skyport_embedded::EmbeddedStore;
+    use skyport_runtime::config::EmbeddedSettings;
+    use tempfile::TempDir;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    const KEY: &[u8] = b"a test key of the notifier";
+
+    /// The embedded store on a temporary directory.
+    fn store() -> (Arc<EmbeddedStore>, TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = EmbeddedSettings {
+            data_dir: dir.path().to_path_buf(),
+            cache_size_mb: 8,
+            max_batch: 64,
+            queue_capacity: 1024,
+            segment_size_mb: 1,
+        };
+        (EmbeddedStore::open(&settings, 1).unwrap(), dir)
+    }
+
+    fn notifier(store: &Arc<EmbeddedStore>, allow: &[&str]) -> Notifier {
+        let settings = CallbackSettings {
+            allow: allow.iter().map(|&entry| entry.to_owned()).collect(),
+            ..CallbackSettings::default()
+        };
+        Notifier::new(
+            Arc::clone(store) as _,
+            Arc::clone(store) as _,
+            &settings,
+            AddressPolicy::new(settings.allowed()),
+            &[KEY.to_vec()],
+            "test-processor",
+        )
+        .unwrap()
+    }
+
+    fn document(id: &str, state: DeliveryState, callback_url: Option<&str>) -> StatusDocument {
+        StatusDocument {
+            state,
+            callback_url: callback_url.map(str::to_owned),
+            ..StatusDocument::accepted(id, OffsetDateTime::UNIX_EPOCH)
+        }
+    }
+
+    /// Writes `document` and returns it as the change feed hands it over.
+    async fn written(store: &EmbeddedStore, document: &StatusDocument) -> Change {
+        StatusStore::put(store, document, Precondition::IfNoneMatch)
+            .await
+            .unwrap();
+        Change {
+            id: document.id.clone(),
+            document: serde_json::to_value(document).unwrap(),
+        }
+    }
+
+    async fn stored(store: &EmbeddedStore, id: &str) -> StatusDocument {
+        let versioned: Versioned = StatusStore::get(store, id).await.unwrap().unwrap();
+        versioned.document
+    }
+
+    /// A local receiver answering 204, keeping what it was sent.
+    async fn receiver() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&received);
+        let app = Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
+            keep.lock().unwrap().push((headers, body));
+            async { StatusCode::NO_CONTENT }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{address}/hook"), received)
+    }
+
+    #[test]
+    fn the_message_id_is_stable_per_delivery_and_state() {
+        assert_eq!(
+            Notifier::message_id("d-1", DeliveryState::Scheduled),
+            "msg_d-1_scheduled"
+        );
+        assert_ne!(
+            Notifier::message_id("d-1", DeliveryState::Failed),
+            Notifier::message_id("d-1", DeliveryState::Cancelled)
+        );
+    }
+
+    #[test]
+    fn the_payload_wraps_the_status_without_its_callback_outcome() {
+        let mut document = document("d-1", DeliveryState::Failed, Some("http://h/hook"));
+        document.callback = Some(CallbackOutcome {
+            state: CallbackState::Pending,
+            announced: DeliveryState::Failed,
+            attempts: 2,
+            last_error: None,
+            delivered_at: None,
+            retrying_since: None,
+        });
+        let body = payload(&document);
+        assert_eq!(body["type"], "delivery.failed");
+        assert_eq!(body["timestamp"], "1970-01-01T00:00:00Z");
+        assert_eq!(body["data"]["id"], "d-1");
+        assert!(body["data"].get("callback").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_terminal_status_is_posted_signed_and_its_delivery_recorded() {
+        let (store, _dir) = store();
+        let (url, received) = receiver().await;
+        let notifier = notifier(&store, &["127.0.0.0/8"]);
+        let change = written(
+            &store,
+            &document("d-1", DeliveryState::Scheduled, Some(&url)),
+        )
+        .await;
+        notifier.handle(&[change]).await.unwrap();
+        let (headers, body) = received.lock().unwrap().remove(0);
+        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+        assert_eq!(header("webhook-id"), "msg_d-1_scheduled");
+        let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+        assert_eq!(
+            header("webhook-signature"),
+            Signer::new(&[KEY.to_vec()]).sign("msg_d-1_scheduled", timestamp, &body)
+        );
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["type"], "delivery.scheduled");
+        let outcome = stored(&store, "d-1").await.callback.unwrap();
+        assert_eq!(outcome.state, CallbackState::Delivered);
+        assert_eq!(outcome.announced, DeliveryState::Scheduled);
+        assert_eq!(outcome.attempts, 1);
+        assert!(outcome.delivered_at.is_some());
+    }
+
+    #[tokio::test]
+    async fn documents_not_waiting_for_a_callback_are_passed_over() {
+        let (store, _dir) = store();
+        let (url, received) = receiver().await;
+        let notifier = notifier(&store, &["127.0.0.0/8"]);
+        let running = written(
+            &store,
+            &document("d-1", DeliveryState::Processing, Some(&url)),
+        )
+        .await;
+        let silent = written(&store, &document("d-2", DeliveryState::Failed, None)).await;
+        notifier.handle(&[running, silent]).await.unwrap();
+        assert!(received.lock().unwrap().is_empty());
+        assert!(stored(&store, "d-1").await.callback.is_none());
+        assert!(stored(&store, "d-2").await.callback.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_refused_destination_is_dead_lettered_and_recorded() {
+        let (store, _dir) = store();
+        let (url, received) = receiver().await;
+        // No allow-list: loopback is refused before anything is sent.
+        let notifier = notifier(&store, &[]);
+        let change = written(&store, &document("d-1", DeliveryState::Failed, Some(&url))).await;
+        notifier.handle(&[change]).await.unwrap();
+        assert!(received.lock().unwrap().is_empty());
+        let outcome = stored(&store, "d-1").await.callback.unwrap();
+        assert_eq!(outcome.state, CallbackState::DeadLettered);
+        let letters = store.changes("test-processor").await.unwrap();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].key, "msg_d-1_failed");
+        assert_eq!(letters[0].payload["callbackUrl"], url.as_str());
+    }
+}

@@ -1,8 +1,10 @@
 //! Exponential backoff with full jitter: the n-th retry waits a uniformly
-//! random time between zero and `min(max, initial × 2ⁿ)`.
+//! random time between zero and `min(max, initial × 2ⁿ)`. The workflow's
+//! retries and the callbacks' both wait this way.
 
 use std::time::Duration;
 
+/// The waits between retries: doubling from `initial`, capped at `max`.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     initial: Duration,
@@ -10,6 +12,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A backoff from `initial` up to `max` (at least `initial`).
     pub fn new(initial: Duration, max: Duration) -> Self {
         Self {
             initial,
