@@ -8,8 +8,8 @@
 //! error, fail a request or fetch anything from another origin.
 //!
 //! Screenshots are kept under `target/browser/`. With
-//! `SKYPORT_UPDATE_SCREENSHOTS=1` they also replace the README's, under
-//! `docs/images/`.
+//! `SKYPORT_UPDATE_SCREENSHOTS=1` they also replace those the README and
+//! docs/operations.md show, under `docs/images/`.
 
 #![allow(clippy::unwrap_used)]
 

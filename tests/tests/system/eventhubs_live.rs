@@ -1,6 +1,6 @@
 //! The Event Hubs scenarios of `eventhubs.rs` against a real namespace and a
-//! real Cosmos DB account (feature `live`). The README's "Live tests" section
-//! says how to run them; each reads its targets from the environment:
+//! real Cosmos DB account (feature `live`). The "Live tests" section of
+//! docs/testing.md says how to run them; each reads its targets from the environment:
 //!
 //! - `SKYPORT_LIVE_EVENTHUBS_CONNECTION_STRING`: a namespace-level key with
 //!   Send and Listen rights.

@@ -1,6 +1,6 @@
 //! The Kafka scenarios of `kafka.rs` (and the handed-back events of
 //! `disk_faults.rs`) against Event Hubs' Kafka endpoint (feature `live`). The
-//! README's "Live tests" section says how to run them; they read their
+//! "Live tests" section of docs/testing.md says how to run them; they read their
 //! target from the environment:
 //!
 //! - `SKYPORT_LIVE_KAFKA_CONNECTION_STRING`: a namespace-level key with Send

@@ -27,6 +27,7 @@ mod kafka;
 #[cfg(feature = "live")]
 mod kafka_live;
 mod load_shedding;
+mod markdown_links;
 mod native_libraries;
 mod openapi_clients;
 mod slow_clients;

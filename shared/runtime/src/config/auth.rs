@@ -13,6 +13,7 @@ use super::duration::Seconds;
 
 /// Authentication of the gateway's `/api` routes: API keys, JWT bearer tokens, or both.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthSettings {
     /// Unset: the profile's (embedded → off, azure → on).
@@ -41,9 +42,11 @@ impl Default for AuthSettings {
 
 /// One API key and what it may do.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeySettings {
     /// The key itself (at least 32 characters).
+    #[cfg_attr(test, schemars(with = "String"))]
     pub key: SecretString,
     /// Unset: both scopes.
     #[serde(default = "Scope::all")]
@@ -52,6 +55,7 @@ pub struct ApiKeySettings {
 
 /// What a caller may do with delivery requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum Scope {
     /// Read status (`GET`).
     #[serde(rename = "deliveries.read")]
@@ -79,6 +83,7 @@ impl std::fmt::Display for Scope {
 /// How bearer tokens are checked: their issuer, audience and exactly one
 /// source of signing keys.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct JwtSettings {
     /// The `iss` tokens must carry (Entra ID: `https://login.microsoftonline.com/TENANT/v2.0`).
@@ -86,6 +91,7 @@ pub struct JwtSettings {
     /// The `aud` tokens must carry (Entra ID: the API's application id URI or client id).
     pub audience: String,
     /// A shared secret for HS256 (at least 32 characters).
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub hs256_secret: Option<SecretString>,
     /// A public key in PEM: RSA (RS256) or EC on P-256 (ES256).
     pub public_key_pem: Option<String>,

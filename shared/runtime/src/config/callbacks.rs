@@ -17,6 +17,7 @@ pub const SECRET_PREFIX: &str = "whsec_";
 
 /// Callbacks: signing secrets, destinations, retries and limits.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct CallbackSettings {
     /// Whether requests may carry a `callbackUrl` (refused with 422 when off)
@@ -27,6 +28,7 @@ pub struct CallbackSettings {
     /// (rotation: add the new one, move receivers, drop the old one). Empty
     /// on the embedded store: the secret it generates and keeps in its data
     /// directory (`callback-secret`).
+    #[cfg_attr(test, schemars(with = "Vec<String>"))]
     pub secrets: Vec<SecretString>,
     /// Addresses (`10.1.2.3`) and networks (`127.0.0.0/8`) callbacks may go
     /// to although they are loopback, private, link-local, multicast or

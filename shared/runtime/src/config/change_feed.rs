@@ -11,6 +11,7 @@ use super::duration::Millis;
 
 /// The change-feed processor (timings as the Cosmos DB SDKs' defaults).
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct ChangeFeedSettings {
     /// The deployment unit: instances with the same name share its leases.

@@ -13,6 +13,7 @@ use super::throughput::{self, GlobalControlSettings, GroupScope, ThroughputGroup
 
 /// How the Cosmos DB client authenticates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CosmosAuth {
     /// The account key in `cosmos.key`.
@@ -24,6 +25,7 @@ pub enum CosmosAuth {
 
 /// Azure Cosmos DB.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct CosmosSettings {
     /// Account endpoint, `https://ACCOUNT.documents.azure.com:443/`.
@@ -32,6 +34,7 @@ pub struct CosmosSettings {
     /// The Azure region to route to first (the closest to this process).
     pub region: String,
     /// Account key (with `auth = "key"`).
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub key: Option<SecretString>,
     pub database: String,
     pub status_container: String,

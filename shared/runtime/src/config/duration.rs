@@ -9,6 +9,7 @@ macro_rules! duration_in {
     ($(#[$doc:meta])* $name:ident, $from:path) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[cfg_attr(test, derive(schemars::JsonSchema))]
         #[serde(transparent)]
         pub struct $name(u64);
 

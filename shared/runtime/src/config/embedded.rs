@@ -9,6 +9,7 @@ use super::checks::Checks;
 
 /// The embedded store (stream, status, checkpoints in one directory).
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbeddedSettings {
     pub data_dir: PathBuf,

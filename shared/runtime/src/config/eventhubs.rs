@@ -11,6 +11,7 @@ use super::duration::Millis;
 
 /// How the Event Hubs clients authenticate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EventHubsAuth {
     /// A shared access key from `eventhubs.connection_string`.
@@ -22,6 +23,7 @@ pub enum EventHubsAuth {
 
 /// Azure Event Hubs: the stream, sharded over one or more hubs of a namespace.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct EventHubsSettings {
     /// Fully qualified namespace, `NAMESPACE.servicebus.windows.net`; with a
@@ -32,6 +34,7 @@ pub struct EventHubsSettings {
     pub hubs: Vec<String>,
     pub auth: EventHubsAuth,
     /// `Endpoint=sb://…/;SharedAccessKeyName=…;SharedAccessKey=…` (with `auth = "connection_string"`).
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub connection_string: Option<SecretString>,
     /// Where to connect instead of the namespace's own address (a private
     /// endpoint, or `amqp://127.0.0.1:PORT` for a local test broker).

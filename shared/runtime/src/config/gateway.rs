@@ -13,6 +13,7 @@ use super::http::HttpSettings;
 
 /// The HTTP gateway.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewaySettings {
     /// Address the gateway listens on.
@@ -25,6 +26,7 @@ pub struct GatewaySettings {
     pub retry_after_s: u32,
     /// Key that signs status receipts (at least 32 characters). The embedded store
     /// generates and keeps one when unset; gateways that scale out must share one.
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub receipt_key: Option<SecretString>,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub shutdown_grace_period_ms: Millis,

@@ -11,6 +11,7 @@ const MIN_HEADER_BYTES: usize = 8 * 1024;
 
 /// Limits on the connections of one HTTP listener.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpSettings {
     /// How long a request's head (request line and headers) may take to

@@ -11,6 +11,7 @@ use super::duration::Millis;
 
 /// How the Kafka clients reach the brokers (librdkafka's `security.protocol`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum KafkaSecurity {
     /// No TLS, no authentication: a local or private cluster.
@@ -47,6 +48,7 @@ impl KafkaSecurity {
 
 /// The SASL mechanism (librdkafka's `sasl.mechanism`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum KafkaSaslMechanism {
     /// User and password in the clear (over TLS): Event Hubs, with user `$ConnectionString`.
     #[default]
@@ -100,6 +102,7 @@ pub const MANAGED_PROPERTIES: &[&str] = &[
 /// Kafka: the stream, sharded over one or more topics. The workers' consumer
 /// group is `worker.consumer_group`.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaSettings {
     /// `host:port` of one or more brokers (`NAMESPACE.servicebus.windows.net:9093` for Event Hubs).
@@ -114,9 +117,11 @@ pub struct KafkaSettings {
     pub sasl_mechanism: KafkaSaslMechanism,
     /// SASL user; unset with a `connection_string`: `$ConnectionString`.
     pub sasl_username: Option<String>,
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub sasl_password: Option<SecretString>,
     /// An Event Hubs connection string: the SASL password, with the user
     /// `$ConnectionString` (Event Hubs' Kafka endpoint).
+    #[cfg_attr(test, schemars(with = "Option<String>"))]
     pub connection_string: Option<SecretString>,
     /// How long the producer waits for more records to join a batch.
     pub linger_ms: Millis,

@@ -19,7 +19,7 @@ pub const ENV_PREFIX: &str = "SKYPORT__";
 /// Command-line flags shared by every Skyport binary.
 #[derive(Debug, Default, Parser)]
 pub struct Cli {
-    /// TOML file with settings, in the sections of the README's configuration table.
+    /// TOML file with settings, in the sections of docs/configuration.md's table.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Set one key, for example `--set worker.max_in_flight=64` (repeatable; wins over everything).

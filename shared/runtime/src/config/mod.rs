@@ -22,6 +22,8 @@ mod http;
 mod kafka;
 mod load;
 mod profile;
+#[cfg(test)]
+mod reference;
 mod services;
 mod simulator;
 mod stream;
@@ -59,6 +61,7 @@ pub use self::worker::WorkerSettings;
 
 /// Everything a Skyport process can be told.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Which family of backends the defaults come from.

@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 /// A family of backends: what a setting left unset defaults to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
     /// Everything on this machine, in the embedded store.

@@ -9,6 +9,7 @@ use super::duration::Millis;
 
 /// The HTTP version the workflow's calls use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ServicesProtocol {
     /// HTTP/2 to the simulated services the all-in-one process starts (it
@@ -24,6 +25,7 @@ pub enum ServicesProtocol {
 
 /// The five backend services the workflow calls.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct ServicesSettings {
     /// Base URL that serves `/account`, `/package`, `/delivery`, `/thirdparty` and `/drone`.

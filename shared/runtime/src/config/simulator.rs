@@ -10,6 +10,7 @@ use super::duration::Millis;
 
 /// The simulated backend services.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct SimulatorSettings {
     /// Where they listen (port 0 in the all-in-one process: any free port).

@@ -6,6 +6,7 @@ use super::checks::Checks;
 
 /// Which event stream carries accepted requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StreamBackend {
     /// The partitioned log inside the embedded store.
@@ -18,6 +19,7 @@ pub enum StreamBackend {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamSettings {
     /// Unset: the profile's (embedded → embedded, azure → eventhubs, kafka → kafka).
@@ -47,6 +49,7 @@ impl StreamSettings {
 
 /// Which store holds status documents and dead letters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StoreBackend {
     Embedded,
@@ -54,6 +57,7 @@ pub enum StoreBackend {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
     /// Unset: the profile's (embedded → embedded, azure → cosmos, kafka → embedded).

@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One readable line per event (colours on a terminal).
@@ -15,6 +16,7 @@ pub enum LogFormat {
 
 /// Logs; traces are switched on by the standard `OTEL_*` variables instead.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetrySettings {
     /// Unset: the profile's (embedded → human, azure → json).

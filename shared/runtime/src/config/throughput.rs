@@ -14,6 +14,7 @@ use super::duration::Millis;
 
 /// A kind of Skyport's work on Cosmos DB, which a throughput group controls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Work {
     /// The worker's status writes (Processing, each step, the outcome).
@@ -61,6 +62,7 @@ impl Work {
 
 /// The server-side priority a group's requests carry (`x-ms-cosmos-priority-level`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     High,
@@ -70,6 +72,7 @@ pub enum Priority {
 /// What a group does when its control cannot start (the offer cannot be
 /// read for `target_fraction`, the control container is missing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OnInitError {
     /// The process does not start, naming the group and the cause.
@@ -81,6 +84,7 @@ pub enum OnInitError {
 
 /// Whether a group's budget is this process's own or shared.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum GroupScope {
     /// Each process spends up to the whole budget.
@@ -93,6 +97,7 @@ pub enum GroupScope {
 
 /// One throughput control group.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct ThroughputGroupSettings {
     /// The container (one of `cosmos.*_container`) whose provisioned
@@ -130,6 +135,7 @@ impl ThroughputGroupSettings {
 
 /// How the processes of a global group share it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct GlobalControlSettings {
     /// The control container (partition key `/groupId`), created when

@@ -10,6 +10,7 @@ use super::http::HttpSettings;
 
 /// The worker that runs the workflow.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerSettings {
     /// Where `skyport-worker` serves `/healthz`, `/readyz` and `/metrics`.
