@@ -137,6 +137,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .merge(api)
         .merge(operations())
         .split_for_parts();
+    request_context::count_from_zero(&spec);
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
     routes
         .merge(reports)

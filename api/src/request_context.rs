@@ -41,6 +41,35 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
+/// Creates the request counter of every answer `spec` documents, at 0: each
+/// route's accepted and refused counts exist from the start, so that the
+/// first burst after a start shows in `rate()` and `increase()`.
+pub fn count_from_zero(spec: &utoipa::openapi::OpenApi) {
+    let requests = &metrics::global().http_requests;
+    for (route, item) in &spec.paths.paths {
+        let operations = [
+            (Method::GET, &item.get),
+            (Method::POST, &item.post),
+            (Method::PUT, &item.put),
+            (Method::DELETE, &item.delete),
+            (Method::PATCH, &item.patch),
+        ];
+        for (method, operation) in operations {
+            let Some(operation) = operation else {
+                continue;
+            };
+            let statuses = operation.responses.responses.keys();
+            for status in statuses.filter_map(|status| status.parse().ok()) {
+                requests.get_or_create_owned(&HttpLabels {
+                    route: route.clone(),
+                    method: method_label(&method),
+                    status,
+                });
+            }
+        }
+    }
+}
+
 /// The caller's request id when it is a short printable token, else a new UUID.
 fn request_id(request: &Request) -> HeaderValue {
     request

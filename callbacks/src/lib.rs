@@ -10,4 +10,5 @@
 //! letters.
 
 pub mod change_feed;
+pub mod metrics;
 pub mod notify;

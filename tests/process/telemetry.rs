@@ -59,6 +59,7 @@ async fn one_trace_covers_a_delivery_and_metrics_hold_every_series() {
         ("RUST_LOG", "info".to_owned()),
     ];
     let app = spawn_skyport(&data, &["simulator.jitter_ms=0".to_owned()], &env).await;
+    check_series_start_at_zero(&app.client.base).await;
     let client = app
         .client
         .with_header("traceparent", &format!("00-{TRACE_ID}-{CALLER_SPAN_ID}-01"));
@@ -81,6 +82,31 @@ async fn one_trace_covers_a_delivery_and_metrics_hold_every_series() {
 }
 
 type Families = BTreeMap<String, Vec<BTreeMap<String, String>>>;
+
+/// Before the first request, the series whose labels are known at start are
+/// there at 0 (a route's answers, each step's errors, each outcome): else the
+/// first burst would be invisible to `rate()` and `increase()`.
+async fn check_series_start_at_zero(base: &str) {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"skyport_http_requests_total{route="/api/deliveryrequests",method="POST",status="202"} 0"#,
+        r#"skyport_http_requests_total{route="/api/deliveryrequests",method="POST",status="503"} 0"#,
+        r#"skyport_http_requests_total{route="/api/deliveryrequests/{id}/status",method="GET",status="200"} 0"#,
+        r#"skyport_step_errors_total{step="drone",kind="retries_exhausted"} 0"#,
+        r#"skyport_workflow_events_total{outcome="scheduled"} 0"#,
+        r#"skyport_publish_batch_failures_total{stream="embedded"} 0"#,
+    ] {
+        assert!(
+            text.lines().any(|line| line == series),
+            "{series} at start in\n{text}"
+        );
+    }
+}
 
 fn check_metrics(families: &Families) {
     let text = format!("{families:#?}");

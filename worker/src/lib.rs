@@ -7,6 +7,7 @@
 
 pub mod consumer;
 pub mod intake;
+pub mod metrics;
 pub mod resilience;
 pub mod workflow;
 
@@ -50,6 +51,8 @@ impl Worker {
         services: &ServicesSettings,
         settings: WorkerSettings,
     ) -> Result<Self, ClientError> {
+        // The worker's series are exposed from its start, at 0.
+        metrics::global();
         let retries = RetryPolicy {
             backoff: Backoff::new(
                 services.retry_initial_backoff_ms.duration(),

@@ -6,10 +6,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::metrics::{self, LeaseLabels};
 use serde::Serialize;
 use skyport_core::error::BoxError;
 use skyport_core::ports::{ChangeSource, LeaseStore, StartFrom};
-use skyport_runtime::metrics::{self, LeaseLabels};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::Leases;

@@ -9,11 +9,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::metrics;
 use skyport_core::error::BoxError;
 use skyport_core::ports::{
     ChangeDeadLetter, ChangePage, ChangeSource, DeadLetterStore, FeedRange, LeaseError,
 };
-use skyport_runtime::metrics;
 use time::OffsetDateTime;
 use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;

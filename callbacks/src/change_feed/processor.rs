@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::metrics;
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -16,7 +17,6 @@ use skyport_core::error::BoxError;
 use skyport_core::ports::{
     ChangeSource, DeadLetterStore, Diagnostics, FeedRange, LeaseError, LeaseStore,
 };
-use skyport_runtime::metrics;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::Notify;

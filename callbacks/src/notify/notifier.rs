@@ -20,6 +20,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::metrics::{self, CallbackLabels};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -31,7 +32,6 @@ use skyport_core::ports::{
 use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
 use skyport_runtime::config::CallbackSettings;
 use skyport_runtime::destination::AddressPolicy;
-use skyport_runtime::metrics::{self, CallbackLabels};
 use skyport_runtime::{telemetry, trace_span};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -114,6 +114,8 @@ impl Notifier {
         keys: &[Vec<u8>],
         processor: &str,
     ) -> Result<Self, reqwest::Error> {
+        // The callbacks' series are exposed from the notifier's start, at 0.
+        metrics::global();
         Ok(Self {
             status,
             dead_letters,

@@ -1,25 +1,31 @@
-//! The Prometheus metrics of a Skyport process: one registry per process
+//! The Prometheus metrics of a Skyport process: one exposition per process
 //! ([`global`]), written as text at `/metrics` by the gateway and the worker.
+//!
+//! Each component owns its series, as Vector's and linkerd's do: a crate
+//! defines them in a `metrics` module of its own, in a registry made by
+//! [`component`], and adds that registry here once ([`Metrics::register`]),
+//! when the component first starts. This module keeps the series the
+//! runtime itself records (HTTP connections and requests) and the few that
+//! several crates record under one name: a stream write (each stream
+//! adapter) and a dependency's 429 (the worker's services and Cosmos DB).
 //!
 //! Every series is named `skyport_*`; the help text of each says what it
 //! counts. Latencies are in seconds; label values come from small fixed sets
-//! (routes, steps, partitions, outcomes), never from request data.
+//! (routes, steps, partitions, outcomes), never from request data. A series
+//! whose label values are known when its component starts is created then,
+//! at 0, so that the first burst after a start shows in `rate()` and
+//! `increase()` (Prometheus' instrumentation guide: avoid missing metrics).
 //!
 //! A scraper that asks for OpenMetrics (Prometheus does by default) gets it;
 //! any other gets the Prometheus text format 0.0.4, which differs only in
 //! naming a counter's family with its `_total` suffix and having no `# EOF`.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -71,33 +77,9 @@ pub struct StreamLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PartitionLabels {
-    pub partition: u32,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepLabels {
-    pub step: &'static str,
-    /// `ok`, `transient` or `permanent`: how one call ended.
-    pub result: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepErrorLabels {
-    pub step: &'static str,
-    /// `transient` (retried), `permanent` (refused) or `retries_exhausted`.
-    pub kind: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClosedLabels {
     /// `idle` or `head_timeout`.
     pub reason: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ServiceLabels {
-    pub step: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -106,50 +88,20 @@ pub struct DependencyLabels {
     pub dependency: &'static str,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
-    /// What the request units were spent on: `read`, `write`, `query` or `delete`.
-    pub operation: &'static str,
+/// A family of histograms, each made by the same constructor.
+pub type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The prefix of every series.
+const PREFIX: &str = "skyport";
+
+/// An empty registry for a component's series: its names get the process's
+/// `skyport_` prefix. Hand it to [`Metrics::register`] once it holds them.
+pub fn component() -> Registry {
+    Registry::with_prefix(PREFIX)
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GroupLabels {
-    /// A Cosmos DB throughput control group, as configured.
-    pub group: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    /// `scheduled`, `failed`, `cancelled`, `cancel_requested`, `already_terminal`,
-    /// `dead_lettered` or `abandoned`.
-    pub outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LeaseLabels {
-    /// A change-feed processor's lease: `range.{min}-{max}` of its feed range.
-    pub lease: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallbackLabels {
-    /// `delivered`, `retried` (an attempt that will be tried again),
-    /// `refused` (a permanent answer or a refused destination) or `dead_lettered`.
-    pub outcome: &'static str,
-}
-
-/// A breaker's state as a number, for `skyport_breaker_state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    Closed = 0,
-    HalfOpen = 1,
-    Open = 2,
-}
-
-type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn latency() -> Histogram {
-    // 0.5 ms to about 16 s.
+/// A latency histogram: 0.5 ms to about 16 s.
+pub fn latency() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
@@ -158,10 +110,12 @@ fn batch_size() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
 }
 
-/// Every series of a Skyport process.
+/// What a Skyport process exposes: the runtime's own series and every
+/// component's registry.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    components: Mutex<Vec<Registry>>,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Histograms<RouteLabels>,
     pub http_connections: Gauge,
@@ -169,30 +123,7 @@ pub struct Metrics {
     pub publish_batch_events: Histograms<StreamLabels>,
     pub publish_duration: Histograms<StreamLabels>,
     pub publish_failures: Family<StreamLabels, Counter>,
-    pub consumer_lag: Family<PartitionLabels, Gauge>,
-    pub events_in_flight: Family<PartitionLabels, Gauge>,
-    pub consumer_rewinds: Family<PartitionLabels, Counter>,
-    pub worker_window: Gauge,
-    pub step_duration: Histograms<StepLabels>,
-    pub step_errors: Family<StepErrorLabels, Counter>,
-    pub breaker_state: Family<ServiceLabels, Gauge>,
     pub throttled: Family<DependencyLabels, Counter>,
-    pub request_units: Family<OperationLabels, Counter<f64, AtomicU64>>,
-    pub group_budget: Family<GroupLabels, Gauge<f64, AtomicU64>>,
-    pub group_allocated: Family<GroupLabels, Gauge<f64, AtomicU64>>,
-    pub group_share: Family<GroupLabels, Gauge<f64, AtomicU64>>,
-    pub group_load_factor: Family<GroupLabels, Gauge<f64, AtomicU64>>,
-    pub group_request_units: Family<GroupLabels, Counter<f64, AtomicU64>>,
-    pub group_delayed: Family<GroupLabels, Counter>,
-    pub group_throttled: Family<GroupLabels, Counter>,
-    pub workflow_events: Family<OutcomeLabels, Counter>,
-    pub replays: Counter,
-    pub change_feed_lag: Family<LeaseLabels, Gauge>,
-    pub change_feed_leases: Gauge,
-    pub change_feed_handler_errors: Counter,
-    pub callbacks: Family<CallbackLabels, Counter>,
-    pub callback_duration: Histogram,
-    checkpoints: Arc<CheckpointAges>,
 }
 
 impl Default for Metrics {
@@ -202,9 +133,9 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry holding every series, none recorded yet.
+    /// The runtime's series, none recorded yet, and no component's.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("skyport");
+        let mut registry = component();
         let http_requests = Family::default();
         registry.register(
             "http_requests",
@@ -247,144 +178,15 @@ impl Metrics {
             "Stream writes that failed (their requests were refused with 503)",
             publish_failures.clone(),
         );
-        let consumer_lag = Family::default();
-        registry.register(
-            "consumer_lag_events",
-            "Events in a partition after the last one this worker completed in order",
-            consumer_lag.clone(),
-        );
-        let events_in_flight = Family::default();
-        registry.register(
-            "events_in_flight",
-            "Events of a partition pulled and not yet completed",
-            events_in_flight.clone(),
-        );
-        let consumer_rewinds = Family::default();
-        registry.register(
-            "consumer_rewinds",
-            "Times a partition was read again from an event handed back to the stream (a nack)",
-            consumer_rewinds.clone(),
-        );
-        let worker_window = Gauge::default();
-        registry.register(
-            "worker_window",
-            "Events each partition may have in flight now (worker.max_in_flight, narrowed while a gateway in the same process answers slower than worker.gateway_latency_goal_ms)",
-            worker_window.clone(),
-        );
-        let step_duration = Family::new_with_constructor(latency as fn() -> Histogram);
-        registry.register(
-            "step_call_duration_seconds",
-            "One call of a workflow step to its service, by how it ended",
-            step_duration.clone(),
-        );
-        let step_errors = Family::default();
-        registry.register(
-            "step_errors",
-            "Failed calls of a workflow step, by kind",
-            step_errors.clone(),
-        );
-        let breaker_state = Family::default();
-        registry.register(
-            "breaker_state",
-            "Circuit breaker of a step's service: 0 closed, 1 half-open (probing), 2 open",
-            breaker_state.clone(),
-        );
         let throttled = Family::default();
         registry.register(
             "throttled",
             "429 Too Many Requests answers received from a dependency",
             throttled.clone(),
         );
-        let request_units = Family::default();
-        registry.register(
-            "cosmos_request_units",
-            "Cosmos DB request units charged, by operation",
-            request_units.clone(),
-        );
-        let group_budget = Family::default();
-        registry.register(
-            "throughput_group_budget_ru_per_s",
-            "A throughput control group's budget: its target, or its fraction of the container's offer",
-            group_budget.clone(),
-        );
-        let group_allocated = Family::default();
-        registry.register(
-            "throughput_group_allocated_ru_per_s",
-            "The part of a group's budget this process may spend each second",
-            group_allocated.clone(),
-        );
-        let group_share = Family::default();
-        registry.register(
-            "throughput_group_share",
-            "This process's share of a global group's budget (1 for a local group)",
-            group_share.clone(),
-        );
-        let group_load_factor = Family::default();
-        registry.register(
-            "throughput_group_load_factor",
-            "How much of its allocation this process used over the last renewal (at least 0.1)",
-            group_load_factor.clone(),
-        );
-        let group_request_units = Family::default();
-        registry.register(
-            "throughput_group_request_units",
-            "Request units charged to a group (errors included)",
-            group_request_units.clone(),
-        );
-        let group_delayed = Family::default();
-        registry.register(
-            "throughput_group_delayed",
-            "Requests a group held until a later cycle had budget",
-            group_delayed.clone(),
-        );
-        let group_throttled = Family::default();
-        registry.register(
-            "throughput_group_throttled",
-            "Requests a group refused at once (its budget spent; not the service's own 429s)",
-            group_throttled.clone(),
-        );
-        let workflow_events = Family::default();
-        registry.register(
-            "workflow_events",
-            "Events the workflow finished, by outcome",
-            workflow_events.clone(),
-        );
-        let replays = Counter::default();
-        registry.register(
-            "workflow_replays",
-            "Delivery events read again after an earlier attempt had begun them (retries after a crash, a rebalance or a republish)",
-            replays.clone(),
-        );
-        let change_feed_lag = Family::default();
-        registry.register(
-            "change_feed_lag_events",
-            "Changes of a change-feed lease not handled yet (the estimator's count, from the store's sequence numbers)",
-            change_feed_lag.clone(),
-        );
-        let change_feed_leases = Gauge::default();
-        registry.register(
-            "change_feed_leases_owned",
-            "Change-feed leases this instance owns now",
-            change_feed_leases.clone(),
-        );
-        let change_feed_handler_errors = Counter::default();
-        registry.register(
-            "change_feed_handler_errors",
-            "Batches of changes a handler failed on (each handed over again from the last checkpoint)",
-            change_feed_handler_errors.clone(),
-        );
-        let callbacks = Family::default();
-        registry.register("callbacks", "Callback POSTs, by outcome", callbacks.clone());
-        let callback_duration = latency();
-        registry.register(
-            "callback_duration_seconds",
-            "Time one callback POST took, to its answer or its error",
-            callback_duration.clone(),
-        );
-        let checkpoints = Arc::new(CheckpointAges::default());
-        registry.register_collector(Box::new(Arc::clone(&checkpoints)));
         Self {
             registry,
+            components: Mutex::new(Vec::new()),
             http_requests,
             http_duration,
             http_connections,
@@ -392,37 +194,41 @@ impl Metrics {
             publish_batch_events,
             publish_duration,
             publish_failures,
-            consumer_lag,
-            events_in_flight,
-            consumer_rewinds,
-            worker_window,
-            step_duration,
-            step_errors,
-            breaker_state,
             throttled,
-            request_units,
-            group_budget,
-            group_allocated,
-            group_share,
-            group_load_factor,
-            group_request_units,
-            group_delayed,
-            group_throttled,
-            workflow_events,
-            replays,
-            change_feed_lag,
-            change_feed_leases,
-            change_feed_handler_errors,
-            callbacks,
-            callback_duration,
-            checkpoints,
         }
     }
 
-    /// Every series as OpenMetrics text.
+    /// Adds a component's series (a registry from [`component`]) to what
+    /// this process exposes. Called once per component: a family registered
+    /// twice would be written twice.
+    pub fn register(&self, registry: Registry) {
+        self.components
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(registry);
+    }
+
+    /// A stream's write series, at 0 until its first write.
+    pub fn stream_started(&self, stream: &'static str) {
+        let labels = StreamLabels { stream };
+        self.publish_batch_events.get_or_create_owned(&labels);
+        self.publish_duration.get_or_create_owned(&labels);
+        self.publish_failures.get_or_create_owned(&labels);
+    }
+
+    /// Every series as OpenMetrics text: the runtime's, then each
+    /// component's in the order they were registered.
     pub fn render(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut text = String::with_capacity(16 * 1024);
-        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+        let components = self
+            .components
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        std::iter::once(&self.registry)
+            .chain(components.iter())
+            .try_for_each(|registry| encode_registry(&mut text, registry))
+            .and_then(|()| encode_eof(&mut text))
             .unwrap_or_else(|e| unreachable!("writing to a String cannot fail: {e}"));
         text
     }
@@ -436,31 +242,6 @@ impl Metrics {
         } else {
             (PROMETHEUS_TEXT, prometheus_text(&text))
         }
-    }
-
-    /// A partition began here: its checkpoint age counts from now.
-    pub fn partition_assigned(&self, partition: u32) {
-        self.checkpoints.lock().insert(partition, Instant::now());
-    }
-
-    /// `partition` wrote a checkpoint.
-    pub fn checkpointed(&self, partition: u32) {
-        self.checkpoints.lock().insert(partition, Instant::now());
-    }
-
-    /// `partition` is no longer read here: its series go.
-    pub fn partition_released(&self, partition: u32) {
-        self.checkpoints.lock().remove(&partition);
-        let labels = PartitionLabels { partition };
-        self.consumer_lag.remove(&labels);
-        self.events_in_flight.remove(&labels);
-    }
-
-    /// The state of a step's circuit breaker.
-    pub fn breaker(&self, step: &'static str, state: BreakerState) {
-        self.breaker_state
-            .get_or_create(&ServiceLabels { step })
-            .set(state as i64);
     }
 
     /// A dependency answered 429.
@@ -513,38 +294,6 @@ fn prometheus_text(text: &str) -> String {
     out
 }
 
-/// When each partition read here last checkpointed; its age is taken at scrape time, so a
-/// partition whose checkpoints have stopped shows a growing age.
-#[derive(Debug, Default)]
-struct CheckpointAges(Mutex<BTreeMap<u32, Instant>>);
-
-impl CheckpointAges {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Instant>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Collector for CheckpointAges {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let ages: Vec<(u32, f64)> = self
-            .lock()
-            .iter()
-            .map(|(partition, at)| (*partition, at.elapsed().as_secs_f64()))
-            .collect();
-        let mut metric = encoder.encode_descriptor(
-            "checkpoint_age_seconds",
-            "Time since a partition's last checkpoint (or since it was assigned, before its first)",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (partition, age) in ages {
-            let labels = PartitionLabels { partition };
-            ConstGauge::new(age).encode(metric.encode_family(&labels)?)?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,16 +302,12 @@ mod tests {
     fn recorded_series_appear_in_both_formats() {
         let metrics = Metrics::new();
         metrics.published("embedded", 12, 0.004);
-        metrics.partition_assigned(3);
-        metrics.breaker("Account", BreakerState::Open);
         metrics.throttled_by("cosmos");
         let text = metrics.render();
         for name in [
             "skyport_publish_batch_events",
-            "skyport_checkpoint_age_seconds",
-            "skyport_breaker_state",
             "skyport_throttled",
-            "skyport_workflow_replays",
+            "skyport_http_connections",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} ")),
@@ -572,22 +317,54 @@ mod tests {
         // A labelled family appears with its first series.
         assert!(!text.contains("skyport_http_requests"), "{text}");
         assert!(text.contains("skyport_publish_batch_events_count{stream=\"embedded\"} 1"));
-        assert!(text.contains("skyport_breaker_state{step=\"Account\"} 2"));
         assert!(text.contains("skyport_throttled_total{dependency=\"cosmos\"} 1"));
-        assert!(text.contains("skyport_checkpoint_age_seconds{partition=\"3\"} "));
         assert!(text.ends_with("# EOF\n"));
         let (content_type, prometheus) = metrics.exposition(Some("text/plain"));
         assert_eq!(content_type, PROMETHEUS_TEXT);
         assert!(prometheus.contains("# TYPE skyport_throttled_total counter\n"));
         assert!(prometheus.contains("# HELP skyport_throttled_total 429 Too Many"));
-        assert!(prometheus.contains("# TYPE skyport_breaker_state gauge\n"));
+        assert!(prometheus.contains("# TYPE skyport_http_connections gauge\n"));
         assert!(!prometheus.contains("# EOF"));
         let (content_type, openmetrics) = metrics.exposition(Some(
             "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
         ));
         assert_eq!(content_type, OPENMETRICS);
         assert!(openmetrics.contains("# TYPE skyport_throttled counter\n"));
-        metrics.partition_released(3);
-        assert!(!metrics.render().contains("partition=\"3\""));
+    }
+
+    #[test]
+    fn a_components_series_are_written_after_the_runtimes_with_one_eof() {
+        let metrics = Metrics::new();
+        let mut registry = component();
+        let gauge: Gauge = Gauge::default();
+        registry.register("component_gauge", "A component's own series", gauge.clone());
+        gauge.set(7);
+        metrics.register(registry);
+        let text = metrics.render();
+        assert!(
+            text.contains("# TYPE skyport_component_gauge gauge\nskyport_component_gauge 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.find("skyport_http_connections") < text.find("skyport_component_gauge"),
+            "{text}"
+        );
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_started_stream_shows_its_write_series_at_zero() {
+        let metrics = Metrics::new();
+        metrics.stream_started("kafka");
+        let text = metrics.render();
+        assert!(
+            text.contains("skyport_publish_batch_events_count{stream=\"kafka\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("skyport_publish_batch_failures_total{stream=\"kafka\"} 0"),
+            "{text}"
+        );
     }
 }

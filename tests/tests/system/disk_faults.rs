@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::config::{Millis, Settings};
-use skyport_runtime::metrics::{self, PartitionLabels};
 use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
+use skyport_worker::metrics::{self, PartitionLabels};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_disk_answers_503_with_retry_after_and_appends_resume_when_it_clears() {

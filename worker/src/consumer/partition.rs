@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::{self, PartitionLabels};
 use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
-use skyport_runtime::metrics::{self, PartitionLabels};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;

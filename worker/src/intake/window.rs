@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::metrics;
 use skyport_runtime::config::WorkerSettings;
 use skyport_runtime::foreground::Foreground;
-use skyport_runtime::metrics;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 

@@ -12,9 +12,9 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::metrics::{self, BreakerState};
 use skyport_core::status::Step;
 use skyport_runtime::config::ServicesSettings;
-use skyport_runtime::metrics::{self, BreakerState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::{self, StepErrorLabels, StepLabels};
 use bytes::Bytes;
 use http_body_util::Full;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -19,7 +20,6 @@ use skyport_core::status::Step;
 use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::{ServicesProtocol, ServicesSettings};
 use skyport_runtime::error_chain::error_chain;
-use skyport_runtime::metrics::{self, StepErrorLabels, StepLabels};
 use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -295,7 +295,7 @@ impl ServiceClient {
         if let Some(status) = status {
             span.record("http.response.status_code", status.as_u16());
             if status == StatusCode::TOO_MANY_REQUESTS {
-                metrics.throttled_by(step.as_str());
+                skyport_runtime::metrics::global().throttled_by(step.as_str());
             }
         }
         attempt

@@ -13,10 +13,10 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::metrics;
 use skyport_core::event::DeliveryRequested;
 use skyport_core::ports::Versioned;
 use skyport_core::status::{DeliveryState, Failure, StatusDocument, StepOutcome, StepResult};
-use skyport_runtime::metrics;
 use skyport_runtime::trace_span;
 use time::OffsetDateTime;
 use tokio::time::Instant;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::metrics::{self, OutcomeLabels};
 use skyport_core::event::Event;
 use skyport_core::ports::{DeadLetterStore, StreamEvent};
-use skyport_runtime::metrics::{self, OutcomeLabels};
 use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

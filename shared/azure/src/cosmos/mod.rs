@@ -37,6 +37,7 @@ mod control;
 pub mod emulator;
 mod error;
 mod leases;
+mod metrics;
 mod provision;
 pub mod request_units;
 mod reservations;

@@ -6,7 +6,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use skyport_runtime::metrics::{self, OperationLabels};
+use skyport_runtime::metrics;
+
+use super::metrics::{self as cosmos_metrics, OperationLabels};
 
 /// What a request did, for accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +58,19 @@ pub struct RequestUnits {
 }
 
 impl Default for RequestUnits {
+    /// Nothing spent yet: every operation's series, and the 429s', at 0.
     fn default() -> Self {
+        let units = &cosmos_metrics::global().request_units;
+        for operation in Operation::ALL {
+            units.get_or_create_owned(&OperationLabels {
+                operation: operation.name(),
+            });
+        }
+        metrics::global()
+            .throttled
+            .get_or_create_owned(&metrics::DependencyLabels {
+                dependency: "cosmos",
+            });
         Self {
             meters: Default::default(),
             throttled: AtomicU64::new(0),
@@ -81,7 +95,7 @@ impl RequestUnits {
         };
         meter.milli_units.fetch_add(milli, Ordering::Relaxed);
         if milli > 0 {
-            metrics::global()
+            cosmos_metrics::global()
                 .request_units
                 .get_or_create(&OperationLabels {
                     operation: operation.name(),

@@ -81,6 +81,7 @@ impl EventHubsPublisher {
     /// [`EventHubsOpenError`] names the hub that cannot be opened.
     pub async fn open(settings: &EventHubsSettings) -> Result<Self, EventHubsOpenError> {
         let namespace = Namespace::new(settings)?;
+        metrics::global().stream_started(STREAM);
         let limits = Limits {
             linger: settings.linger_ms.duration(),
             max_bytes: settings.max_batch_bytes,

@@ -168,6 +168,7 @@ impl Writer {
 
     /// Runs until every sender of `ops` is gone and the queue is empty.
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Append>) {
+        metrics::global().stream_started(STREAM);
         let mut batch = Vec::with_capacity(self.max_batch);
         while group_commit::next_batch(&mut ops, &mut batch, self.max_batch) {
             if self.last_purge.elapsed() >= PURGE_EVERY {

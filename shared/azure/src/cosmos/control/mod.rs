@@ -18,6 +18,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::metrics::{self, GroupLabels};
 use azure_data_cosmos::options::{
     OperationOptions, OperationOptionsBuilder, PriorityLevel, ThroughputControlOptionsBuilder,
 };
@@ -26,7 +27,6 @@ use skyport_core::error::Throttled;
 use skyport_runtime::config::{
     CosmosSettings, GroupScope, OnInitError, Priority, ThroughputGroupSettings, Work,
 };
-use skyport_runtime::metrics::{self, GroupLabels};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -1,0 +1,288 @@
+//! The worker's Prometheus series: partitions (lag, in flight, rewinds,
+//! checkpoint age), the intake window, each step's calls and breaker, and
+//! the workflow's outcomes. Registered in the process's exposition
+//! (`skyport_runtime::metrics`) the first time [`global`] is read; the
+//! series whose labels are known then (every step's results and errors,
+//! every outcome) start at 0.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use skyport_core::status::Step;
+use skyport_runtime::metrics::{self, Histograms, latency};
+
+/// The worker's series, registered once per process.
+pub fn global() -> &'static WorkerMetrics {
+    static METRICS: LazyLock<WorkerMetrics> =
+        LazyLock::new(|| WorkerMetrics::registered_in(metrics::global()));
+    &METRICS
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub partition: u32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub step: &'static str,
+    /// `ok`, `transient` or `permanent`: how one call ended.
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepErrorLabels {
+    pub step: &'static str,
+    /// `transient` (retried), `permanent` (refused) or `retries_exhausted`.
+    pub kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    pub step: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// One of [`OUTCOMES`].
+    pub outcome: &'static str,
+}
+
+/// How the workflow can finish an event.
+pub const OUTCOMES: [&str; 8] = [
+    "scheduled",
+    "failed",
+    "cancelled",
+    "cancel_requested",
+    "already_terminal",
+    "dead_lettered",
+    "abandoned",
+    "nacked",
+];
+
+/// A breaker's state as a number, for `skyport_breaker_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed = 0,
+    HalfOpen = 1,
+    Open = 2,
+}
+
+/// Every series of the worker.
+#[derive(Debug)]
+pub struct WorkerMetrics {
+    pub consumer_lag: Family<PartitionLabels, Gauge>,
+    pub events_in_flight: Family<PartitionLabels, Gauge>,
+    pub consumer_rewinds: Family<PartitionLabels, Counter>,
+    pub worker_window: Gauge,
+    pub step_duration: Histograms<StepLabels>,
+    pub step_errors: Family<StepErrorLabels, Counter>,
+    pub breaker_state: Family<ServiceLabels, Gauge>,
+    pub workflow_events: Family<OutcomeLabels, Counter>,
+    pub replays: Counter,
+    checkpoints: Arc<CheckpointAges>,
+}
+
+impl WorkerMetrics {
+    /// The worker's series, registered in `exposition`, those with known
+    /// labels at 0.
+    pub fn registered_in(exposition: &metrics::Metrics) -> Self {
+        let mut registry = metrics::component();
+        let consumer_lag = Family::default();
+        registry.register(
+            "consumer_lag_events",
+            "Events in a partition after the last one this worker completed in order",
+            consumer_lag.clone(),
+        );
+        let events_in_flight = Family::default();
+        registry.register(
+            "events_in_flight",
+            "Events of a partition pulled and not yet completed",
+            events_in_flight.clone(),
+        );
+        let consumer_rewinds = Family::default();
+        registry.register(
+            "consumer_rewinds",
+            "Times a partition was read again from an event handed back to the stream (a nack)",
+            consumer_rewinds.clone(),
+        );
+        let worker_window = Gauge::default();
+        registry.register(
+            "worker_window",
+            "Events each partition may have in flight now (worker.max_in_flight, narrowed while a gateway in the same process answers slower than worker.gateway_latency_goal_ms)",
+            worker_window.clone(),
+        );
+        let step_duration = Family::new_with_constructor(latency as fn() -> Histogram);
+        registry.register(
+            "step_call_duration_seconds",
+            "One call of a workflow step to its service, by how it ended",
+            step_duration.clone(),
+        );
+        let step_errors = Family::default();
+        registry.register(
+            "step_errors",
+            "Failed calls of a workflow step, by kind",
+            step_errors.clone(),
+        );
+        let breaker_state = Family::default();
+        registry.register(
+            "breaker_state",
+            "Circuit breaker of a step's service: 0 closed, 1 half-open (probing), 2 open",
+            breaker_state.clone(),
+        );
+        let workflow_events = Family::default();
+        registry.register(
+            "workflow_events",
+            "Events the workflow finished, by outcome",
+            workflow_events.clone(),
+        );
+        let replays = Counter::default();
+        registry.register(
+            "workflow_replays",
+            "Delivery events read again after an earlier attempt had begun them (retries after a crash, a rebalance or a republish)",
+            replays.clone(),
+        );
+        let checkpoints = Arc::new(CheckpointAges::default());
+        registry.register_collector(Box::new(Arc::clone(&checkpoints)));
+        exposition.register(registry);
+        let worker = Self {
+            consumer_lag,
+            events_in_flight,
+            consumer_rewinds,
+            worker_window,
+            step_duration,
+            step_errors,
+            breaker_state,
+            workflow_events,
+            replays,
+            checkpoints,
+        };
+        worker.start_at_zero();
+        worker
+    }
+
+    /// Creates the series whose labels are known before anything happens.
+    fn start_at_zero(&self) {
+        for step in Step::ALL.map(Step::as_str) {
+            for result in ["ok", "transient", "permanent"] {
+                self.step_duration
+                    .get_or_create_owned(&StepLabels { step, result });
+            }
+            for kind in ["transient", "permanent", "retries_exhausted"] {
+                self.step_errors
+                    .get_or_create_owned(&StepErrorLabels { step, kind });
+            }
+        }
+        for outcome in OUTCOMES {
+            self.workflow_events
+                .get_or_create_owned(&OutcomeLabels { outcome });
+        }
+    }
+
+    /// A partition began here: its checkpoint age counts from now.
+    pub fn partition_assigned(&self, partition: u32) {
+        self.checkpoints.lock().insert(partition, Instant::now());
+    }
+
+    /// `partition` wrote a checkpoint.
+    pub fn checkpointed(&self, partition: u32) {
+        self.checkpoints.lock().insert(partition, Instant::now());
+    }
+
+    /// `partition` is no longer read here: its series go.
+    pub fn partition_released(&self, partition: u32) {
+        self.checkpoints.lock().remove(&partition);
+        let labels = PartitionLabels { partition };
+        self.consumer_lag.remove(&labels);
+        self.events_in_flight.remove(&labels);
+    }
+
+    /// The state of a step's circuit breaker.
+    pub fn breaker(&self, step: &'static str, state: BreakerState) {
+        self.breaker_state
+            .get_or_create(&ServiceLabels { step })
+            .set(state as i64);
+    }
+}
+
+/// When each partition read here last checkpointed; its age is taken at scrape time, so a
+/// partition whose checkpoints have stopped shows a growing age.
+#[derive(Debug, Default)]
+struct CheckpointAges(Mutex<BTreeMap<u32, Instant>>);
+
+impl CheckpointAges {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u32, Instant>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Collector for CheckpointAges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let ages: Vec<(u32, f64)> = self
+            .lock()
+            .iter()
+            .map(|(partition, at)| (*partition, at.elapsed().as_secs_f64()))
+            .collect();
+        let mut metric = encoder.encode_descriptor(
+            "checkpoint_age_seconds",
+            "Time since a partition's last checkpoint (or since it was assigned, before its first)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (partition, age) in ages {
+            let labels = PartitionLabels { partition };
+            ConstGauge::new(age).encode(metric.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workers_series_are_exposed_with_known_labels_at_zero() {
+        let exposition = metrics::Metrics::new();
+        let worker = WorkerMetrics::registered_in(&exposition);
+        worker.partition_assigned(3);
+        worker.breaker("drone", BreakerState::Open);
+        let text = exposition.render();
+        assert!(
+            text.contains("skyport_step_errors_total{step=\"drone\",kind=\"retries_exhausted\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "skyport_step_call_duration_seconds_count{step=\"account\",result=\"ok\"} 0"
+            ),
+            "{text}"
+        );
+        for outcome in OUTCOMES {
+            assert!(
+                text.contains(&format!(
+                    "skyport_workflow_events_total{{outcome=\"{outcome}\"}} 0"
+                )),
+                "{outcome} in {text}"
+            );
+        }
+        assert!(
+            text.contains("skyport_breaker_state{step=\"drone\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("skyport_checkpoint_age_seconds{partition=\"3\"} "),
+            "{text}"
+        );
+        worker.partition_released(3);
+        assert!(!exposition.render().contains("partition=\"3\""));
+    }
+}
