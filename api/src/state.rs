@@ -22,19 +22,19 @@ use crate::receipt::Receipts;
 /// Cloned for every request (axum's `State`, each middleware's state), so
 /// one reference count rather than a copy of each field.
 #[derive(Clone, Debug)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(Arc<GatewayParts>);
 
 impl std::ops::Deref for AppState {
-    type Target = Shared;
+    type Target = GatewayParts;
 
-    fn deref(&self) -> &Shared {
+    fn deref(&self) -> &GatewayParts {
         &self.0
     }
 }
 
 /// What [`AppState`] shares.
 #[derive(Debug)]
-pub struct Shared {
+pub struct GatewayParts {
     pub publisher: Arc<dyn Publisher>,
     pub status: Arc<dyn StatusStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
@@ -103,7 +103,7 @@ impl AppState {
             status: Arc::clone(&ports.status),
             diagnostics,
         };
-        Self(Arc::new(Shared {
+        Self(Arc::new(GatewayParts {
             publisher: Arc::clone(&ports.publisher),
             status: Arc::clone(&ports.status),
             idempotency: Arc::clone(&ports.idempotency),

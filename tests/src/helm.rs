@@ -566,7 +566,7 @@ pub fn selects(selector: &Value, workload: &Value) -> bool {
 /// A rendering that several small tests read: linted, rendered and validated
 /// once per test process, in a directory that lasts as long as the process.
 #[derive(Debug)]
-pub struct Shared {
+pub struct SharedRendering {
     /// Where the overlays and the rendering's tool output live; tests that
     /// run tools again use directories of their own (they run at once).
     _dir: tempfile::TempDir,
@@ -578,16 +578,16 @@ pub struct Shared {
 /// The rendering of `cell`, made the first time with the values files that
 /// `values` names (it may write overlays into the directory it is given).
 pub async fn shared(
-    cell: &'static tokio::sync::OnceCell<Shared>,
+    cell: &'static tokio::sync::OnceCell<SharedRendering>,
     values: fn(&Path) -> Vec<PathBuf>,
-) -> &'static Shared {
+) -> &'static SharedRendering {
     cell.get_or_init(|| async move {
         let dir = tempfile::tempdir().unwrap();
         let values = values(dir.path());
         let refs: Vec<&Path> = values.iter().map(PathBuf::as_path).collect();
         lint(&refs, dir.path()).await;
         let rendering = render(&refs, &[], dir.path()).await;
-        Shared {
+        SharedRendering {
             _dir: dir,
             values,
             rendering,

@@ -55,7 +55,7 @@ impl Received {
 }
 
 #[derive(Debug)]
-struct Shared {
+struct ReceiverState {
     behaviour: Behaviour,
     hits: Mutex<Vec<Received>>,
 }
@@ -67,7 +67,7 @@ pub struct Receiver {
     scheme: &'static str,
     /// The errors of the TLS handshakes that failed (HTTPS only).
     handshake_failures: Arc<Mutex<Vec<String>>>,
-    shared: Arc<Shared>,
+    shared: Arc<ReceiverState>,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -79,7 +79,11 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn receive(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn receive(
+    State(shared): State<Arc<ReceiverState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     shared
         .hits
         .lock()
@@ -134,7 +138,7 @@ impl Receiver {
         L: Listener<Addr = SocketAddr>,
     {
         let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ReceiverState {
             behaviour,
             hits: Mutex::new(Vec::new()),
         });

@@ -57,10 +57,10 @@ pub enum AuthError {
 
 /// The credentials the gateway accepts; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Auth(Arc<Inner>);
+pub struct Auth(Arc<Credentials>);
 
 #[derive(Debug)]
-struct Inner {
+struct Credentials {
     /// By the SHA-256 digest of the key.
     api_keys: HashMap<[u8; 32], ApiKey>,
     tokens: Option<TokenVerifier>,
@@ -108,7 +108,7 @@ impl Auth {
             bearer_tokens = tokens.is_some(),
             "Requests to the /api routes need credentials."
         );
-        Ok(Some(Self(Arc::new(Inner {
+        Ok(Some(Self(Arc::new(Credentials {
             api_keys,
             tokens,
             read_scope: auth.read_scope.clone(),

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 pub use self::state::{Behaviour, ServiceStats, SimulatorOptions, SimulatorStats};
-use self::state::{Inner, ServiceState};
+use self::state::{ServiceState, Services};
 
 /// Calls one HTTP/2 connection may carry at once: enough for every workflow
 /// a worker runs (hyper's default of 200 would queue the rest behind them).
@@ -35,7 +35,7 @@ pub const MAX_STREAMS: u32 = 10_000;
 /// The simulated services; cloning shares the same state.
 #[derive(Clone)]
 pub struct Simulator {
-    inner: Arc<Inner>,
+    services: Arc<Services>,
 }
 
 impl Simulator {
@@ -46,7 +46,7 @@ impl Simulator {
             max_resources,
         } = options;
         Self {
-            inner: Arc::new(Inner {
+            services: Arc::new(Services {
                 services: std::array::from_fn(|_| {
                     ServiceState::new(behaviour.clone(), max_resources)
                 }),
@@ -59,7 +59,7 @@ impl Simulator {
 
     /// All routes of the five services plus `GET /_sim/stats`.
     pub fn router(&self) -> axum::Router {
-        routes::router(Arc::clone(&self.inner))
+        routes::router(Arc::clone(&self.services))
     }
 
     /// Serves the router until `shutdown` is cancelled, then drains in-flight
@@ -90,7 +90,7 @@ impl Simulator {
                 },
                 () = shutdown.cancelled() => break,
             };
-            self.inner.connections.fetch_add(1, Ordering::Relaxed);
+            self.services.connections.fetch_add(1, Ordering::Relaxed);
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!(%peer, %error, "Cannot set TCP_NODELAY.");
             }
@@ -115,13 +115,13 @@ impl Simulator {
     }
 
     pub fn stats(&self) -> SimulatorStats {
-        self.inner.stats()
+        self.services.stats()
     }
 
     /// Replaces one service's behaviour; calls already past their delay are not affected.
     pub fn set_behaviour(&self, service: Step, behaviour: Behaviour) {
         *self
-            .inner
+            .services
             .service(service)
             .behaviour
             .write()
@@ -134,7 +134,7 @@ impl fmt::Debug for Simulator {
         // The stores can hold many thousands of resources; counters say what matters.
         f.debug_struct("Simulator")
             .field("stats", &self.stats())
-            .field("suspended_owners", &self.inner.suspended_owners.len())
+            .field("suspended_owners", &self.services.suspended_owners.len())
             .finish()
     }
 }

@@ -21,9 +21,9 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::store::PutOutcome;
 use skyport_core::status::Step;
 
-use crate::state::{Inner, ServiceCounters, ServiceState, SimulatorStats};
+use crate::state::{ServiceCounters, ServiceState, Services, SimulatorStats};
 
-type Shared = Arc<Inner>;
+type SimState = Arc<Services>;
 type Outcome = Result<Response, Problem>;
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -31,7 +31,7 @@ const CARRIER: &str = "Contoso Freight";
 /// About one delivery in this many needs a third-party carrier.
 const THIRD_PARTY_ONE_IN: u64 = 10;
 
-pub(crate) fn router(inner: Shared) -> Router {
+pub(crate) fn router(services: SimState) -> Router {
     Router::new()
         .route(
             "/account/api/accounts/{owner_id}/authorizations/{delivery_id}",
@@ -53,7 +53,7 @@ pub(crate) fn router(inner: Shared) -> Router {
         .route_layer(middleware::from_fn(traced))
         .route("/_sim/stats", get(stats))
         .fallback(not_found)
-        .with_state(inner)
+        .with_state(services)
 }
 
 /// Runs a service call in a server span that continues the caller's
@@ -77,16 +77,16 @@ async fn traced(request: Request, next: Next) -> Response {
 }
 
 async fn put_authorization(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Outcome {
-    let service = admit(&inner, Step::Account).await?;
+    let service = admit(&services, Step::Account).await?;
     let Path((owner_id, delivery_id)) = path.map_err(Problem::bad_path)?;
     let key = idempotency_key(&headers)?;
     optional_object(body)?;
-    if inner.suspended_owners.contains(&owner_id) {
+    if services.suspended_owners.contains(&owner_id) {
         return Err(Problem::new(
             StatusCode::FORBIDDEN,
             "Account suspended",
@@ -107,12 +107,12 @@ async fn put_authorization(
 }
 
 async fn put_package(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Outcome {
-    let service = admit(&inner, Step::Package).await?;
+    let service = admit(&services, Step::Package).await?;
     let Path(id) = path.map_err(Problem::bad_path)?;
     let key = idempotency_key(&headers)?;
     let fields = object(body)?;
@@ -132,12 +132,12 @@ async fn put_package(
 }
 
 async fn put_delivery(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Outcome {
-    let service = admit(&inner, Step::Delivery).await?;
+    let service = admit(&services, Step::Delivery).await?;
     let Path(id) = path.map_err(Problem::bad_path)?;
     let key = idempotency_key(&headers)?;
     let fields = object(body)?;
@@ -151,12 +151,12 @@ async fn put_delivery(
 }
 
 async fn put_assessment(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Outcome {
-    let service = admit(&inner, Step::ThirdParty).await?;
+    let service = admit(&services, Step::ThirdParty).await?;
     let Path(delivery_id) = path.map_err(Problem::bad_path)?;
     let key = idempotency_key(&headers)?;
     let fields = object(body)?;
@@ -182,12 +182,12 @@ async fn put_assessment(
 }
 
 async fn put_booking(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Outcome {
-    let service = admit(&inner, Step::Drone).await?;
+    let service = admit(&services, Step::Drone).await?;
     let Path(delivery_id) = path.map_err(Problem::bad_path)?;
     let key = idempotency_key(&headers)?;
     let request = Value::Object(object(body)?);
@@ -198,35 +198,35 @@ async fn put_booking(
         &request,
         || {
             // Drawn only on creation, so every replay reports the drone that was actually booked.
-            let drone = inner.next_drone.fetch_add(1, Ordering::Relaxed);
+            let drone = services.next_drone.fetch_add(1, Ordering::Relaxed);
             json!({ "deliveryId": delivery_id, "droneId": format!("drone-{drone}") })
         },
     ))
 }
 
 async fn delete_package(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Outcome {
-    delete(&inner, Step::Package, path).await
+    delete(&services, Step::Package, path).await
 }
 
 async fn delete_delivery(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Outcome {
-    delete(&inner, Step::Delivery, path).await
+    delete(&services, Step::Delivery, path).await
 }
 
 async fn delete_booking(
-    State(inner): State<Shared>,
+    State(services): State<SimState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Outcome {
-    delete(&inner, Step::Drone, path).await
+    delete(&services, Step::Drone, path).await
 }
 
-async fn stats(State(inner): State<Shared>) -> axum::Json<SimulatorStats> {
-    axum::Json(inner.stats())
+async fn stats(State(services): State<SimState>) -> axum::Json<SimulatorStats> {
+    axum::Json(services.stats())
 }
 
 async fn not_found() -> Problem {
@@ -239,8 +239,8 @@ async fn not_found() -> Problem {
 }
 
 /// Counts the call and applies the service's behaviour; `Err` is the injected 503.
-async fn admit(inner: &Inner, service: Step) -> Result<&ServiceState, Problem> {
-    let state = inner.service(service);
+async fn admit(services: &Services, service: Step) -> Result<&ServiceState, Problem> {
+    let state = services.service(service);
     ServiceCounters::bump(&state.counters.calls);
     let behaviour = state.behaviour();
     let delay = behaviour.delay();
@@ -264,11 +264,11 @@ async fn admit(inner: &Inner, service: Step) -> Result<&ServiceState, Problem> {
 
 /// Compensation: removing a missing resource succeeds too, so retried DELETEs are harmless.
 async fn delete(
-    inner: &Inner,
+    services: &Services,
     service: Step,
     path: Result<Path<String>, PathRejection>,
 ) -> Outcome {
-    let state = admit(inner, service).await?;
+    let state = admit(services, service).await?;
     let Path(id) = path.map_err(Problem::bad_path)?;
     if state.store.remove(&id) {
         ServiceCounters::bump(&state.counters.deleted);

@@ -66,7 +66,7 @@ impl Default for SimulatorOptions {
     }
 }
 
-pub(crate) struct Inner {
+pub(crate) struct Services {
     pub(crate) services: [ServiceState; Step::ALL.len()],
     pub(crate) suspended_owners: HashSet<String>,
     pub(crate) next_drone: AtomicU64,
@@ -80,7 +80,7 @@ pub(crate) struct ServiceState {
     pub(crate) store: Store,
 }
 
-impl Inner {
+impl Services {
     pub(crate) fn service(&self, service: Step) -> &ServiceState {
         &self.services[service as usize]
     }

@@ -32,10 +32,10 @@ use skyport_tests::helm::*;
 use skyport_tests::workspace;
 use tokio::sync::OnceCell;
 
-static DEFAULT: OnceCell<Shared> = OnceCell::const_new();
-static AZURE: OnceCell<Shared> = OnceCell::const_new();
-static SECRETS: OnceCell<Shared> = OnceCell::const_new();
-static KAFKA: OnceCell<Shared> = OnceCell::const_new();
+static DEFAULT: OnceCell<SharedRendering> = OnceCell::const_new();
+static AZURE: OnceCell<SharedRendering> = OnceCell::const_new();
+static SECRETS: OnceCell<SharedRendering> = OnceCell::const_new();
+static KAFKA: OnceCell<SharedRendering> = OnceCell::const_new();
 
 /// The chart's own values: the all-in-one.
 fn default_values(_: &Path) -> Vec<PathBuf> {

@@ -14,11 +14,12 @@ use tokio::sync::watch;
 
 #[derive(Debug, Clone)]
 pub struct Pauses {
-    inner: Arc<Inner>,
+    board: Arc<Board>,
 }
 
+/// Why intake is paused, by source, and whether it is.
 #[derive(Debug)]
-struct Inner {
+struct Board {
     reasons: Mutex<BTreeMap<String, String>>,
     paused: watch::Sender<bool>,
 }
@@ -26,7 +27,7 @@ struct Inner {
 impl Default for Pauses {
     fn default() -> Self {
         Self {
-            inner: Arc::new(Inner {
+            board: Arc::new(Board {
                 reasons: Mutex::default(),
                 paused: watch::Sender::new(false),
             }),
@@ -38,32 +39,32 @@ impl Pauses {
     /// Holds intake paused on behalf of `source` until [`Pauses::resume`] with the same source.
     pub fn pause(&self, source: &str, reason: String) {
         let mut reasons = self
-            .inner
+            .board
             .reasons
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if reasons.insert(source.to_owned(), reason.clone()).is_none() {
             tracing::warn!(%source, %reason, "Paused intake: no new events are pulled.");
         }
-        self.inner.paused.send_replace(true);
+        self.board.paused.send_replace(true);
     }
 
     pub fn resume(&self, source: &str) {
         let mut reasons = self
-            .inner
+            .board
             .reasons
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if reasons.remove(source).is_some() {
             tracing::info!(%source, "Lifted an intake pause.");
         }
-        self.inner.paused.send_replace(!reasons.is_empty());
+        self.board.paused.send_replace(!reasons.is_empty());
     }
 
     /// Why intake is paused (empty when it flows).
     pub fn reasons(&self) -> Vec<String> {
         let reasons = self
-            .inner
+            .board
             .reasons
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -72,7 +73,7 @@ impl Pauses {
 
     /// Follows whether intake is paused.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.inner.paused.subscribe()
+        self.board.paused.subscribe()
     }
 }
 

@@ -60,7 +60,7 @@ pub enum Admission {
 }
 
 #[derive(Debug)]
-struct Inner {
+struct Tally {
     state: State,
     recent: VecDeque<bool>,
     consecutive: u32,
@@ -70,7 +70,7 @@ struct Inner {
 pub struct Breaker {
     service: &'static str,
     settings: BreakerSettings,
-    inner: Mutex<Inner>,
+    tally: Mutex<Tally>,
     changed: watch::Sender<()>,
     intake: Pauses,
 }
@@ -81,7 +81,7 @@ impl Breaker {
         Self {
             service,
             settings,
-            inner: Mutex::new(Inner {
+            tally: Mutex::new(Tally {
                 state: State::Closed,
                 recent: VecDeque::with_capacity(settings.window),
                 consecutive: 0,
@@ -95,16 +95,16 @@ impl Breaker {
         self.lock().state
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn admit(&self, now: Instant) -> Admission {
-        let mut inner = self.lock();
-        match inner.state {
+        let mut tally = self.lock();
+        match tally.state {
             State::Closed => Admission::Call,
             State::Open { until } if now >= until => {
-                inner.state = State::HalfOpen;
+                tally.state = State::HalfOpen;
                 metrics::global().breaker(self.service, BreakerState::HalfOpen);
                 Admission::Probe
             }
@@ -115,23 +115,23 @@ impl Breaker {
 
     /// Records the outcome of a call admitted as `admission` (`ok`: the service answered for good).
     pub fn record(&self, admission: Admission, ok: bool, now: Instant) {
-        let mut inner = self.lock();
-        match (inner.state, admission) {
-            (State::HalfOpen, Admission::Probe) if ok => self.close(&mut inner),
-            (State::HalfOpen, Admission::Probe) => self.open(&mut inner, now),
+        let mut tally = self.lock();
+        match (tally.state, admission) {
+            (State::HalfOpen, Admission::Probe) if ok => self.close(&mut tally),
+            (State::HalfOpen, Admission::Probe) => self.open(&mut tally, now),
             (State::Closed, Admission::Call) => {
-                if inner.recent.len() == self.settings.window {
-                    inner.recent.pop_front();
+                if tally.recent.len() == self.settings.window {
+                    tally.recent.pop_front();
                 }
-                inner.recent.push_back(ok);
-                inner.consecutive = if ok { 0 } else { inner.consecutive + 1 };
-                let failures = inner.recent.iter().filter(|ok| !**ok).count();
-                let full = inner.recent.len() == self.settings.window;
+                tally.recent.push_back(ok);
+                tally.consecutive = if ok { 0 } else { tally.consecutive + 1 };
+                let failures = tally.recent.iter().filter(|ok| !**ok).count();
+                let full = tally.recent.len() == self.settings.window;
                 let too_many = full
                     && failures * 100
                         >= self.settings.failure_percent as usize * self.settings.window;
-                if inner.consecutive >= self.settings.consecutive_failures || too_many {
-                    self.open(&mut inner, now);
+                if tally.consecutive >= self.settings.consecutive_failures || too_many {
+                    self.open(&mut tally, now);
                 }
             }
             // Outcomes of calls admitted before the circuit changed decide nothing.
@@ -141,9 +141,9 @@ impl Breaker {
 
     /// A probe given up without an outcome: let the next caller probe.
     pub fn release_probe(&self, now: Instant) {
-        let mut inner = self.lock();
-        if inner.state == State::HalfOpen {
-            inner.state = State::Open { until: now };
+        let mut tally = self.lock();
+        if tally.state == State::HalfOpen {
+            tally.state = State::Open { until: now };
             metrics::global().breaker(self.service, BreakerState::Open);
             self.changed.send_replace(());
         }
@@ -166,14 +166,14 @@ impl Breaker {
         }
     }
 
-    fn open(&self, inner: &mut Inner, now: Instant) {
-        if inner.state == State::Closed {
+    fn open(&self, tally: &mut Tally, now: Instant) {
+        if tally.state == State::Closed {
             tracing::warn!(
                 service = self.service,
                 "Opened the circuit: the service keeps failing."
             );
         }
-        inner.state = State::Open {
+        tally.state = State::Open {
             until: now + self.settings.open_duration,
         };
         metrics::global().breaker(self.service, BreakerState::Open);
@@ -184,15 +184,15 @@ impl Breaker {
         self.changed.send_replace(());
     }
 
-    fn close(&self, inner: &mut Inner) {
+    fn close(&self, tally: &mut Tally) {
         tracing::info!(
             service = self.service,
             "Closed the circuit: the service answers again."
         );
-        inner.state = State::Closed;
+        tally.state = State::Closed;
         metrics::global().breaker(self.service, BreakerState::Closed);
-        inner.recent.clear();
-        inner.consecutive = 0;
+        tally.recent.clear();
+        tally.consecutive = 0;
         self.intake.resume(&format!("circuit:{}", self.service));
         self.changed.send_replace(());
     }
