@@ -18,13 +18,14 @@ use azure_data_cosmos::{ContainerClient, CosmosError, FeedScope, Query};
 use serde::{Deserialize, Serialize};
 use skyport_core::ports::BoxError;
 use skyport_runtime::config::GlobalControlSettings;
+use skyport_runtime::error_chain::error_chain;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::super::charge::{Paged, charge, error_charge};
 use super::super::request_units::{Operation, RequestUnits};
+use super::Group;
 use super::budget::share;
-use super::{Group, describe};
 
 const CONFIG: &str = "config";
 
@@ -193,7 +194,7 @@ impl Member {
             Err(error) => {
                 self.units.record(Operation::Delete, error_charge(&error));
                 if error.status().status_code() != azure_core::http::StatusCode::NotFound {
-                    tracing::warn!(group = %self.group.name, item = id, error = %describe(&error), "Cannot remove an item of the global throughput control group.");
+                    tracing::warn!(group = %self.group.name, item = id, error = %error_chain(&error), "Cannot remove an item of the global throughput control group.");
                 }
             }
         }
@@ -245,7 +246,7 @@ pub(super) fn renew(member: Arc<Member>, stop: CancellationToken) -> JoinHandle<
                 _ = ticks.tick() => {}
             }
             if let Err(error) = member.renew_once().await {
-                tracing::warn!(group = %member.group.name, error = %describe(&*error), "Cannot renew this process's share of the global throughput control group; it keeps its share and tries again.");
+                tracing::warn!(group = %member.group.name, error = %error_chain(&*error), "Cannot renew this process's share of the global throughput control group; it keeps its share and tries again.");
             }
         }
     })

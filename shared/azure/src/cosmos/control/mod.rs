@@ -27,6 +27,7 @@ use skyport_core::error::Throttled;
 use skyport_runtime::config::{
     CosmosSettings, GroupScope, OnInitError, Priority, ThroughputGroupSettings, Work,
 };
+use skyport_runtime::error_chain::error_chain;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -350,7 +351,7 @@ impl Control {
                     OnInitError::Continue => {
                         tracing::warn!(
                             group = %name,
-                            error = %describe(&*error),
+                            error = %error_chain(&*error),
                             "The throughput control group could not start; its work runs uncontrolled (on_init_error = \"continue\")."
                         );
                         group.uncontrol();
@@ -396,7 +397,7 @@ impl Control {
                     tracing::warn!(
                         group = %group.name,
                         target,
-                        error = %describe(&*error),
+                        error = %error_chain(&*error),
                         "The container's throughput cannot be read; the group runs on its target_ru_per_s until it can."
                     );
                     group.set_group_budget(f64::from(target));
@@ -501,13 +502,6 @@ fn container_of(work: Work, settings: &CosmosSettings) -> &str {
 }
 
 /// An error and its sources, on one line.
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    std::iter::successors(Some(error), |e| e.source())
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -8,10 +8,11 @@ use std::time::Duration;
 use azure_data_cosmos::models::ThroughputProperties;
 use azure_data_cosmos::{ContainerClient, CosmosClient};
 use skyport_core::ports::BoxError;
+use skyport_runtime::error_chain::error_chain;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Group, describe};
+use super::Group;
 
 /// The RU/s provisioned for `container`.
 pub(super) async fn read(
@@ -67,7 +68,7 @@ pub(super) fn refresh(
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(group = %group.name, error = %describe(&*error), "Cannot read the container's throughput; the group keeps its budget.")
+                    tracing::warn!(group = %group.name, error = %error_chain(&*error), "Cannot read the container's throughput; the group keeps its budget.")
                 }
             }
         }
