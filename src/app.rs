@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use skyport_api::Gateway;
-use skyport_api::auth::Auth;
 use skyport_callbacks::change_feed::Processor;
 use skyport_core::ports::Diagnostics;
+use skyport_gateway::Gateway;
+use skyport_gateway::auth::Auth;
 use skyport_runtime::config::{Millis, ServicesProtocol, Settings, StreamBackend};
 use skyport_runtime::destination::{AddressPolicy, CallbackAcceptance};
 use skyport_runtime::priority::BackgroundRuntime;

@@ -3,8 +3,8 @@
 //! takes a shared stream and store).
 
 use anyhow::Context;
-use skyport_api::Gateway;
-use skyport_api::auth::Auth;
+use skyport_gateway::Gateway;
+use skyport_gateway::auth::Auth;
 use skyport_runtime::config::Settings;
 use skyport_runtime::destination::CallbackAcceptance;
 use tokio_util::sync::CancellationToken;

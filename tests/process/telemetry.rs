@@ -226,7 +226,7 @@ fn check_trace(spans: &[(String, Span)], log: &str) {
 async fn json_logs_carry_the_request_id_the_answer_returns() {
     let data = tempfile::tempdir().unwrap();
     // The gateway logs each answer at debug level, inside the request's span.
-    let env = [("RUST_LOG", "info,skyport_api=debug".to_owned())];
+    let env = [("RUST_LOG", "info,skyport_gateway=debug".to_owned())];
     let app = spawn_skyport(&data, &["telemetry.log_format=json".to_owned()], &env).await;
     let response = app
         .client

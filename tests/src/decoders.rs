@@ -10,12 +10,12 @@
 //! (an envelope re-encodes to itself, a receipt verifies only for what it was
 //! signed for, a request that passes validation passes it again).
 
-use skyport_api::extract::parse_delivery_request;
-use skyport_api::receipt::Receipts;
 use skyport_core::event::{DeliveryRequested, Event};
 use skyport_core::status::StatusDocument;
 use skyport_embedded::log::frame::{self, Decoded, END_OF_COMMIT};
 use skyport_embedded::log::scan::scan;
+use skyport_gateway::extract::parse_delivery_request;
+use skyport_gateway::receipt::Receipts;
 use skyport_runtime::config::Settings;
 use time::OffsetDateTime;
 

@@ -28,10 +28,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use skyport::{App, Backends, Store};
-use skyport_api::routes::resources::Accepted;
 use skyport_azure::cosmos::CosmosStore;
 use skyport_core::status::{DeliveryState, StatusDocument, Step};
 use skyport_embedded::EmbeddedStore;
+use skyport_gateway::routes::resources::Accepted;
 use skyport_runtime::config::{Millis, Settings};
 use skyport_simulator::{Simulator, SimulatorStats};
 use tokio::sync::Semaphore;

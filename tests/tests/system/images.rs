@@ -438,7 +438,7 @@ fn the_build_context_leaves_out_build_output_and_history() {
         "Cargo.toml",
         "Cargo.lock",
         "shared",
-        "api",
+        "gateway",
         "worker",
         "callbacks",
         "tests",

@@ -11,11 +11,11 @@ fn main() -> anyhow::Result<()> {
             let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .parent()
                 .unwrap_or_else(|| unreachable!("the api crate lives in the workspace"));
-            workspace.join(skyport_api::openapi::COMMITTED_PATH)
+            workspace.join(skyport_gateway::openapi::COMMITTED_PATH)
         },
         PathBuf::from,
     );
-    let json = skyport_api::openapi::to_json(&skyport_api::openapi());
+    let json = skyport_gateway::openapi::to_json(&skyport_gateway::openapi());
     std::fs::write(&path, json).with_context(|| format!("cannot write {}", path.display()))?;
     println!("Wrote {}", path.display());
     Ok(())

@@ -1,6 +1,6 @@
 //! The OpenAPI document: derived from the handlers and types, served at
 //! `/openapi.json` and committed as `openapi/openapi.json` (written by
-//! `cargo run -p skyport-api --bin skyport-openapi`; a test fails when the
+//! `cargo run -p skyport-gateway --bin skyport-openapi`; a test fails when the
 //! committed file drifts from the code).
 
 use std::collections::BTreeMap;
