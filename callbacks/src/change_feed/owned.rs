@@ -171,7 +171,7 @@ impl LeaseLoop {
                 furthest = Some(batch.continuation);
             }
             if let Some(continuation) = furthest
-                && !self.checkpoint(held, &continuation).await
+                && !self.checkpoint(held, &continuation, lost).await
             {
                 stopped = true;
             }
@@ -198,7 +198,7 @@ impl LeaseLoop {
                         let moved = next.as_deref() != Some(page.continuation.as_str());
                         if in_flight.is_empty()
                             && moved
-                            && !self.checkpoint(held, &page.continuation).await
+                            && !self.checkpoint(held, &page.continuation, lost).await
                         {
                             return Ended::Lost;
                         }
@@ -365,8 +365,16 @@ impl LeaseLoop {
         }
     }
 
-    /// Writes `continuation` as the lease's checkpoint; false if the lease was lost.
-    async fn checkpoint(&self, held: &Mutex<Stored>, continuation: &str) -> bool {
+    /// Writes `continuation` as the lease's checkpoint, trying again while the
+    /// store fails; false if the lease was lost, or stopped while the store
+    /// was failing (the changes since the last checkpoint are handed over
+    /// again, to whoever holds the lease next: at least once).
+    async fn checkpoint(
+        &self,
+        held: &Mutex<Stored>,
+        continuation: &str,
+        lost: &CancellationToken,
+    ) -> bool {
         let mut stored = held.lock().await;
         loop {
             let mut doc = stored.doc.clone();
@@ -388,12 +396,16 @@ impl LeaseLoop {
                     }
                     Err(e) => {
                         tracing::warn!(lease = %doc.name(), error = %e, "A checkpoint's lease could not be re-read.");
-                        tokio::time::sleep(self.settings.retry_backoff).await;
+                        if !self.pause(self.settings.retry_backoff, lost).await {
+                            return false;
+                        }
                     }
                 },
                 Err(e) => {
                     tracing::warn!(lease = %doc.name(), error = %e, "A checkpoint was not written; it is tried again.");
-                    tokio::time::sleep(self.settings.retry_backoff).await;
+                    if !self.pause(self.settings.retry_backoff, lost).await {
+                        return false;
+                    }
                 }
             }
         }
@@ -570,6 +582,70 @@ mod tests {
         assert_eq!(
             lease.doc.continuation.as_deref(),
             Some(fixture.after(1).await.as_str())
+        );
+    }
+
+    /// Fails every write of the store once it has handled a batch, so that
+    /// the batch's checkpoint cannot be written.
+    struct FailsTheStoreAfterOneBatch {
+        store: Arc<skyport_embedded::EmbeddedStore>,
+        handled: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::change_feed::ChangeHandler for FailsTheStoreAfterOneBatch {
+        async fn handle(
+            &self,
+            _changes: &[skyport_core::ports::Change],
+        ) -> Result<(), skyport_core::error::BoxError> {
+            self.store.faults().fail_writes(true);
+            self.handled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stop_ends_a_checkpoint_the_failing_store_keeps_refusing() {
+        let fixture = Fixture::open();
+        fixture.write("a").await;
+        let lease = fixture.acquired("pod-0").await;
+        let handler = Arc::new(FailsTheStoreAfterOneBatch {
+            store: Arc::clone(&fixture.store),
+            handled: std::sync::atomic::AtomicBool::new(false),
+        });
+        let lease_loop = Arc::new(LeaseLoop::new(
+            settings("pod-0"),
+            fixture.source(),
+            fixture.leases(),
+            Arc::clone(&fixture.store) as Arc<dyn DeadLetterStore>,
+            Arc::clone(&handler) as _,
+        ));
+        let stop = CancellationToken::new();
+        let running = tokio::spawn({
+            let stop = stop.clone();
+            async move { lease_loop.run(lease, Vec::new(), stop).await }
+        });
+        eventually("the batch is handled and the store fails", || async {
+            handler
+                .handled
+                .load(std::sync::atomic::Ordering::SeqCst)
+                .then_some(())
+        })
+        .await;
+        // Past the first refused checkpoint, into its retries.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        stop.cancel();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), running)
+            .await
+            .expect("the loop ends once stopped, though its checkpoint is never written")
+            .unwrap();
+        assert_eq!(ended, Ended::Stopped);
+        fixture.store.faults().fail_writes(false);
+        assert_ne!(
+            fixture.lease().await.doc.continuation,
+            Some(fixture.after(1).await),
+            "the batch was not checkpointed: it is handed over again"
         );
     }
 
