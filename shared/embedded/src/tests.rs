@@ -157,6 +157,52 @@ async fn the_receipt_key_is_kept_across_reopens() {
     assert_eq!(first.len(), RECEIPT_KEY_LEN);
 }
 
+/// A database whose every commit is damaged must stop the start: opened as
+/// an empty one it would lose every status document and reservation, and
+/// hand out a new receipt key (redb before 4.6 did, through its repair's
+/// fallback to a commit slot that failed its checksum).
+#[tokio::test]
+async fn a_database_damaged_past_repair_is_refused_not_opened_empty() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    let dir = tempfile::tempdir().unwrap();
+    drop(EmbeddedStore::open(&settings(dir.path()), 1).unwrap());
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.path().join("skyport.redb"))
+        .unwrap();
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).unwrap();
+    // redb's file format (its docs/design.md): the god byte at 9 (bit 0: the
+    // primary commit slot, bit 1: repair needed, bit 2: two-phase commit),
+    // commit slots at 64 and 192, each with its roots' presence flags at 1..4;
+    // the pages start after the first 4 KiB.
+    let god = &mut bytes[9];
+    *god = (*god | 0b010) & !0b100;
+    let secondary = if bytes[9] & 1 == 1 { 64 } else { 192 };
+    bytes[secondary + 1..secondary + 4].fill(0);
+    for byte in &mut bytes[4096..] {
+        *byte ^= 0x5a;
+    }
+    file.seek(SeekFrom::Start(0)).unwrap();
+    file.write_all(&bytes).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+
+    let error = EmbeddedStore::open(&settings(dir.path()), 1).unwrap_err();
+    let OpenError::Storage { source, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        matches!(
+            source.downcast_ref::<redb::Error>(),
+            Some(redb::Error::Corrupted(_))
+        ),
+        "{error:?}"
+    );
+}
+
 pub(crate) async fn reader_for(
     store: &Arc<EmbeddedStore>,
     partition: u32,
