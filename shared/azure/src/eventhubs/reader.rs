@@ -1,6 +1,6 @@
 //! One Event Hubs partition as the worker reads it: a loop on the consumer
 //! thread moves its events from the SDK's stream (not `Send`) into a bounded
-//! channel, and [`EventHubsReader`] hands them to the worker and writes its
+//! channel, and [`EventHubsPartitionReader`] hands them to the worker and writes its
 //! checkpoints.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -113,7 +113,7 @@ fn stream_event(
 /// offset of the last completed event. The SDK's receiver cannot seek, so
 /// the reader keeps what it handed out until it is checkpointed and reads
 /// it again from there when rewound.
-pub(crate) struct EventHubsReader {
+pub(crate) struct EventHubsPartitionReader {
     pub(crate) partition: u32,
     context: HubContext,
     partition_id: String,
@@ -126,9 +126,9 @@ pub(crate) struct EventHubsReader {
     ended: bool,
 }
 
-impl std::fmt::Debug for EventHubsReader {
+impl std::fmt::Debug for EventHubsPartitionReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventHubsReader")
+        f.debug_struct("EventHubsPartitionReader")
             .field("hub", &self.context.hub)
             .field("partition_id", &self.partition_id)
             .field("partition", &self.partition)
@@ -136,7 +136,7 @@ impl std::fmt::Debug for EventHubsReader {
     }
 }
 
-impl EventHubsReader {
+impl EventHubsPartitionReader {
     pub(crate) fn new(
         context: &HubContext,
         partition_id: &str,
@@ -177,7 +177,7 @@ impl EventHubsReader {
 }
 
 #[async_trait]
-impl PartitionReader for EventHubsReader {
+impl PartitionReader for EventHubsPartitionReader {
     fn partition(&self) -> u32 {
         self.partition
     }
