@@ -104,7 +104,9 @@ impl PartitionReader for EmbeddedPartitionReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
-        let max = max.max(1);
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         loop {
             if !self.surplus.is_empty() {
                 let take = max.min(self.surplus.len());

@@ -508,12 +508,15 @@ impl PartitionReader for KafkaPartitionReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         let first = tokio::select! {
             biased;
             () = self.revoked.cancelled() => return Err(ConsumeError::Revoked),
             message = self.queue.recv() => message.map_err(|e| ConsumeError::Unavailable(Box::new(e)))?,
         };
-        let mut batch = Vec::with_capacity(max.clamp(1, 1_024));
+        let mut batch = Vec::with_capacity(max.min(1_024));
         batch.extend(to_event(self.number, &mut self.next, &first));
         drop(first);
         // What is already fetched joins the batch; nothing waits for more.

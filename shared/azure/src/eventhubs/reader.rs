@@ -183,8 +183,11 @@ impl PartitionReader for EventHubsPartitionReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         if !self.again.is_empty() {
-            let take = max.clamp(1, self.again.len());
+            let take = max.min(self.again.len());
             return Ok(self.again.drain(..take).collect());
         }
         if self.ended {
