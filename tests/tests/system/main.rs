@@ -30,4 +30,5 @@ mod load_shedding;
 mod native_libraries;
 mod openapi_clients;
 mod slow_clients;
+mod stream_contract;
 mod throughput_control;
