@@ -77,7 +77,11 @@ impl Broker {
         self.create_topics(topics, partitions).await;
     }
 
-    async fn create_topics(&self, topics: &[&str], partitions: u32) {
+    /// Creates `topics` with `partitions` partitions each.
+    ///
+    /// # Panics
+    /// When the broker refuses one within 30 s.
+    pub async fn create_topics(&self, topics: &[&str], partitions: u32) {
         let binary = tokio::task::spawn_blocking(tools::tansu)
             .await
             .expect("the install ran");

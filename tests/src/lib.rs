@@ -15,6 +15,7 @@ pub mod idempotency_contract;
 pub mod kafka;
 pub mod leases_contract;
 pub mod otlp;
+pub mod stream_contract;
 pub mod tls;
 pub mod tools;
 pub mod webhooks;

@@ -1,6 +1,11 @@
 //! The embedded stream's consumer side: one consumer owns every partition and
 //! reads each from just after its group's checkpoint.
 //!
+//! Nothing ever revokes a partition: one process owns the store, and a
+//! second consumer of the same group is handed every partition too and
+//! reads it on its own. Checkpoints only move forward, and are durable when
+//! `checkpoint` returns.
+//!
 //! Readers see only committed events: a partition's head moves after the
 //! commit that made its events durable. They read the log's segments
 //! directly ([`crate::log`]), never waiting for its writer.
@@ -104,7 +109,9 @@ impl PartitionReader for EmbeddedPartitionReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
-        let max = max.max(1);
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         loop {
             if !self.surplus.is_empty() {
                 let take = max.min(self.surplus.len());

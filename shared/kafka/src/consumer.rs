@@ -2,7 +2,9 @@
 //! rebalancing, each assigned partition read through a queue of its own by
 //! the worker's partition loop, acknowledged offsets stored as the loop
 //! checkpoints them and committed asynchronously every
-//! `kafka.commit_interval_ms`.
+//! `kafka.commit_interval_ms`. A checkpoint at or below one the reader has
+//! already stored is ignored: librdkafka stores whatever it is given, and
+//! would move the committed offset back.
 //!
 //! A thread of its own polls the consumer all the time (never held by the
 //! work, so the group never sees the member stall), and runs the rebalance
@@ -56,8 +58,29 @@ struct Assigned {
     revoked: CancellationToken,
     /// Disconnected when the reader is dropped (its loop has drained and checkpointed).
     done: Mutex<std_mpsc::Receiver<()>>,
-    /// The partition's high watermark from the latest statistics (-1: not known yet).
-    high: Arc<AtomicI64>,
+    /// Where the partition stands, from the latest statistics.
+    marks: Arc<Marks>,
+}
+
+/// A partition's offsets as librdkafka's statistics report them (-1: not
+/// known yet), for [`PartitionReader::unread`].
+#[derive(Debug)]
+struct Marks {
+    /// The high watermark: the offset the next event will get.
+    high: AtomicI64,
+    /// Where reading starts before the reader has handed anything out: the
+    /// group's committed offset, or without one the watermark
+    /// `auto.offset.reset` starts a new group at.
+    start: AtomicI64,
+}
+
+impl Marks {
+    fn unknown() -> Self {
+        Self {
+            high: AtomicI64::new(-1),
+            start: AtomicI64::new(-1),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -67,6 +90,9 @@ struct Shared {
     assigned: Mutex<HashMap<(String, i32), Assigned>>,
     readers: mpsc::UnboundedSender<KafkaPartitionReader>,
     drain_timeout: Duration,
+    /// Whether a partition without a committed offset starts at its end
+    /// (`auto.offset.reset` set to latest) rather than its beginning.
+    reset_to_latest: bool,
     /// Partitions revoked from this member since it joined.
     revoked: AtomicU64,
 }
@@ -87,7 +113,18 @@ impl ClientContext for Context {
         for (name, topic) in &statistics.topics {
             for (partition, stats) in &topic.partitions {
                 if let Some(assigned) = assigned.get(&(name.clone(), *partition)) {
-                    assigned.high.store(stats.hi_offset, Ordering::Relaxed);
+                    let start = if stats.committed_offset >= 0 {
+                        stats.committed_offset
+                    } else if self.shared.reset_to_latest {
+                        stats.hi_offset
+                    } else {
+                        stats.lo_offset
+                    };
+                    assigned.marks.start.store(start, Ordering::Relaxed);
+                    assigned
+                        .marks
+                        .high
+                        .store(stats.hi_offset, Ordering::Relaxed);
                 }
             }
         }
@@ -139,7 +176,7 @@ impl Context {
             };
             let (done_tx, done_rx) = std_mpsc::sync_channel(0);
             let revoked = CancellationToken::new();
-            let high = Arc::new(AtomicI64::new(-1));
+            let marks = Arc::new(Marks::unknown());
             self.shared
                 .assigned
                 .lock()
@@ -149,7 +186,7 @@ impl Context {
                     Assigned {
                         revoked: revoked.clone(),
                         done: Mutex::new(done_rx),
-                        high: Arc::clone(&high),
+                        marks: Arc::clone(&marks),
                     },
                 );
             tracing::info!(%topic, partition, number, "Assigned a Kafka partition.");
@@ -160,8 +197,9 @@ impl Context {
                 partition,
                 number,
                 revoked,
-                high,
+                marks,
                 next: None,
+                checkpointed: None,
                 paused: false,
                 _done: done_tx,
             };
@@ -342,6 +380,10 @@ impl KafkaConsumer {
             assigned: Mutex::new(HashMap::new()),
             readers: readers_tx,
             drain_timeout: settings.drain_timeout_ms.duration(),
+            reset_to_latest: settings
+                .properties
+                .get("auto.offset.reset")
+                .is_some_and(|reset| matches!(reset.as_str(), "latest" | "largest" | "end")),
             revoked: AtomicU64::new(0),
         });
         let consumer: Inner = config
@@ -456,9 +498,12 @@ struct KafkaPartitionReader {
     partition: i32,
     number: u32,
     revoked: CancellationToken,
-    high: Arc<AtomicI64>,
+    marks: Arc<Marks>,
     /// The offset after the last event handed out.
     next: Option<i64>,
+    /// The highest offset checkpointed through this reader: librdkafka
+    /// stores whatever it is given, so a lower one would move the commit back.
+    checkpointed: Option<i64>,
     /// Whether fetching the partition is paused (the worker takes no more now).
     paused: bool,
     /// Dropped with the reader: tells a revocation that this partition is done.
@@ -508,12 +553,15 @@ impl PartitionReader for KafkaPartitionReader {
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         let first = tokio::select! {
             biased;
             () = self.revoked.cancelled() => return Err(ConsumeError::Revoked),
             message = self.queue.recv() => message.map_err(|e| ConsumeError::Unavailable(Box::new(e)))?,
         };
-        let mut batch = Vec::with_capacity(max.clamp(1, 1_024));
+        let mut batch = Vec::with_capacity(max.min(1_024));
         batch.extend(to_event(self.number, &mut self.next, &first));
         drop(first);
         // What is already fetched joins the batch; nothing waits for more.
@@ -527,8 +575,16 @@ impl PartitionReader for KafkaPartitionReader {
     }
 
     fn unread(&self) -> Option<u64> {
-        let high = self.high.load(Ordering::Relaxed);
-        let next = self.next.unwrap_or(high);
+        let high = self.marks.high.load(Ordering::Relaxed);
+        let next = match self.next {
+            Some(next) => next,
+            None => self.marks.start.load(Ordering::Relaxed),
+        };
+        // Until the first statistics (a second at most) nothing waits as far
+        // as the reader knows; `None` would tell the worker it never knows.
+        if high < 0 || next < 0 {
+            return Some(0);
+        }
         Some(u64::try_from(high.saturating_sub(next)).unwrap_or(0))
     }
 
@@ -574,12 +630,18 @@ impl PartitionReader for KafkaPartitionReader {
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
         let offset = i64::try_from(offset)
             .map_err(|_| ConsumeError::Unavailable("offset out of range".into()))?;
+        if self.checkpointed.is_some_and(|highest| offset <= highest) {
+            return Ok(());
+        }
         // librdkafka stores offset + 1: the next offset to read.
         match self
             .consumer
             .store_offset(&self.topic, self.partition, offset)
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.checkpointed = Some(offset);
+                Ok(())
+            }
             Err(KafkaError::StoreOffset(RDKafkaErrorCode::State)) => Err(ConsumeError::Revoked),
             Err(error) => Err(ConsumeError::Unavailable(Box::new(error))),
         }

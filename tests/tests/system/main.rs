@@ -31,4 +31,5 @@ mod markdown_links;
 mod native_libraries;
 mod openapi_clients;
 mod slow_clients;
+mod stream_contract;
 mod throughput_control;

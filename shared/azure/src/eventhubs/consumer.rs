@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use super::checkpoints::{Checkpoints, LeaseCheckpointStore};
 use super::namespace::{EventHubsOpenError, Namespace, sorted_partition_ids};
-use super::reader::{EventHubsReader, HubContext, pump};
+use super::reader::{EventHubsPartitionReader, HubContext, OwnershipWatch, pump};
 
 /// How long a failed processor or connection waits before it is tried again, at most.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -51,7 +51,7 @@ impl std::fmt::Debug for EventHubsConsumer {
 
 #[derive(Debug)]
 struct Running {
-    readers: mpsc::Receiver<EventHubsReader>,
+    readers: mpsc::Receiver<EventHubsPartitionReader>,
     stop: CancellationToken,
     thread: std::thread::JoinHandle<()>,
 }
@@ -157,7 +157,7 @@ struct Processors {
     consumer_group: String,
     owner: String,
     store: Checkpoints,
-    readers: mpsc::Sender<EventHubsReader>,
+    readers: mpsc::Sender<EventHubsPartitionReader>,
     stop: CancellationToken,
 }
 
@@ -262,7 +262,7 @@ async fn supervise(
     context: HubContext,
     settings: EventHubsSettings,
     store: Checkpoints,
-    readers: mpsc::Sender<EventHubsReader>,
+    readers: mpsc::Sender<EventHubsPartitionReader>,
     stop: CancellationToken,
 ) {
     let mut pumps = tokio::task::JoinSet::new();
@@ -360,7 +360,7 @@ async fn run_processor(
     context: &HubContext,
     settings: &EventHubsSettings,
     store: &Checkpoints,
-    readers: &mpsc::Sender<EventHubsReader>,
+    readers: &mpsc::Sender<EventHubsPartitionReader>,
     pumps: &mut tokio::task::JoinSet<()>,
     stop: &CancellationToken,
 ) -> Ended {
@@ -370,18 +370,25 @@ async fn run_processor(
                 Ok(client) => client,
                 Err(e) => return Ended::Failed(format!("no partition handed out: {e}")),
             };
-            let (reader, fed) = EventHubsReader::new(
+            let partition_id = client.get_partition_id().to_owned();
+            let (reader, fed) = EventHubsPartitionReader::new(
                 context,
-                client.get_partition_id(),
+                &partition_id,
                 Arc::clone(store),
                 settings.prefetch,
             );
+            let ownership = OwnershipWatch {
+                store: Arc::clone(store),
+                context: context.clone(),
+                partition_id,
+                interval: settings.update_interval_ms.duration(),
+            };
             let span = tracing::info_span!("eventhubs_partition", partition = reader.partition);
             let partition = reader.partition;
             if readers.send(reader).await.is_err() {
                 return Ended::Stopped;
             }
-            pumps.spawn_local(pump(client, partition, fed).instrument(span));
+            pumps.spawn_local(pump(client, partition, ownership, fed).instrument(span));
         }
     };
     tokio::select! {

@@ -18,8 +18,10 @@
 //!   [`PartitionReader`](skyport_core::ports::PartitionReader) fed by a bounded channel.
 //!   A processor whose `run` fails is rebuilt on a new connection after a
 //!   back-off (the SDK does not reconnect a dropped one). A partition
-//!   whose stream ends (taken over: `ConsumerDisconnected`, or a broken link)
-//!   is reported to the worker as revoked.
+//!   whose stream ends (taken over: `ConsumerDisconnected`, or a broken link),
+//!   or whose ownership record names another processor (an idle receiver
+//!   would only notice at its next event), is reported to the worker as
+//!   revoked.
 //!
 //! The envelope travels as AMQP properties: content type
 //! [`CONTENT_TYPE`](skyport_core::event::CONTENT_TYPE), and the application properties

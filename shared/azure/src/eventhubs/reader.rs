@@ -1,6 +1,6 @@
 //! One Event Hubs partition as the worker reads it: a loop on the consumer
 //! thread moves its events from the SDK's stream (not `Send`) into a bounded
-//! channel, and [`EventHubsReader`] hands them to the worker and writes its
+//! channel, and [`EventHubsPartitionReader`] hands them to the worker and writes its
 //! checkpoints.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -42,16 +42,69 @@ pub(crate) enum Fed {
     Ended,
 }
 
+/// Watches the ownership record of one partition: the processor that loses
+/// a partition closes its receiver, but an idle receiver only notices at its
+/// next event, which the new owner reads too.
+pub(crate) struct OwnershipWatch {
+    pub(crate) store: Checkpoints,
+    pub(crate) context: HubContext,
+    pub(crate) partition_id: String,
+    /// How often the record is read: the processors' balancing interval.
+    pub(crate) interval: Duration,
+}
+
+impl OwnershipWatch {
+    /// Waits until another owner holds the partition (or none does).
+    async fn lost(&self) {
+        let mut ticks = tokio::time::interval(self.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let listed = self
+                .store
+                .list_ownerships(
+                    &self.context.namespace,
+                    &self.context.hub,
+                    &self.context.consumer_group,
+                )
+                .await;
+            // A store that cannot be read now says nothing about the owner;
+            // the processor gives the partition up if it cannot renew it.
+            let Ok(ownerships) = listed else { continue };
+            let owner = ownerships
+                .iter()
+                .find(|o| o.partition_id == self.partition_id)
+                .and_then(|o| o.owner_id.as_deref());
+            if owner != Some(self.context.owner.as_str()) {
+                tracing::info!(owner, "Another processor owns the partition now.");
+                return;
+            }
+        }
+    }
+}
+
 /// Moves one partition's events from the SDK's stream (not `Send`) to its
-/// reader, until the stream ends or the reader is dropped. The client goes
-/// back to the processor (closed) only once the worker is done with the
-/// partition, so the processor does not reopen it while events still drain.
-pub(crate) async fn pump(client: Arc<PartitionClient>, partition: u32, fed: mpsc::Sender<Fed>) {
+/// reader, until the stream ends, the partition's ownership moves to another
+/// processor, or the reader is dropped. The client goes back to the
+/// processor (closed) only once the worker is done with the partition, so
+/// the processor does not reopen it while events still drain.
+pub(crate) async fn pump(
+    client: Arc<PartitionClient>,
+    partition: u32,
+    ownership: OwnershipWatch,
+    fed: mpsc::Sender<Fed>,
+) {
     {
         let mut events = client.stream_events();
+        let lost = ownership.lost();
+        tokio::pin!(lost);
         loop {
             tokio::select! {
                 () = fed.closed() => break,
+                () = &mut lost => {
+                    let _ = fed.send(Fed::Ended).await;
+                    break;
+                }
                 next = events.next() => {
                     let item = match next {
                         Some(Ok(event)) => match stream_event(partition, &event) {
@@ -113,7 +166,7 @@ fn stream_event(
 /// offset of the last completed event. The SDK's receiver cannot seek, so
 /// the reader keeps what it handed out until it is checkpointed and reads
 /// it again from there when rewound.
-pub(crate) struct EventHubsReader {
+pub(crate) struct EventHubsPartitionReader {
     pub(crate) partition: u32,
     context: HubContext,
     partition_id: String,
@@ -123,12 +176,15 @@ pub(crate) struct EventHubsReader {
     /// Handed out before, to hand out again (after a rewind) before what is new.
     again: VecDeque<StreamEvent>,
     store: Checkpoints,
+    /// The highest offset checkpointed through this reader: the store's
+    /// write replaces the record, so a lower one would move it back.
+    checkpointed: Option<u64>,
     ended: bool,
 }
 
-impl std::fmt::Debug for EventHubsReader {
+impl std::fmt::Debug for EventHubsPartitionReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventHubsReader")
+        f.debug_struct("EventHubsPartitionReader")
             .field("hub", &self.context.hub)
             .field("partition_id", &self.partition_id)
             .field("partition", &self.partition)
@@ -136,7 +192,7 @@ impl std::fmt::Debug for EventHubsReader {
     }
 }
 
-impl EventHubsReader {
+impl EventHubsPartitionReader {
     pub(crate) fn new(
         context: &HubContext,
         partition_id: &str,
@@ -159,6 +215,7 @@ impl EventHubsReader {
                 handed: BTreeMap::new(),
                 again: VecDeque::new(),
                 store,
+                checkpointed: None,
                 ended: false,
             },
             tx,
@@ -177,14 +234,17 @@ impl EventHubsReader {
 }
 
 #[async_trait]
-impl PartitionReader for EventHubsReader {
+impl PartitionReader for EventHubsPartitionReader {
     fn partition(&self) -> u32 {
         self.partition
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         if !self.again.is_empty() {
-            let take = max.clamp(1, self.again.len());
+            let take = max.min(self.again.len());
             return Ok(self.again.drain(..take).collect());
         }
         if self.ended {
@@ -218,6 +278,9 @@ impl PartitionReader for EventHubsReader {
     }
 
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
+        if self.checkpointed.is_some_and(|highest| offset <= highest) {
+            return Ok(());
+        }
         let checkpoint = Checkpoint {
             fully_qualified_namespace: self.context.namespace.clone(),
             event_hub_name: self.context.hub.clone(),
@@ -234,6 +297,7 @@ impl PartitionReader for EventHubsReader {
             .await
             .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
         self.handed = self.handed.split_off(&(offset + 1));
+        self.checkpointed = Some(offset);
         Ok(())
     }
 }

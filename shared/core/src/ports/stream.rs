@@ -91,43 +91,105 @@ pub trait Consumer: std::fmt::Debug + Send + Sync + 'static {
 
 /// Reads one partition in order, from just after its last checkpoint.
 ///
-/// `next_batch` is cancel-safe: dropping its future loses no events.
+/// The promises below hold on every stream and are checked, on each, by
+/// the partition-reader contract suite (`skyport_tests::stream_contract`).
 #[async_trait]
 pub trait PartitionReader: std::fmt::Debug + Send + 'static {
+    /// The partition, numbered as the worker numbers them.
     fn partition(&self) -> u32;
 
-    /// Waits until at least one event is available and returns up to `max` of them in order.
+    /// Waits until at least one event is available and returns between 1
+    /// and `max` of them, in offset order, each once (until a
+    /// [`rewind`](Self::rewind)). `max = 0` answers an empty batch at once,
+    /// without waiting and without reading.
+    ///
+    /// Cancel-safe: dropping the future, at any point, loses and repeats
+    /// nothing; the next call hands out what this one would have.
     ///
     /// # Errors
-    /// [`ConsumeError::Unavailable`] when the stream cannot be read now;
-    /// [`ConsumeError::Revoked`] when the partition is no longer this reader's.
+    /// [`ConsumeError::Unavailable`] when the stream cannot be read now (the
+    /// reader stays usable; call again later);
+    /// [`ConsumeError::Revoked`] when the partition is no longer this
+    /// reader's, and on every call after that. Kafka answers it as soon as
+    /// the rebalance revokes the partition; Event Hubs once the partition's
+    /// receiver ends or its ownership record names another processor
+    /// (within one balancing interval), after handing out what it had
+    /// already received and anything rewound; the embedded log never does
+    /// (one process owns every partition).
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError>;
 
     /// Events durable in the partition that `next_batch` has not handed out
-    /// yet, when the stream tells (for the consumer-lag metric).
+    /// yet, when the stream tells (for the consumer-lag metric): positive
+    /// while events wait, 0 once every one is handed out. A reader either
+    /// always answers `Some` or always `None`: the worker asks once, when
+    /// the partition is assigned, whether the stream tells. The embedded
+    /// log knows it exactly; Kafka learns the partition's watermarks and
+    /// committed offset from the client's statistics, so it lags by up to a
+    /// second (and says 0 before their first report); Event Hubs does not
+    /// tell (`None`).
     fn unread(&self) -> Option<u64> {
         None
     }
 
     /// Whether the worker takes more events from this partition now (its
     /// in-flight window is full, or intake is paused). A stream that fetches
-    /// ahead stops fetching the partition while it does not, and the reader
-    /// keeps what it already holds.
+    /// ahead stops fetching the partition while it does not; nothing is
+    /// lost either way: what was fetched and not handed out, and what is
+    /// published meanwhile, is handed out, in order, once resumed. Pausing
+    /// twice is pausing once. Kafka pauses the partition's fetches; the
+    /// embedded log reads only when asked; Event Hubs' bounded prefetch
+    /// channel fills and stops the receiver on its own, so it ignores this.
     fn set_paused(&mut self, _paused: bool) {}
 
     /// Reads again from `offset`, an event handed out and not checkpointed:
-    /// the next batch starts with it, and the events after it come again
-    /// (the worker skips those it is running or has done). This is how a
-    /// handed-back event (a nack) is redelivered.
+    /// the next batch starts exactly with it, and the events after it come
+    /// again, in order (the worker skips those it is running or has done).
+    /// This is how a handed-back event (a nack) is redelivered.
     ///
     /// # Errors
     /// [`ConsumeError::Revoked`] when the partition is no longer this reader's;
     /// [`ConsumeError::Unavailable`] when the stream cannot be read now.
     async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError>;
 
-    /// Records that every event up to and including `offset` is complete.
+    /// Records that every event up to and including `offset` is complete:
+    /// a reader opened for the partition afterwards (by this consumer or
+    /// another) starts right after the highest offset checkpointed (on
+    /// Kafka, committed: see below). Idempotent, and never moves the
+    /// position back: a checkpoint at or below one this reader already made
+    /// is `Ok` and changes nothing. A reader that
+    /// has seen [`ConsumeError::Revoked`] may still write its final
+    /// checkpoint while the stream lets it.
+    ///
+    /// What `Ok` means differs by stream:
+    /// - embedded: durable on return. The checkpoint file is replaced
+    ///   atomically (written, `fsync`ed, renamed, its directory synced)
+    ///   before the call answers; a crash replays nothing checkpointed.
+    /// - Kafka: the offset is *stored* in librdkafka (`enable.auto.offset.store`
+    ///   is off, so only checkpoints are stored) and *committed* to the
+    ///   group coordinator asynchronously every `kafka.commit_interval_ms`
+    ///   (`auto.commit.interval.ms`, 1 s by default), and synchronously when
+    ///   a partition is revoked and when the consumer stops. A crash replays
+    ///   everything after the last committed offset: at most one commit
+    ///   interval's worth of checkpoints. Until a revocation completes (the
+    ///   reader dropped, or `kafka.drain_timeout_ms` passed) the final
+    ///   checkpoint is committed before the new owner starts, so it starts
+    ///   right after it; after that the partition is no longer assigned and
+    ///   a higher checkpoint answers `Revoked`.
+    /// - Event Hubs: the checkpoint record (sequence number and the
+    ///   service's offset) is written to the ownership and checkpoint store,
+    ///   a [`LeaseStore`](crate::ports::LeaseStore) (Cosmos DB, or the
+    ///   embedded store on one machine), before the call answers, durable as
+    ///   that store's writes are. Ownership moves first: a new owner that
+    ///   claimed the partition before the old owner's final checkpoint
+    ///   starts from the checkpoint it found, so it may read those events
+    ///   again (at-least-once). The write is unconditional, so "never moves
+    ///   back" holds per reader: an old owner's late final checkpoint can
+    ///   still replace a higher one of the new owner's, until the new
+    ///   owner's next checkpoint.
     ///
     /// # Errors
-    /// [`ConsumeError`] when the checkpoint is not durable.
+    /// [`ConsumeError::Unavailable`] when the checkpoint could not be
+    /// recorded; [`ConsumeError::Revoked`] when the stream no longer lets
+    /// this reader checkpoint the partition.
     async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError>;
 }
