@@ -23,7 +23,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use crate::committer::{self, Applied, CommitFailed, Op, OpKind};
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
-use crate::log::{AppendError, LogError, ReservationRecord, SegmentLog, Shared};
+use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog};
 use crate::migrate;
 use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
 
@@ -273,7 +273,7 @@ impl EmbeddedStore {
         self.log.head(partition)
     }
 
-    pub(crate) fn stream(&self) -> Arc<Shared> {
+    pub(crate) fn stream(&self) -> Arc<OpenLog> {
         self.log.shared()
     }
 }

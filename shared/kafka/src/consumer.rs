@@ -49,7 +49,7 @@ use crate::client::{Topics, client_config, creation_error};
 /// how often librdkafka reports the partitions' high watermarks.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-type Inner = StreamConsumer<Context>;
+type GroupConsumer = StreamConsumer<Context>;
 
 /// A partition this member reads, as the rebalance callbacks see it.
 #[derive(Debug)]
@@ -83,10 +83,12 @@ impl Marks {
     }
 }
 
+/// This member of the consumer group: its topics, the partitions assigned to
+/// it now, and where their readers go.
 #[derive(Debug)]
-struct Shared {
+struct Membership {
     topics: Topics,
-    consumer: OnceLock<Weak<Inner>>,
+    consumer: OnceLock<Weak<GroupConsumer>>,
     assigned: Mutex<HashMap<(String, i32), Assigned>>,
     readers: mpsc::UnboundedSender<KafkaPartitionReader>,
     drain_timeout: Duration,
@@ -100,7 +102,7 @@ struct Shared {
 /// The callbacks of the consumer, run on its poll thread.
 #[derive(Debug, Clone)]
 struct Context {
-    shared: Arc<Shared>,
+    shared: Arc<Membership>,
 }
 
 impl ClientContext for Context {
@@ -270,8 +272,8 @@ impl Context {
 
 /// The running member: the consumer and its poll thread.
 struct Member {
-    consumer: Arc<Inner>,
-    shared: Arc<Shared>,
+    consumer: Arc<GroupConsumer>,
+    shared: Arc<Membership>,
     readers: AsyncMutex<mpsc::UnboundedReceiver<KafkaPartitionReader>>,
     stop: CancellationToken,
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -374,7 +376,7 @@ impl KafkaConsumer {
         let topics =
             tokio::task::spawn_blocking(move || Topics::fetch(probe.client(), &names, timeout))
                 .await??;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Membership {
             topics,
             consumer: OnceLock::new(),
             assigned: Mutex::new(HashMap::new()),
@@ -386,7 +388,7 @@ impl KafkaConsumer {
                 .is_some_and(|reset| matches!(reset.as_str(), "latest" | "largest" | "end")),
             revoked: AtomicU64::new(0),
         });
-        let consumer: Inner = config
+        let consumer: GroupConsumer = config
             .create_with_context(Context {
                 shared: Arc::clone(&shared),
             })
@@ -424,7 +426,7 @@ impl KafkaConsumer {
 /// `stop`. Every assigned partition has its own queue, so a message here
 /// came before its partition's queue existed: it is put back by seeking to
 /// it, and comes again through the queue.
-async fn poll(consumer: &Arc<Inner>, stop: &CancellationToken) {
+async fn poll(consumer: &Arc<GroupConsumer>, stop: &CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -493,7 +495,7 @@ impl Consumer for KafkaConsumer {
 /// One assigned partition, read through its own queue.
 struct KafkaPartitionReader {
     queue: StreamPartitionQueue<Context>,
-    consumer: Arc<Inner>,
+    consumer: Arc<GroupConsumer>,
     topic: String,
     partition: i32,
     number: u32,

@@ -61,13 +61,13 @@ impl ClientContext for ProducerContext {
     }
 }
 
-type Inner = FutureProducer<ProducerContext>;
+type KafkaProducer = FutureProducer<ProducerContext>;
 
 /// Publishes to Kafka, sharded over the configured topics.
 pub struct KafkaPublisher {
     config: ClientConfig,
     context: ProducerContext,
-    producer: RwLock<Arc<Inner>>,
+    producer: RwLock<Arc<KafkaProducer>>,
     /// Held while a failed producer is being replaced, so only one caller does it.
     rebuilding: Mutex<()>,
     topics: Topics,
@@ -109,7 +109,7 @@ impl KafkaPublisher {
         let context = ProducerContext {
             health: Arc::new(Health::default()),
         };
-        let producer: Inner = config
+        let producer: KafkaProducer = config
             .create_with_context(context.clone())
             .map_err(|e| creation_error(settings, e))?;
         let names = settings.topics.clone();
@@ -139,12 +139,12 @@ impl KafkaPublisher {
         self.rebuilt.load(Ordering::Relaxed)
     }
 
-    fn current(&self) -> Arc<Inner> {
+    fn current(&self) -> Arc<KafkaProducer> {
         Arc::clone(&self.producer.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Replaces `failed` with a new producer, unless another caller already has.
-    fn rebuild(&self, failed: &Arc<Inner>) {
+    fn rebuild(&self, failed: &Arc<KafkaProducer>) {
         let _one = self
             .rebuilding
             .lock()
@@ -154,7 +154,7 @@ impl KafkaPublisher {
         }
         match self
             .config
-            .create_with_context::<_, Inner>(self.context.clone())
+            .create_with_context::<_, KafkaProducer>(self.context.clone())
         {
             Ok(producer) => {
                 *self
@@ -250,7 +250,7 @@ impl Publisher for KafkaPublisher {
 impl KafkaPublisher {
     /// Why a record was not acknowledged; replaces the producer when
     /// librdkafka says it cannot go on.
-    fn failed(&self, producer: &Arc<Inner>, error: KafkaError) -> PublishError {
+    fn failed(&self, producer: &Arc<KafkaProducer>, error: KafkaError) -> PublishError {
         let lost_state = matches!(
             error.rdkafka_error_code(),
             Some(

@@ -14,7 +14,7 @@ use std::sync::mpsc::Receiver;
 
 use tokio::sync::oneshot;
 
-use super::{LogError, Shared, segment};
+use super::{LogError, OpenLog, segment};
 use crate::faults::Faults;
 
 const FILE: &str = "checkpoints.json";
@@ -107,7 +107,7 @@ pub(crate) enum Request {
 
 /// The checkpoint thread: writes what is asked, deletes what no partition
 /// needs any more, then answers. Stops when every sender is gone.
-pub(crate) fn run(shared: &Shared, requests: &Receiver<Request>, faults: &Faults) {
+pub(crate) fn run(shared: &OpenLog, requests: &Receiver<Request>, faults: &Faults) {
     while let Ok(first) = requests.recv() {
         let mut replies = Vec::new();
         let checkpoints = {

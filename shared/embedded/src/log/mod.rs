@@ -125,9 +125,10 @@ impl Index {
     }
 }
 
-/// What the writer, the readers and the checkpoint thread share.
+/// The open log: its segment files, each partition's index and head, and
+/// what the writer, the readers and the checkpoint thread share of them.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct OpenLog {
     dir: PathBuf,
     partitions: u32,
     /// One per partition, then the reservation stream's.
@@ -143,7 +144,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Shared {
+impl OpenLog {
     fn slot(&self, partition: u32) -> usize {
         if partition == reservations::STREAM {
             self.partitions as usize
@@ -308,7 +309,7 @@ pub enum ReadError {
 /// The open log and its threads (writer, segment maker, checkpoints, folding).
 #[derive(Debug)]
 pub(crate) struct SegmentLog {
-    shared: Arc<Shared>,
+    shared: Arc<OpenLog>,
     db: Arc<Database>,
     holds: Arc<reservations::Holds>,
     writer: Option<mpsc::Sender<writer::Append>>,
@@ -374,7 +375,7 @@ impl SegmentLog {
             .iter()
             .map(|&next| watch::channel(next).0)
             .collect();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(OpenLog {
             dir: dir.to_path_buf(),
             partitions,
             indexes: recovered.indexes.into_iter().map(Mutex::new).collect(),
@@ -442,7 +443,7 @@ impl SegmentLog {
         })
     }
 
-    pub(crate) fn shared(&self) -> Arc<Shared> {
+    pub(crate) fn shared(&self) -> Arc<OpenLog> {
         Arc::clone(&self.shared)
     }
 

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::frame::{self, END_OF_COMMIT};
 use super::reservations::{self, Held, Holds, Record};
 use super::segment::{self, DATA_START};
-use super::{AppendError, Location, Shared, now_ms};
+use super::{AppendError, Location, OpenLog, now_ms};
 use crate::faults::Faults;
 use crate::group_commit::{self, CommitStats};
 
@@ -52,7 +52,7 @@ pub(crate) fn max_payload(segment_size: u64) -> usize {
 
 /// What the writer starts from.
 pub(crate) struct Start {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<OpenLog>,
     pub(crate) holds: Arc<Holds>,
     pub(crate) active: (u64, u64),
     pub(crate) segment_size: u64,
@@ -73,7 +73,7 @@ struct Active {
 }
 
 pub(crate) struct Writer {
-    shared: Arc<Shared>,
+    shared: Arc<OpenLog>,
     holds: Arc<Holds>,
     active: Active,
     segment_size: u64,
