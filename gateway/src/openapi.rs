@@ -37,9 +37,16 @@ pub const API_KEY_HEADER: &str = "X-API-Key";
 )]
 pub(crate) struct ApiDoc;
 
+/// A response with `description` only: [`Problems`] gives it its body.
+fn refusal(description: &str) -> RefOr<Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .build()
+        .into()
+}
+
 /// The refusals every delivery route may answer, whatever it does: listed
-/// once here, and named in each route's `responses` (their bodies come from
-/// [`Problems`]).
+/// once here, and named in each route's `responses`.
 pub(crate) struct Refusals;
 
 impl IntoResponses for Refusals {
@@ -54,12 +61,30 @@ impl IntoResponses for Refusals {
                     .build(),
             )
             .build();
-        let head_too_large = ResponseBuilder::new()
-            .description("The request's head is larger than `gateway.http.max_header_bytes`.")
-            .build();
         BTreeMap::from([
             ("401".to_owned(), unauthorized.into()),
-            ("431".to_owned(), head_too_large.into()),
+            (
+                "431".to_owned(),
+                refusal("The request's head is larger than `gateway.http.max_header_bytes`."),
+            ),
+        ])
+    }
+}
+
+/// The refusals of a route that names a delivery by its id and receipt.
+pub(crate) struct DeliveryRefusals;
+
+impl IntoResponses for DeliveryRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([
+            (
+                "400".to_owned(),
+                refusal("A malformed query or Host header."),
+            ),
+            (
+                "404".to_owned(),
+                refusal("No such delivery, or the receipt is not its own."),
+            ),
         ])
     }
 }

@@ -29,13 +29,13 @@ use super::settings::ProcessorSettings;
 pub(super) const PROCESSOR: &str = "test-processor";
 
 /// The embedded store on a temporary directory, removed when dropped.
-pub(super) struct Fixture {
-    pub(super) store: Arc<EmbeddedStore>,
+pub(crate) struct Fixture {
+    pub(crate) store: Arc<EmbeddedStore>,
     _dir: TempDir,
 }
 
 impl Fixture {
-    pub(super) fn open() -> Self {
+    pub(crate) fn open() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let settings = EmbeddedSettings {
             data_dir: dir.path().to_path_buf(),

@@ -29,7 +29,7 @@
 mod balance;
 mod estimator;
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 mod handler;
 mod lease;
 mod owned;

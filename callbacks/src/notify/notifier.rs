@@ -378,26 +378,12 @@ mod tests {
     use axum::http::{HeaderMap, StatusCode};
     use skyport_core::ports::Versioned;
     use skyport_embedded::EmbeddedStore;
-    use skyport_runtime::config::EmbeddedSettings;
-    use tempfile::TempDir;
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::change_feed::fixture::Fixture;
 
     const KEY: &[u8] = b"a test key of the notifier";
-
-    /// The embedded store on a temporary directory.
-    fn store() -> (Arc<EmbeddedStore>, TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = EmbeddedSettings {
-            data_dir: dir.path().to_path_buf(),
-            cache_size_mb: 8,
-            max_batch: 64,
-            queue_capacity: 1024,
-            segment_size_mb: 1,
-        };
-        (EmbeddedStore::open(&settings, 1).unwrap(), dir)
-    }
 
     fn notifier(store: &Arc<EmbeddedStore>, allow: &[&str]) -> Notifier {
         let settings = CallbackSettings {
@@ -485,7 +471,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_terminal_status_is_posted_signed_and_its_delivery_recorded() {
-        let (store, _dir) = store();
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
         let (url, received) = receiver().await;
         let notifier = notifier(&store, &["127.0.0.0/8"]);
         let change = written(
@@ -513,7 +500,8 @@ mod tests {
 
     #[tokio::test]
     async fn documents_not_waiting_for_a_callback_are_passed_over() {
-        let (store, _dir) = store();
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
         let (url, received) = receiver().await;
         let notifier = notifier(&store, &["127.0.0.0/8"]);
         let running = written(
@@ -530,7 +518,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_destination_is_dead_lettered_and_recorded() {
-        let (store, _dir) = store();
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
         let (url, received) = receiver().await;
         // No allow-list: loopback is refused before anything is sent.
         let notifier = notifier(&store, &[]);

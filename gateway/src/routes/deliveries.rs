@@ -24,7 +24,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
-use crate::openapi::Refusals;
+use crate::openapi::{DeliveryRefusals, Refusals};
 use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
@@ -174,9 +174,8 @@ fn requested(
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before polling."),
             )),
-        (status = 400, description = "A malformed query or Host header."),
         (status = 403, description = "The credentials lack the write scope."),
-        (status = 404, description = "No such delivery, or the receipt is not its own."),
+        DeliveryRefusals,
         (status = 409, description = "The delivery already failed; there is nothing to cancel."),
         Refusals,
         (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`."),
@@ -297,9 +296,8 @@ pub struct StatusQuery {
                 ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."),
                 ("Vary" = String, description = "`Accept`: the answer depends on it."),
             )),
-        (status = 400, description = "A malformed query or Host header."),
         (status = 403, description = "The credentials lack the read scope."),
-        (status = 404, description = "No such delivery, or the receipt is not its own."),
+        DeliveryRefusals,
         Refusals,
         (status = 503, description = "The status store is unavailable; retry after `Retry-After`."),
     ),
