@@ -7,22 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::metrics::{self, LeaseLabels};
-use serde::Serialize;
 use skyport_core::error::BoxError;
 use skyport_core::ports::{ChangeSource, LeaseStore, StartFrom};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::Leases;
-use super::processor::ProcessorReport;
-
-/// One lease's pending changes, as the estimator counted them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseEstimate {
-    pub lease: String,
-    pub owner: Option<String>,
-    pub pending: u64,
-}
+use super::report::{LeaseEstimate, ProcessorReport};
 
 /// Counts the pending changes of a processor's leases; works whether or not
 /// the processor runs.
@@ -141,10 +131,10 @@ mod tests {
     use skyport_core::ports::{FeedRange, StartFrom};
     use tokio_util::sync::CancellationToken;
 
-    use super::{Estimator, LeaseEstimate};
-    use crate::change_feed::ProcessorReport;
+    use super::Estimator;
     use crate::change_feed::fixture::{Fixture, PROCESSOR, eventually};
     use crate::change_feed::lease::LeaseDoc;
+    use crate::change_feed::{LeaseEstimate, ProcessorReport};
 
     fn estimator(fixture: &Fixture, start: StartFrom) -> Estimator {
         Estimator::new(fixture.source(), fixture.lease_store(), PROCESSOR, start)

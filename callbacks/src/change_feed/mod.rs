@@ -34,9 +34,11 @@ mod handler;
 mod lease;
 mod owned;
 mod processor;
+mod report;
 mod settings;
 
-pub use self::estimator::{Estimator, LeaseEstimate};
+pub use self::estimator::Estimator;
 pub use self::handler::ChangeHandler;
-pub use self::processor::{Processor, ProcessorReport};
+pub use self::processor::Processor;
+pub use self::report::{LeaseEstimate, ProcessorReport};
 pub use self::settings::ProcessorSettings;

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::metrics;
 use async_trait::async_trait;
-use serde::Serialize;
 use serde_json::{Value, json};
 use skyport_core::error::BoxError;
 use skyport_core::ports::{
@@ -24,24 +23,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::balance::{self, Held};
-use super::estimator::{Estimator, LeaseEstimate};
+use super::estimator::Estimator;
 use super::handler::ChangeHandler;
 use super::lease::{LeaseDoc, Leases, Stored};
 use super::owned::{Ended, LeaseLoop};
+use super::report::ProcessorReport;
 use super::settings::ProcessorSettings;
-
-/// What the processor reports: the leases this instance owns and the last estimate.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProcessorReport {
-    pub processor: String,
-    pub instance: String,
-    pub owned: Vec<String>,
-    pub pending: u64,
-    pub leases: Vec<LeaseEstimate>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-}
 
 /// A change-feed processor instance.
 pub struct Processor {
