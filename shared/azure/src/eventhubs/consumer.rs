@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use super::checkpoints::{Checkpoints, LeaseCheckpointStore};
 use super::namespace::{EventHubsOpenError, Namespace, sorted_partition_ids};
-use super::reader::{EventHubsPartitionReader, HubContext, OwnershipWatch, pump};
+use super::reader::{EventHubsPartitionReader, HubContext, Owners, pump};
 
 /// How long a failed processor or connection waits before it is tried again, at most.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -364,6 +364,11 @@ async fn run_processor(
     pumps: &mut tokio::task::JoinSet<()>,
     stop: &CancellationToken,
 ) -> Ended {
+    let owners = Owners::new(
+        Arc::clone(store),
+        context.clone(),
+        settings.update_interval_ms.duration(),
+    );
     let handout = async {
         loop {
             let client = match processor.next_partition_client().await {
@@ -377,12 +382,7 @@ async fn run_processor(
                 Arc::clone(store),
                 settings.prefetch,
             );
-            let ownership = OwnershipWatch {
-                store: Arc::clone(store),
-                context: context.clone(),
-                partition_id,
-                interval: settings.update_interval_ms.duration(),
-            };
+            let ownership = owners.watch(partition_id);
             let span = tracing::info_span!("eventhubs_partition", partition = reader.partition);
             let partition = reader.partition;
             if readers.send(reader).await.is_err() {
@@ -394,6 +394,7 @@ async fn run_processor(
     tokio::select! {
         () = stop.cancelled() => Ended::Stopped,
         ended = handout => ended,
+        never = owners.run() => match never {},
         ran = processor.run() => match ran {
             Ok(()) => Ended::Stopped,
             Err(e) => Ended::Failed(e.to_string()),

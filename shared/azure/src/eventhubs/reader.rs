@@ -3,9 +3,9 @@
 //! channel, and [`EventHubsPartitionReader`] hands them to the worker and writes its
 //! checkpoints.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use azure_messaging_eventhubs::error::ErrorKind;
@@ -14,7 +14,7 @@ use azure_messaging_eventhubs::processor::PartitionClient;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::checkpoints::Checkpoints;
 
@@ -42,24 +42,48 @@ pub(crate) enum Fed {
     Ended,
 }
 
-/// Watches the ownership record of one partition: the processor that loses
-/// a partition closes its receiver, but an idle receiver only notices at its
-/// next event, which the new owner reads too.
-pub(crate) struct OwnershipWatch {
-    pub(crate) store: Checkpoints,
-    pub(crate) context: HubContext,
-    pub(crate) partition_id: String,
-    /// How often the record is read: the processors' balancing interval.
-    pub(crate) interval: Duration,
+/// Who owns each of a processor's partitions, as the ownership records said
+/// at the last reading: one listing every balancing interval, shared by the
+/// processor's partitions. The processor that loses a partition closes its
+/// receiver, but an idle receiver only notices at its next event, which the
+/// new owner reads too.
+pub(crate) struct Owners {
+    store: Checkpoints,
+    context: HubContext,
+    /// How often the records are read: the processors' balancing interval.
+    interval: Duration,
+    /// Each partition's owner, by partition id, and when the reading began;
+    /// `None` until the first reading.
+    records: watch::Sender<Option<Reading>>,
 }
 
-impl OwnershipWatch {
-    /// Waits until another owner holds the partition (or none does).
-    async fn lost(&self) {
+impl Owners {
+    pub(crate) fn new(store: Checkpoints, context: HubContext, interval: Duration) -> Self {
+        Self {
+            store,
+            context,
+            interval,
+            records: watch::Sender::new(None),
+        }
+    }
+
+    /// A watch of `partition_id`'s owner.
+    pub(crate) fn watch(&self, partition_id: String) -> OwnershipWatch {
+        OwnershipWatch {
+            records: self.records.subscribe(),
+            partition_id,
+            owner: self.context.owner.clone(),
+            since: Instant::now(),
+        }
+    }
+
+    /// Reads the records every interval, as long as the processor runs.
+    pub(crate) async fn run(&self) -> std::convert::Infallible {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
+            let began = Instant::now();
             let listed = self
                 .store
                 .list_ownerships(
@@ -68,16 +92,50 @@ impl OwnershipWatch {
                     &self.context.consumer_group,
                 )
                 .await;
-            // A store that cannot be read now says nothing about the owner;
-            // the processor gives the partition up if it cannot renew it.
+            // A store that cannot be read now says nothing about the owners;
+            // the processor gives a partition up if it cannot renew it.
             let Ok(ownerships) = listed else { continue };
-            let owner = ownerships
-                .iter()
-                .find(|o| o.partition_id == self.partition_id)
-                .and_then(|o| o.owner_id.as_deref());
-            if owner != Some(self.context.owner.as_str()) {
-                tracing::info!(owner, "Another processor owns the partition now.");
-                return;
+            let owners = ownerships
+                .into_iter()
+                .map(|o| (o.partition_id, o.owner_id))
+                .collect();
+            self.records.send_replace(Some((began, owners)));
+        }
+    }
+}
+
+/// When a reading of the ownership records began, and each partition's owner in it.
+type Reading = (Instant, HashMap<String, Option<String>>);
+
+/// One partition's owner, from [`Owners`].
+pub(crate) struct OwnershipWatch {
+    records: watch::Receiver<Option<Reading>>,
+    partition_id: String,
+    owner: String,
+    /// Readings begun before this are older than the claim that handed the
+    /// partition here, and say nothing about its owner now.
+    since: Instant,
+}
+
+impl OwnershipWatch {
+    /// Waits until another owner holds the partition (or none does).
+    async fn lost(&mut self) {
+        loop {
+            {
+                let records = self.records.borrow_and_update();
+                if let Some((began, owners)) = records.as_ref()
+                    && *began >= self.since
+                {
+                    let owner = owners.get(&self.partition_id).cloned().flatten();
+                    if owner.as_deref() != Some(self.owner.as_str()) {
+                        tracing::info!(owner, "Another processor owns the partition now.");
+                        return;
+                    }
+                }
+            }
+            if self.records.changed().await.is_err() {
+                // The processor stopped: its partitions end with it.
+                return std::future::pending().await;
             }
         }
     }
@@ -91,7 +149,7 @@ impl OwnershipWatch {
 pub(crate) async fn pump(
     client: Arc<PartitionClient>,
     partition: u32,
-    ownership: OwnershipWatch,
+    mut ownership: OwnershipWatch,
     fed: mpsc::Sender<Fed>,
 ) {
     {
