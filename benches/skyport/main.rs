@@ -430,6 +430,8 @@ impl Bench {
                             accepted_at: OffsetDateTime::now_utc(),
                             traceparent: None,
                             idempotency_key: None,
+                            principal: None,
+                            epoch: 0,
                             request: request.clone(),
                         }));
                         publisher.publish(event.outbound()).await?;

@@ -42,6 +42,8 @@ pub struct GatewayParts {
     pub idempotency_retention: time::Duration,
     pub receipts: Receipts,
     pub retry_after_s: u32,
+    /// The schema version of the events this gateway writes.
+    pub event_schema_version: u32,
     /// Configured base of status URLs, without a trailing slash.
     pub public_url: Option<String>,
     /// `/healthz`, `/readyz` and `/metrics`.
@@ -113,6 +115,7 @@ impl AppState {
             .unwrap_or(time::Duration::DAY),
             receipts: Receipts::new(&ports.receipt_key),
             retry_after_s: settings.retry_after_s,
+            event_schema_version: settings.event_schema_version,
             public_url: settings
                 .public_url
                 .as_ref()

@@ -177,6 +177,8 @@ fn envelope_seeds() -> Vec<Vec<u8>> {
         accepted_at: OffsetDateTime::UNIX_EPOCH,
         traceparent: None,
         idempotency_key: None,
+        principal: None,
+        epoch: 0,
         request,
     }));
     vec![event.encode(), b"{\"schemaVersion\":1}".to_vec()]

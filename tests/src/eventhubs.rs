@@ -20,7 +20,7 @@ use skyport_azure::eventhubs::{
     EventHubsPublisher, IDEMPOTENCY_KEY_PROPERTY, LeaseCheckpointStore, SCHEMA_VERSION_PROPERTY,
     TRACEPARENT_PROPERTY,
 };
-use skyport_core::event::{CONTENT_TYPE, DeliveryRequested, Event, SCHEMA_VERSION};
+use skyport_core::event::{DeliveryRequested, Event, SCHEMA_VERSION, content_type};
 use skyport_core::ports::Publisher;
 use skyport_core::request::DeliveryRequest;
 use skyport_core::status::DeliveryState;
@@ -132,7 +132,7 @@ async fn read_events(
             let data = event.event_data();
             assert_eq!(
                 data.content_type(),
-                Some(CONTENT_TYPE),
+                Some(content_type(SCHEMA_VERSION).as_str()),
                 "the envelope's content type"
             );
             let properties = data.properties().expect("application properties");
@@ -263,6 +263,8 @@ fn event(key: &str, seq: usize) -> Event {
         accepted_at: time::OffsetDateTime::now_utc(),
         traceparent: Some(format!("00-{:032x}-{:016x}-01", seq + 1, seq + 1)),
         idempotency_key: Some(key.to_owned()),
+        principal: None,
+        epoch: 0,
         request,
     }))
 }

@@ -43,6 +43,7 @@ impl Fixture {
             max_batch: 64,
             queue_capacity: 1024,
             segment_size_mb: 1,
+            ..EmbeddedSettings::default()
         };
         Self {
             store: EmbeddedStore::open(&settings, 1).unwrap(),

@@ -96,7 +96,8 @@ pub async fn create(
     let Some(name) = Name::of(&request, key.as_deref(), client) else {
         // Nothing to retry by: no write but the event itself.
         let id = uuid::Uuid::new_v4().to_string();
-        publish(&state, requested(&headers, &id, now, key, request)).await?;
+        let event = requested(&headers, &id, now, key, principal.as_deref(), request);
+        publish(&state, event).await?;
         return accepted(&state, &base, id, DeliveryState::Accepted, now);
     };
     let id = name.delivery_id().to_owned();
@@ -109,7 +110,7 @@ pub async fn create(
     );
     match state.idempotency.reserve(&reservation).await? {
         Reserved::New => {
-            let event = requested(&headers, &id, now, key, request);
+            let event = requested(&headers, &id, now, key, principal.as_deref(), request);
             if let Err(e) = publish(&state, event).await {
                 // Never durable, so the name is free for the client's retry.
                 if let Err(release) = state.idempotency.release(&reservation).await {
@@ -128,7 +129,14 @@ pub async fn create(
             let current = match current {
                 Some(current) => current,
                 None => {
-                    let event = requested(&headers, &id, held.accepted_at, key, request);
+                    let event = requested(
+                        &headers,
+                        &id,
+                        held.accepted_at,
+                        key,
+                        principal.as_deref(),
+                        request,
+                    );
                     publish(&state, event).await?;
                     DeliveryState::Accepted
                 }
@@ -145,6 +153,7 @@ fn requested(
     id: &str,
     accepted_at: OffsetDateTime,
     idempotency_key: Option<String>,
+    principal: Option<&Principal>,
     mut request: DeliveryRequest,
 ) -> Event {
     request.delivery_id = Some(id.to_owned());
@@ -153,6 +162,8 @@ fn requested(
         accepted_at,
         traceparent: traceparent(headers),
         idempotency_key,
+        principal: principal.map(|p| p.name.clone()),
+        epoch: 0,
         request,
     }))
 }
@@ -184,6 +195,7 @@ fn requested(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<StatusQuery>, QueryRejection>,
@@ -207,6 +219,7 @@ pub async fn cancel(
                 delivery_id: id.clone(),
                 requested_at: OffsetDateTime::now_utc(),
                 traceparent: traceparent(&headers),
+                principal: principal.map(|Extension(p)| p.name),
             });
             publish(&state, event).await?;
         }
@@ -216,11 +229,10 @@ pub async fn cancel(
 
 async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
     let span = trace_span!("publish", otel.kind = "producer");
-    state
-        .publisher
-        .publish(event.outbound())
-        .instrument(span)
-        .await?;
+    let outbound = event
+        .outbound_as(state.event_schema_version)
+        .map_err(|e| ApiError::Internal(Box::new(e)))?;
+    state.publisher.publish(outbound).instrument(span).await?;
     Ok(())
 }
 

@@ -2,8 +2,23 @@
 //!
 //! The envelope is self-describing JSON with a `schemaVersion` and a `type`;
 //! the decoder refuses versions it does not know instead of guessing, so the
-//! worker can dead-letter them and move on. Both events of a delivery are keyed
+//! worker can dead-letter them and move on. Every event of a delivery is keyed
 //! by its id, so they share a partition and keep their order.
+//!
+//! Versions:
+//! - 1: `DeliveryRequested` and `CancellationRequested`.
+//! - 2: both carry the `principal` that asked (when auth is on), and a
+//!   delivery's `epoch` (its attempt epoch: 0 until a redrive starts the
+//!   next). A version 1 reader ignores the fields it does not know, but
+//!   refuses a version 2 envelope as a whole.
+//!
+//! The rollout rule: a build reads every version in [`READS`] and writes the
+//! one it is told (`gateway.event_schema_version`); every worker must read a
+//! version before any gateway writes it. So a rolling upgrade that brings a
+//! new version upgrades the workers first, with the gateways still writing
+//! the old one, and only then lets the gateways write the new one.
+
+use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -11,10 +26,16 @@ use time::OffsetDateTime;
 use crate::ports::{EventProperties, OutboundEvent};
 use crate::request::DeliveryRequest;
 
-/// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
-/// Content type of an encoded envelope (an application property on brokers that have them).
-pub const CONTENT_TYPE: &str = "application/vnd.skyport.event+json; v=1";
+/// The newest schema version, the one this build writes unless told otherwise.
+pub const SCHEMA_VERSION: u32 = 2;
+/// The versions this build reads.
+pub const READS: RangeInclusive<u32> = 1..=SCHEMA_VERSION;
+
+/// Content type of an envelope of `version` (an application property on
+/// brokers that have them).
+pub fn content_type(version: u32) -> String {
+    format!("application/vnd.skyport.event+json; v={version}")
+}
 
 /// What travels through the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +54,9 @@ pub struct CancellationRequested {
     pub requested_at: OffsetDateTime,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// Who asked (version 2; with auth on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// A delivery request the gateway accepted, as it travels through the stream.
@@ -47,7 +71,22 @@ pub struct DeliveryRequested {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Who asked (version 2; with auth on). The owner is the request's `ownerId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The attempt epoch this event runs (version 2): 0 for the request as
+    /// accepted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u32,
     pub request: DeliveryRequest,
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// Why bytes from the stream are not an event this build can process.
@@ -57,10 +96,35 @@ pub enum DecodeError {
     Malformed(#[source] serde_json::Error),
     #[error("the envelope has no schemaVersion")]
     MissingVersion,
-    #[error("schema version {0} is not supported (this build reads version {SCHEMA_VERSION})")]
+    #[error(
+        "schema version {0} is not supported (this build reads versions {first} to {last})",
+        first = READS.start(),
+        last = READS.end()
+    )]
     UnsupportedVersion(u64),
-    #[error("the version {SCHEMA_VERSION} envelope does not match its schema: {0}")]
-    Invalid(#[source] serde_json::Error),
+    #[error("the version {version} envelope does not match its schema: {source}")]
+    Invalid {
+        version: u32,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Why an event cannot be written at the version asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error(
+        "schema version {0} is not one this build writes (versions {first} to {last})",
+        first = READS.start(),
+        last = READS.end()
+    )]
+    UnsupportedVersion(u32),
+    #[error("{what} needs schema version {needs}; gateway.event_schema_version is {asked}")]
+    NeedsVersion {
+        what: &'static str,
+        needs: u32,
+        asked: u32,
+    },
 }
 
 #[derive(Serialize)]
@@ -86,6 +150,19 @@ struct EnvelopeIn {
     event: Event,
 }
 
+/// The envelope of version 1 after decoding: version 2's fields are not
+/// part of it, whatever the bytes held.
+fn as_version_1(mut event: Event) -> Event {
+    match &mut event {
+        Event::DeliveryRequested(e) => {
+            e.principal = None;
+            e.epoch = 0;
+        }
+        Event::CancellationRequested(e) => e.principal = None,
+    }
+    event
+}
+
 impl Event {
     /// The delivery the event is about; also its partition key.
     pub fn delivery_id(&self) -> &str {
@@ -95,31 +172,69 @@ impl Event {
         }
     }
 
-    /// The event as the stream takes it: keyed by delivery, encoded, with its
-    /// trace context and idempotency key beside the payload.
+    /// The event as the stream takes it, at the newest schema version.
     pub fn outbound(&self) -> OutboundEvent {
+        self.outbound_as(SCHEMA_VERSION)
+            .unwrap_or_else(|e| unreachable!("every event is written at the newest version: {e}"))
+    }
+
+    /// The event as the stream takes it at schema `version`: keyed by
+    /// delivery, encoded, with its trace context, idempotency key and
+    /// version beside the payload.
+    ///
+    /// # Errors
+    /// [`EncodeError`] when the event cannot be written at `version`.
+    pub fn outbound_as(&self, version: u32) -> Result<OutboundEvent, EncodeError> {
         let (traceparent, idempotency_key) = match self {
             Self::DeliveryRequested(e) => (e.traceparent.clone(), e.idempotency_key.clone()),
             Self::CancellationRequested(e) => (e.traceparent.clone(), None),
         };
-        OutboundEvent {
+        Ok(OutboundEvent {
             key: self.delivery_id().to_owned(),
-            payload: self.encode().into(),
+            payload: self.encode_as(version)?.into(),
             properties: EventProperties {
                 traceparent,
                 idempotency_key,
+                schema_version: version,
             },
-        }
+        })
     }
 
-    /// Encodes the event with the current schema version.
+    /// Encodes the event with the newest schema version.
     pub fn encode(&self) -> Vec<u8> {
-        let envelope = EnvelopeOut {
-            schema_version: SCHEMA_VERSION,
-            event: self,
+        self.encode_as(SCHEMA_VERSION)
+            .unwrap_or_else(|e| unreachable!("every event is written at the newest version: {e}"))
+    }
+
+    /// Encodes the event at schema `version`: at version 1 without the
+    /// principal; an epoch past 0 has no version 1 form.
+    ///
+    /// # Errors
+    /// [`EncodeError`] when the event cannot be written at `version`.
+    pub fn encode_as(&self, version: u32) -> Result<Vec<u8>, EncodeError> {
+        if !READS.contains(&version) {
+            return Err(EncodeError::UnsupportedVersion(version));
+        }
+        let event = if version == 1 {
+            if let Self::DeliveryRequested(e) = self
+                && e.epoch > 0
+            {
+                return Err(EncodeError::NeedsVersion {
+                    what: "a delivery's next attempt epoch",
+                    needs: 2,
+                    asked: version,
+                });
+            }
+            &as_version_1(self.clone())
+        } else {
+            self
         };
-        serde_json::to_vec(&envelope)
-            .unwrap_or_else(|e| unreachable!("a DeliveryRequested always serializes to JSON: {e}"))
+        let envelope = EnvelopeOut {
+            schema_version: version,
+            event,
+        };
+        Ok(serde_json::to_vec(&envelope)
+            .unwrap_or_else(|e| unreachable!("an event always serializes to JSON: {e}")))
     }
 
     /// Decodes an envelope written by [`Event::encode`].
@@ -129,17 +244,21 @@ impl Event {
     /// version, or do not match the version's schema.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let probe: VersionProbe = serde_json::from_slice(bytes).map_err(DecodeError::Malformed)?;
-        match probe.schema_version {
-            None => Err(DecodeError::MissingVersion),
-            Some(v) if v.as_u64() == Some(u64::from(SCHEMA_VERSION)) => {
-                let envelope: EnvelopeIn =
-                    serde_json::from_slice(bytes).map_err(DecodeError::Invalid)?;
-                Ok(envelope.event)
-            }
-            Some(v) => Err(DecodeError::UnsupportedVersion(
-                v.as_u64().unwrap_or(u64::MAX),
-            )),
-        }
+        let version = match probe.schema_version {
+            None => return Err(DecodeError::MissingVersion),
+            Some(v) => v.as_u64().unwrap_or(u64::MAX),
+        };
+        let version = u32::try_from(version)
+            .ok()
+            .filter(|v| READS.contains(v))
+            .ok_or(DecodeError::UnsupportedVersion(version))?;
+        let envelope: EnvelopeIn = serde_json::from_slice(bytes)
+            .map_err(|source| DecodeError::Invalid { version, source })?;
+        Ok(if version == 1 {
+            as_version_1(envelope.event)
+        } else {
+            envelope.event
+        })
     }
 }
 
@@ -155,6 +274,8 @@ mod tests {
             accepted_at: datetime!(2026-11-21 09:59:59.123 UTC),
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             idempotency_key: Some("key-1".into()),
+            principal: Some("portal".into()),
+            epoch: 0,
             request: sample("d-1"),
         }))
     }
@@ -168,9 +289,56 @@ mod tests {
     #[test]
     fn the_envelope_names_its_schema_version() {
         let json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
-        assert_eq!(json["schemaVersion"], 1);
+        assert_eq!(json["schemaVersion"], 2);
         assert_eq!(json["deliveryId"], "d-1");
         assert_eq!(json["type"], "DeliveryRequested");
+        assert_eq!(json["principal"], "portal");
+        assert!(json.get("epoch").is_none(), "epoch 0 is not written");
+    }
+
+    #[test]
+    fn version_1_is_written_without_the_fields_of_version_2() {
+        let bytes = event().encode_as(1).expect("version 1");
+        let json: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(json["schemaVersion"], 1);
+        assert!(json.get("principal").is_none());
+        let Event::DeliveryRequested(read) = Event::decode(&bytes).expect("decode") else {
+            panic!("a delivery request");
+        };
+        assert_eq!(read.principal, None);
+        assert_eq!(read.request, sample("d-1"));
+    }
+
+    #[test]
+    fn a_version_1_envelope_of_an_earlier_build_is_read() {
+        let bytes = br#"{"schemaVersion":1,"type":"CancellationRequested","deliveryId":"d-1","requestedAt":"2026-11-21T10:00:00Z"}"#;
+        let Event::CancellationRequested(read) = Event::decode(bytes).expect("decode") else {
+            panic!("a cancellation");
+        };
+        assert_eq!(read.delivery_id, "d-1");
+        assert_eq!(read.principal, None);
+    }
+
+    #[test]
+    fn a_later_epoch_has_no_version_1_form() {
+        let Event::DeliveryRequested(mut requested) = event() else {
+            unreachable!()
+        };
+        requested.epoch = 2;
+        let event = Event::DeliveryRequested(requested);
+        assert!(matches!(
+            event.encode_as(1),
+            Err(EncodeError::NeedsVersion { needs: 2, .. })
+        ));
+        assert!(matches!(
+            event.encode_as(3),
+            Err(EncodeError::UnsupportedVersion(3))
+        ));
+        let read = Event::decode(&event.encode()).expect("decode");
+        assert_eq!(read, event);
+        let outbound = event.outbound_as(2).expect("version 2");
+        assert_eq!(outbound.properties.schema_version, 2);
+        assert_eq!(content_type(2), "application/vnd.skyport.event+json; v=2");
     }
 
     #[test]
@@ -179,6 +347,7 @@ mod tests {
             delivery_id: "d-1".into(),
             requested_at: datetime!(2026-11-21 10:00 UTC),
             traceparent: None,
+            principal: Some("portal".into()),
         });
         assert_eq!(Event::decode(&event.encode()).expect("decode"), event);
         assert_eq!(event.delivery_id(), "d-1");
@@ -186,8 +355,11 @@ mod tests {
 
     #[test]
     fn an_unknown_event_type_is_invalid() {
-        let bytes = br#"{"schemaVersion":1,"type":"DeliveryTeleported","deliveryId":"d-1"}"#;
-        assert!(matches!(Event::decode(bytes), Err(DecodeError::Invalid(_))));
+        let bytes = br#"{"schemaVersion":2,"type":"DeliveryTeleported","deliveryId":"d-1"}"#;
+        assert!(matches!(
+            Event::decode(bytes),
+            Err(DecodeError::Invalid { version: 2, .. })
+        ));
     }
 
     #[test]
@@ -201,11 +373,11 @@ mod tests {
     #[test]
     fn an_unknown_version_is_refused() {
         let mut json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
-        json["schemaVersion"] = 2.into();
+        json["schemaVersion"] = 3.into();
         let bytes = serde_json::to_vec(&json).expect("bytes");
         assert!(matches!(
             Event::decode(&bytes),
-            Err(DecodeError::UnsupportedVersion(2))
+            Err(DecodeError::UnsupportedVersion(3))
         ));
     }
 
@@ -225,6 +397,9 @@ mod tests {
     #[test]
     fn a_known_version_with_a_broken_body_is_invalid() {
         let bytes = br#"{"schemaVersion":1,"deliveryId":"d-1"}"#;
-        assert!(matches!(Event::decode(bytes), Err(DecodeError::Invalid(_))));
+        assert!(matches!(
+            Event::decode(bytes),
+            Err(DecodeError::Invalid { version: 1, .. })
+        ));
     }
 }

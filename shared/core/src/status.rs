@@ -144,6 +144,16 @@ pub struct StatusDocument {
     /// How the callback announcing the terminal state went (with a `callbackUrl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<CallbackOutcome>,
+    /// The request's `ownerId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    /// Who made the request, when the gateway authenticates (an API key's
+    /// name or a token's subject).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The attempt epoch the steps belong to: 0 for the request as accepted.
+    #[serde(default)]
+    pub epoch: u32,
 }
 
 /// Where a delivery's callback is.
@@ -216,6 +226,9 @@ impl StatusDocument {
             callback_url: None,
             traceparent: None,
             callback: None,
+            owner_id: None,
+            principal: None,
+            epoch: 0,
         }
     }
 }

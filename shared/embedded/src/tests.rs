@@ -26,6 +26,7 @@ pub(crate) fn settings(dir: &std::path::Path) -> EmbeddedSettings {
         max_batch: 64,
         queue_capacity: 1024,
         segment_size_mb: 1,
+        ..EmbeddedSettings::default()
     }
 }
 

@@ -20,7 +20,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::statistics::Statistics;
-use skyport_core::event::{CONTENT_TYPE, SCHEMA_VERSION};
+use skyport_core::event::content_type;
 use skyport_core::partitioning::shard_for;
 use skyport_core::ports::{OutboundEvent, Position, PublishError, Publisher};
 use skyport_runtime::config::KafkaSettings;
@@ -184,11 +184,12 @@ impl Publisher for KafkaPublisher {
             self.topics.0[topic as usize].partitions
         });
         let topic = &self.topics.0[index as usize];
-        let schema_version = SCHEMA_VERSION.to_string();
+        let schema_version = event.properties.schema_version.to_string();
+        let content_type = content_type(event.properties.schema_version);
         let mut record_headers = OwnedHeaders::new_with_capacity(4)
             .insert(Header {
                 key: headers::CONTENT_TYPE,
-                value: Some(CONTENT_TYPE),
+                value: Some(&content_type),
             })
             .insert(Header {
                 key: headers::SCHEMA_VERSION,

@@ -252,6 +252,8 @@ impl Workflow {
             .callback_url
             .clone_from(&request.request.callback_url);
         document.traceparent.clone_from(&request.traceparent);
+        document.owner_id = Some(request.request.owner_id.clone());
+        document.principal.clone_from(&request.principal);
     }
 
     /// `current` with what the request tells it, for a document this

@@ -24,7 +24,7 @@
 //!   revoked.
 //!
 //! The envelope travels as AMQP properties: content type
-//! [`CONTENT_TYPE`](skyport_core::event::CONTENT_TYPE), and the application properties
+//! [`content_type`](skyport_core::event::content_type), and the application properties
 //! `schemaVersion`, `traceparent` and `idempotencyKey` (when known).
 //!
 //! Partitions are numbered for the worker across hubs: hub `i`'s partition `j`

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use skyport_core::event::{CONTENT_TYPE, SCHEMA_VERSION};
+use skyport_core::event::content_type;
 use skyport_core::partitioning::shard_for;
 use skyport_core::ports::{BoxError, OutboundEvent, Position, PublishError, Publisher};
 use skyport_runtime::config::EventHubsSettings;
@@ -350,8 +350,11 @@ const STREAM: &str = "eventhubs";
 fn event_data(event: &OutboundEvent) -> EventData {
     let mut builder = EventData::builder()
         .with_body(event.payload.to_vec())
-        .with_content_type(CONTENT_TYPE.to_owned())
-        .add_property(SCHEMA_VERSION_PROPERTY.to_owned(), SCHEMA_VERSION);
+        .with_content_type(content_type(event.properties.schema_version))
+        .add_property(
+            SCHEMA_VERSION_PROPERTY.to_owned(),
+            event.properties.schema_version,
+        );
     if let Some(traceparent) = &event.properties.traceparent {
         builder = builder.add_property(TRACEPARENT_PROPERTY.to_owned(), traceparent.clone());
     }

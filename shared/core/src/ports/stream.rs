@@ -23,6 +23,8 @@ pub struct EventProperties {
     pub traceparent: Option<String>,
     /// What makes a retried request the same logical request.
     pub idempotency_key: Option<String>,
+    /// The schema version of the payload's envelope.
+    pub schema_version: u32,
 }
 
 /// Where an event was made durable.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::checks::Checks;
+use super::duration::Millis;
 
 /// The embedded store (stream, status, checkpoints in one directory).
 #[derive(Debug, Clone, Deserialize)]
@@ -23,6 +24,12 @@ pub struct EmbeddedSettings {
     pub segment_size_mb: u64,
     /// Writes that may wait for the committer before writers wait to queue.
     pub queue_capacity: usize,
+    /// How often the retention sweeper looks for what `store.*_retention_s`
+    /// has expired.
+    pub sweep_interval_ms: Millis,
+    /// The most entries one sweep removes in one commit (it goes on at once
+    /// while it finds more), so that no write waits behind a long deletion.
+    pub sweep_batch: usize,
 }
 
 impl Default for EmbeddedSettings {
@@ -33,6 +40,8 @@ impl Default for EmbeddedSettings {
             max_batch: 4096,
             segment_size_mb: 64,
             queue_capacity: 65_536,
+            sweep_interval_ms: Millis::new(10_000),
+            sweep_batch: 512,
         }
     }
 }
@@ -47,5 +56,11 @@ impl EmbeddedSettings {
             "must be from 1 to 4095 (MiB)",
         );
         checks.at_least(self.queue_capacity, 1, "queue_capacity");
+        checks.at_least(self.sweep_interval_ms.count(), 10, "sweep_interval_ms");
+        checks.check(
+            (1..=65_536).contains(&self.sweep_batch),
+            "sweep_batch",
+            "must be from 1 to 65536",
+        );
     }
 }

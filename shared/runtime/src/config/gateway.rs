@@ -44,6 +44,11 @@ pub struct GatewaySettings {
     /// data behind the API's credentials, read scope). Unset: the profile's
     /// (embedded and kafka → on, azure → off).
     pub dashboard: Option<bool>,
+    /// The schema version of the events the gateway writes. Every worker
+    /// must read a version before a gateway writes it: during a rolling
+    /// upgrade that brings a new version, keep the old one here until every
+    /// worker runs the new build.
+    pub event_schema_version: u32,
 }
 
 impl Default for GatewaySettings {
@@ -56,6 +61,7 @@ impl Default for GatewaySettings {
             receipt_key: None,
             shutdown_grace_period_ms: Millis::new(10_000),
             idempotency_retention_s: Seconds::new(24 * 60 * 60),
+            event_schema_version: skyport_core::event::SCHEMA_VERSION,
             max_in_flight: 4096,
             auth: AuthSettings::default(),
             http: HttpSettings::default(),
@@ -71,11 +77,17 @@ impl GatewaySettings {
         checks.at_least(self.max_body_bytes, 1024, "max_body_bytes");
         checks.at_least(self.retry_after_s, 1, "retry_after_s");
         checks.check(
-            (60..=30 * 24 * 60 * 60).contains(&self.idempotency_retention_s.count()),
+            (1..=30 * 24 * 60 * 60).contains(&self.idempotency_retention_s.count()),
             "idempotency_retention_s",
-            "must be from 60 (a minute) to 2592000 (30 days)",
+            "must be from 1 to 2592000 (30 days)",
         );
         checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        let reads = skyport_core::event::READS;
+        checks.check(
+            reads.contains(&self.event_schema_version),
+            "event_schema_version",
+            format!("must be from {} to {}", reads.start(), reads.end()),
+        );
         if let Some(key) = &self.receipt_key {
             checks.check(
                 key.expose_secret().len() >= 32,

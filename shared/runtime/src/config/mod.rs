@@ -162,6 +162,10 @@ impl Settings {
         self.gateway
             .validate(&mut checks.section("gateway"), self.auth_enabled());
         self.stream.validate(&mut checks.section("stream"));
+        self.store.validate(
+            &mut checks.section("store"),
+            self.gateway.idempotency_retention_s,
+        );
         self.embedded.validate(&mut checks.section("embedded"));
         self.cosmos.validate(
             &mut checks.section("cosmos"),

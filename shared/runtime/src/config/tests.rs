@@ -614,3 +614,31 @@ fn a_list_comes_from_one_environment_variable_in_brackets() {
         );
     }
 }
+
+#[test]
+fn status_retention_is_never_shorter_than_idempotency_retention() {
+    let errors = Settings::load(&cli(&[
+        "gateway.idempotency_retention_s=3600",
+        "store.status_retention_s=60",
+        "store.dead_letter_retention_s=0",
+    ]))
+    .expect_err("invalid");
+    let shorter = named(&errors, "store.status_retention_s");
+    assert!(
+        shorter
+            .message
+            .contains("gateway.idempotency_retention_s (3600 s)"),
+        "{shorter}"
+    );
+    assert_named(&errors, "store.dead_letter_retention_s");
+    let settings = Settings::load(&cli(&[
+        "gateway.idempotency_retention_s=2",
+        "store.status_retention_s=2",
+    ]))
+    .expect("a window of seconds, for tests");
+    assert_eq!(settings.store.status_retention_s.count(), 2);
+    assert_eq!(
+        settings.store.dead_letter_retention_s.count(),
+        30 * 24 * 60 * 60
+    );
+}
