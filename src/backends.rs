@@ -6,7 +6,7 @@
 //! reservations live together in the embedded store or Cosmos DB, and so do
 //! the Event Hubs processor's leases. The embedded store opens when the
 //! stream or the store is embedded, and then also keeps the receipt key
-//! unless one is configured.
+//! unless one is configured; as the store, it runs its retention sweeper.
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use skyport_core::ports::{
     ChangeSource, Consumer, DeadLetterStore, IdempotencyStore, LeaseStore, Ports, Publisher,
     StatusStore,
 };
-use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError};
+use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError, Retention};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
 use skyport_runtime::config::{ConfigError, Settings, StoreBackend, StreamBackend};
 
@@ -81,7 +81,14 @@ impl Backends {
     ) -> Result<Self, BackendError> {
         let store = match cosmos {
             Some(cosmos) => Store::Cosmos(cosmos),
-            None => Store::Embedded(open_embedded(settings)?),
+            None => {
+                let embedded = open_embedded(settings)?;
+                embedded.spawn_sweeper(Retention::from_settings(
+                    &settings.store,
+                    &settings.embedded,
+                ));
+                Store::Embedded(embedded)
+            }
         };
         let embedded = match (settings.stream_backend(), store.embedded()) {
             (StreamBackend::Embedded, None) => Some(open_embedded(settings)?),

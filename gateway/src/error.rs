@@ -44,6 +44,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The resource existed and was removed (its retention passed).
+    #[error("{0}")]
+    Gone(String),
     #[error("this method is not allowed here")]
     MethodNotAllowed,
     /// The request could not be made durable now; the client should retry.
@@ -103,6 +106,7 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden", "Forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "Not found", "NotFound"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "Conflict", "Conflict"),
+            Self::Gone(_) => (StatusCode::GONE, "Gone", "Gone"),
             Self::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "Method not allowed",

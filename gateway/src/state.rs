@@ -44,6 +44,9 @@ pub struct GatewayParts {
     pub retry_after_s: u32,
     /// The schema version of the events this gateway writes.
     pub event_schema_version: u32,
+    /// How long after its acceptance a delivery with no status document is
+    /// gone (410) rather than still queued; `None`: never.
+    pub status_gone_after: Option<time::Duration>,
     /// Configured base of status URLs, without a trailing slash.
     pub public_url: Option<String>,
     /// `/healthz`, `/readyz` and `/metrics`.
@@ -116,6 +119,9 @@ impl AppState {
             receipts: Receipts::new(&ports.receipt_key),
             retry_after_s: settings.retry_after_s,
             event_schema_version: settings.event_schema_version,
+            status_gone_after: settings
+                .status_gone_after
+                .and_then(|after| time::Duration::try_from(after).ok()),
             public_url: settings
                 .public_url
                 .as_ref()

@@ -13,7 +13,7 @@ use skyport_core::ports::{
 use time::OffsetDateTime;
 
 /// The prefix of every range lease's name.
-pub(crate) const PREFIX: &str = "range.";
+pub(crate) use skyport_core::ports::RANGE_LEASE_PREFIX as PREFIX;
 
 /// A lease's fields, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +183,20 @@ mod tests {
             min: min.into(),
             max: max.into(),
         }
+    }
+
+    #[test]
+    fn a_lease_names_its_checkpoint_as_stores_that_sweep_old_changes_read_it() {
+        let mut doc = LeaseDoc::new(&FeedRange::full());
+        doc.continuation = Some("42".into());
+        doc.retired = true;
+        let fields = doc.fields();
+        assert_eq!(fields[skyport_core::ports::LEASE_CONTINUATION], json!("42"));
+        assert_eq!(fields[skyport_core::ports::LEASE_RETIRED], json!(true));
+        assert!(
+            doc.name()
+                .starts_with(skyport_core::ports::RANGE_LEASE_PREFIX)
+        );
     }
 
     #[tokio::test]

@@ -188,6 +188,7 @@ fn requested(
         (status = 403, description = "The credentials lack the write scope."),
         DeliveryRefusals,
         (status = 409, description = "The delivery already failed; there is nothing to cancel."),
+        (status = 410, description = "The delivery ended longer ago than `store.status_retention_s` and its status was removed."),
         Refusals,
         (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`."),
     ),
@@ -205,7 +206,7 @@ pub async fn cancel(
     let accepted_at = verified(&state, &id, &query)?;
     let current = match state.status.get(&id).await? {
         Some(stored) => stored.document.state,
-        None => DeliveryState::Accepted,
+        None => not_yet_written(&state, id.clone(), accepted_at)?.state,
     };
     match current {
         DeliveryState::Failed => {
@@ -310,6 +311,7 @@ pub struct StatusQuery {
             )),
         (status = 403, description = "The credentials lack the read scope."),
         DeliveryRefusals,
+        (status = 410, description = "The delivery ended longer ago than `store.status_retention_s` and its status was removed."),
         Refusals,
         (status = 503, description = "The status store is unavailable; retry after `Retry-After`."),
     ),
@@ -326,7 +328,7 @@ pub async fn status(
     let accepted_at = verified(&state, &id, &query)?;
     let document = match state.status.get(&id).await? {
         Some(stored) => stored.document,
-        None => StatusDocument::accepted(id.clone(), accepted_at),
+        None => not_yet_written(&state, id.clone(), accepted_at)?,
     };
     let receipt = query.receipt.unwrap_or_default();
     let links = Links::new(&base, &id, &receipt, document.state);
@@ -373,6 +375,29 @@ fn verified(state: &AppState, id: &str, query: &StatusQuery) -> Result<OffsetDat
         .as_deref()
         .and_then(|receipt| state.receipts.verify(id, receipt))
         .ok_or_else(|| unknown(id))
+}
+
+/// The status of a verified delivery with no document: Accepted while it
+/// may still be queued, else gone, since its document has outlived the
+/// retention (`store.status_retention_s`; the worker starts every delivery
+/// within `worker.allow_backlog_to_ms`).
+fn not_yet_written(
+    state: &AppState,
+    id: String,
+    accepted_at: OffsetDateTime,
+) -> Result<StatusDocument, ApiError> {
+    match state.status_gone_after {
+        Some(after) if OffsetDateTime::now_utc() - accepted_at > after => {
+            let accepted_at = accepted_at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            Err(ApiError::Gone(format!(
+                "delivery request {id} was accepted at {accepted_at}; its status was removed \
+                 once it had ended longer ago than store.status_retention_s"
+            )))
+        }
+        _ => Ok(StatusDocument::accepted(id, accepted_at)),
+    }
 }
 
 fn unknown(id: &str) -> ApiError {

@@ -209,6 +209,12 @@ impl StatusDocument {
 }
 
 impl StatusDocument {
+    /// Whether the document is settled: terminal, and owing no callback.
+    /// Retention counts from the write that settled it.
+    pub fn is_settled(&self) -> bool {
+        self.state.is_terminal() && !self.awaits_callback()
+    }
+
     /// The document of a request that is durable but not yet started.
     pub fn accepted(id: impl Into<String>, accepted_at: OffsetDateTime) -> Self {
         Self {

@@ -12,14 +12,17 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableTable, Table, WriteTransaction};
+use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::faults::Faults;
 use crate::group_commit;
+use crate::retention::{self, Cutoffs, Swept};
 use crate::tables::{
-    CHANGE_DEAD_LETTERS, DEAD_LETTERS, LEASES, STATUS, STATUS_CHANGE_OF, STATUS_CHANGES,
+    CHANGE_DEAD_LETTER_EXPIRY, CHANGE_DEAD_LETTERS, DEAD_LETTER_EXPIRY, DEAD_LETTERS, LEASES,
+    STATUS, STATUS_CHANGE_OF, STATUS_CHANGES, STATUS_EXPIRY, STATUS_EXPIRY_OF,
 };
 use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
 
@@ -39,11 +42,13 @@ pub(crate) struct Op {
 
 #[derive(Debug)]
 pub(crate) enum OpKind {
-    /// Write a status document if its stored version is `expected` (`None`: absent).
+    /// Write a status document if its stored version is `expected` (`None`:
+    /// absent); `settled`: the retention window starts now.
     PutStatus {
         id: String,
         expected: Option<u64>,
         body: Vec<u8>,
+        settled: bool,
     },
     DeadLetter(DeadLetter),
     ChangeDeadLetter(ChangeDeadLetter),
@@ -55,6 +60,8 @@ pub(crate) enum OpKind {
         expected: Expected,
         body: Vec<u8>,
     },
+    /// Remove what the retention windows have expired, up to a batch of each kind.
+    Sweep(Cutoffs),
 }
 
 /// The version a conditional write expects to replace.
@@ -76,6 +83,105 @@ pub(crate) enum Applied {
     },
     PreconditionFailed,
     Done,
+    Swept(Swept),
+}
+
+/// Every table a commit writes, opened once per transaction.
+pub(crate) struct Tables<'txn> {
+    pub(crate) status: Table<'txn, &'static str, (u64, &'static [u8])>,
+    pub(crate) dead_letters: Table<'txn, (u32, u64), (&'static str, &'static str, &'static [u8])>,
+    pub(crate) leases: Table<'txn, (&'static str, &'static str), (u64, i64, &'static [u8])>,
+    pub(crate) changes: Table<'txn, u64, &'static str>,
+    pub(crate) change_of: Table<'txn, &'static str, u64>,
+    pub(crate) change_dead_letters:
+        Table<'txn, (&'static str, &'static str), (&'static str, &'static str, &'static [u8])>,
+    pub(crate) status_expiry: Table<'txn, (i64, &'static str), ()>,
+    pub(crate) status_expiry_of: Table<'txn, &'static str, i64>,
+    pub(crate) dead_letter_expiry: Table<'txn, (i64, u32, u64), ()>,
+    pub(crate) change_dead_letter_expiry: Table<'txn, (i64, &'static str, &'static str), ()>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
+        Ok(Self {
+            status: txn.open_table(STATUS)?,
+            dead_letters: txn.open_table(DEAD_LETTERS)?,
+            leases: txn.open_table(LEASES)?,
+            changes: txn.open_table(STATUS_CHANGES)?,
+            change_of: txn.open_table(STATUS_CHANGE_OF)?,
+            change_dead_letters: txn.open_table(CHANGE_DEAD_LETTERS)?,
+            status_expiry: txn.open_table(STATUS_EXPIRY)?,
+            status_expiry_of: txn.open_table(STATUS_EXPIRY_OF)?,
+            dead_letter_expiry: txn.open_table(DEAD_LETTER_EXPIRY)?,
+            change_dead_letter_expiry: txn.open_table(CHANGE_DEAD_LETTER_EXPIRY)?,
+        })
+    }
+
+    /// Starts (or ends, when not `settled`) the retention window of
+    /// document `id` at `now_ms`.
+    pub(crate) fn settle(
+        &mut self,
+        id: &str,
+        settled: bool,
+        now_ms: i64,
+    ) -> Result<(), redb::Error> {
+        if let Some(previous) = self.status_expiry_of.remove(id)? {
+            let previous = previous.value();
+            self.status_expiry.remove((previous, id))?;
+        }
+        if settled {
+            self.status_expiry.insert((now_ms, id), ())?;
+            self.status_expiry_of.insert(id, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps a dead-lettered event, indexed by when.
+    pub(crate) fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), redb::Error> {
+        let at = letter.at.format(&Rfc3339).unwrap_or_default();
+        let key = (letter.partition, letter.offset);
+        if let Some(previous) = self.dead_letters.insert(
+            key,
+            (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
+        )? {
+            let previous = unix_ms_of(previous.value().1);
+            self.dead_letter_expiry.remove((previous, key.0, key.1))?;
+        }
+        self.dead_letter_expiry
+            .insert((unix_ms(letter.at), key.0, key.1), ())?;
+        Ok(())
+    }
+
+    /// Keeps a dead-lettered change, indexed by when.
+    pub(crate) fn change_dead_letter(
+        &mut self,
+        letter: &ChangeDeadLetter,
+    ) -> Result<(), redb::Error> {
+        let at = letter.at.format(&Rfc3339).unwrap_or_default();
+        let payload = letter.payload.to_string();
+        let key = (letter.processor.as_str(), letter.key.as_str());
+        if let Some(previous) = self.change_dead_letters.insert(
+            key,
+            (letter.reason.as_str(), at.as_str(), payload.as_bytes()),
+        )? {
+            let previous = unix_ms_of(previous.value().1);
+            self.change_dead_letter_expiry
+                .remove((previous, key.0, key.1))?;
+        }
+        self.change_dead_letter_expiry
+            .insert((unix_ms(letter.at), key.0, key.1), ())?;
+        Ok(())
+    }
+}
+
+pub(crate) fn unix_ms(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// The Unix ms of a stored RFC 3339 time (the epoch when it cannot be read,
+/// so that it is swept first).
+pub(crate) fn unix_ms_of(at: &str) -> i64 {
+    OffsetDateTime::parse(at, &Rfc3339).map_or(0, unix_ms)
 }
 
 struct Committer {
@@ -133,50 +239,44 @@ impl Committer {
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
         {
-            let mut status = txn.open_table(STATUS)?;
-            let mut dead_letters = txn.open_table(DEAD_LETTERS)?;
-            let mut leases = txn.open_table(LEASES)?;
-            let mut changes = txn.open_table(STATUS_CHANGES)?;
-            let mut change_of = txn.open_table(STATUS_CHANGE_OF)?;
-            let mut change_dead_letters = txn.open_table(CHANGE_DEAD_LETTERS)?;
+            let mut tables = Tables::open(&txn)?;
             // Every status write takes the next number; a document's earlier
             // entry goes, so the sequence holds each document once.
-            let mut next_change = changes.last()?.map_or(1, |(seq, _)| seq.value() + 1);
-            let now_ms =
-                i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
-                    .unwrap_or(i64::MAX);
+            let mut next_change = tables.changes.last()?.map_or(1, |(seq, _)| seq.value() + 1);
+            let now_ms = unix_ms(OffsetDateTime::now_utc());
             for op in batch {
                 results.push(match &op.kind {
-                    OpKind::PutStatus { id, expected, body } => {
-                        let current = status.get(id.as_str())?.map(|v| v.value().0);
+                    OpKind::PutStatus {
+                        id,
+                        expected,
+                        body,
+                        settled,
+                    } => {
+                        let current = tables.status.get(id.as_str())?.map(|v| v.value().0);
                         if current == *expected {
                             let version = current.map_or(1, |v| v + 1);
-                            status.insert(id.as_str(), (version, body.as_slice()))?;
-                            if let Some(previous) = change_of.insert(id.as_str(), next_change)? {
-                                changes.remove(previous.value())?;
+                            tables
+                                .status
+                                .insert(id.as_str(), (version, body.as_slice()))?;
+                            if let Some(previous) =
+                                tables.change_of.insert(id.as_str(), next_change)?
+                            {
+                                tables.changes.remove(previous.value())?;
                             }
-                            changes.insert(next_change, id.as_str())?;
+                            tables.changes.insert(next_change, id.as_str())?;
                             next_change += 1;
+                            tables.settle(id, *settled, now_ms)?;
                             Applied::Written(version)
                         } else {
                             Applied::PreconditionFailed
                         }
                     }
                     OpKind::DeadLetter(letter) => {
-                        let at = letter.at.format(&Rfc3339).unwrap_or_default();
-                        dead_letters.insert(
-                            (letter.partition, letter.offset),
-                            (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
-                        )?;
+                        tables.dead_letter(letter)?;
                         Applied::Done
                     }
                     OpKind::ChangeDeadLetter(letter) => {
-                        let at = letter.at.format(&Rfc3339).unwrap_or_default();
-                        let payload = letter.payload.to_string();
-                        change_dead_letters.insert(
-                            (letter.processor.as_str(), letter.key.as_str()),
-                            (letter.reason.as_str(), at.as_str(), payload.as_bytes()),
-                        )?;
+                        tables.change_dead_letter(letter)?;
                         Applied::Done
                     }
                     OpKind::PutLease {
@@ -186,7 +286,7 @@ impl Committer {
                         body,
                     } => {
                         let key = (group.as_str(), name.as_str());
-                        let current = leases.get(key)?.map(|v| v.value().0);
+                        let current = tables.leases.get(key)?.map(|v| v.value().0);
                         let holds = match expected {
                             Expected::Any => true,
                             Expected::Absent => current.is_none(),
@@ -194,7 +294,9 @@ impl Committer {
                         };
                         if holds {
                             let version = current.map_or(1, |v| v + 1);
-                            leases.insert(key, (version, now_ms, body.as_slice()))?;
+                            tables
+                                .leases
+                                .insert(key, (version, now_ms, body.as_slice()))?;
                             Applied::Leased {
                                 version,
                                 modified_ms: now_ms,
@@ -202,6 +304,9 @@ impl Committer {
                         } else {
                             Applied::PreconditionFailed
                         }
+                    }
+                    OpKind::Sweep(cutoffs) => {
+                        Applied::Swept(retention::sweep(&mut tables, cutoffs)?)
                     }
                 });
             }

@@ -32,7 +32,11 @@
 //!   the change-feed processor reads ([`ChangeSource`](skyport_core::ports::ChangeSource)).
 //! - `change_dead_letters`: (processor, key) → (reason, time, JSON payload):
 //!   changes a change-feed handler gave up on (undeliverable callbacks).
-//! - `meta`: `partitions` (fixed at creation) and `receipt-key`.
+//! - `status_expiry` (settled time, id) and `status_expiry_of` its reverse;
+//!   `dead_letter_expiry` and `change_dead_letter_expiry` (time, key): what
+//!   the [`retention`] sweeper removes, oldest first.
+//! - `meta`: `partitions` (fixed at creation), `receipt-key` and
+//!   `retention-indexed`.
 
 mod changes;
 mod committer;
@@ -41,7 +45,11 @@ mod faults;
 mod group_commit;
 mod leases;
 pub mod log;
+mod metrics;
 mod migrate;
+mod retention;
+#[cfg(test)]
+mod retention_tests;
 mod store;
 mod tables;
 #[cfg(test)]
@@ -51,4 +59,5 @@ pub use self::consumer::EmbeddedConsumer;
 pub use self::faults::Faults;
 pub use self::group_commit::CommitStats;
 pub use self::log::{AppendError, LogError};
+pub use self::retention::{Retention, SweepError, Swept};
 pub use self::store::{EmbeddedStore, OpenError};

@@ -25,6 +25,7 @@ use crate::faults::Faults;
 use crate::group_commit::CommitStats;
 use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog};
 use crate::migrate;
+use crate::retention;
 use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
 
 const DATABASE_FILE: &str = "skyport.redb";
@@ -371,6 +372,7 @@ impl StatusStore for EmbeddedStore {
             id: document.id.clone(),
             expected,
             body,
+            settled: document.is_settled(),
         };
         match self.submit(kind).await {
             Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),
@@ -487,6 +489,12 @@ fn initialize(db: &Database, partitions: u32) -> Result<[u8; RECEIPT_KEY_LEN], I
         txn.open_table(RESERVATION_EXPIRY)?;
         receipt_key
     };
+    if let Some(settled) = retention::index_existing(&txn)? {
+        tracing::info!(
+            settled,
+            "Indexed the embedded store's status documents and dead letters for retention."
+        );
+    }
     txn.commit()?;
     Ok(receipt_key)
 }

@@ -25,3 +25,17 @@ pub(crate) const STATUS_CHANGE_OF: TableDefinition<&str, u64> =
 /// handler gave up on.
 pub(crate) const CHANGE_DEAD_LETTERS: TableDefinition<(&str, &str), (&str, &str, &[u8])> =
     TableDefinition::new("change_dead_letters");
+/// (Unix ms of the write that settled it, delivery id) → (): settled status
+/// documents (terminal, their callback delivered or given up on) by when they
+/// settled, which the retention sweeper removes oldest first.
+pub(crate) const STATUS_EXPIRY: TableDefinition<(i64, &str), ()> =
+    TableDefinition::new("status_expiry");
+/// Delivery id → its entry in `status_expiry`.
+pub(crate) const STATUS_EXPIRY_OF: TableDefinition<&str, i64> =
+    TableDefinition::new("status_expiry_of");
+/// (Unix ms, partition, offset) → (): dead-lettered events by when.
+pub(crate) const DEAD_LETTER_EXPIRY: TableDefinition<(i64, u32, u64), ()> =
+    TableDefinition::new("dead_letter_expiry");
+/// (Unix ms, processor, key) → (): dead-lettered changes by when.
+pub(crate) const CHANGE_DEAD_LETTER_EXPIRY: TableDefinition<(i64, &str, &str), ()> =
+    TableDefinition::new("change_dead_letter_expiry");

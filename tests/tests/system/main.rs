@@ -30,6 +30,7 @@ mod load_shedding;
 mod markdown_links;
 mod native_libraries;
 mod openapi_clients;
+mod retention;
 mod slow_clients;
 mod stream_contract;
 mod throughput_control;

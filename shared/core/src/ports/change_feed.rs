@@ -14,6 +14,15 @@ use time::OffsetDateTime;
 
 use crate::error::BoxError;
 
+/// The prefix of the name of each lease a change-feed processor keeps per
+/// range in a [`LeaseStore`](super::LeaseStore), and the fields of it that say
+/// where the range was checkpointed and whether the lease is retired (split).
+/// A source that removes old changes reads them, so that it never removes a
+/// change that a live lease has not checkpointed past.
+pub const RANGE_LEASE_PREFIX: &str = "range.";
+pub const LEASE_CONTINUATION: &str = "continuation";
+pub const LEASE_RETIRED: &str = "retired";
+
 /// A part of the feed read on its own: an effective-partition-key range
 /// `[min, max)` in upper-case hex (`""` is the lowest key, `"FF"` the end).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

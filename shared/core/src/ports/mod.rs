@@ -17,7 +17,8 @@ mod stream;
 use std::sync::Arc;
 
 pub use self::change_feed::{
-    Change, ChangeFeedError, ChangePage, ChangeSource, FeedRange, StartFrom,
+    Change, ChangeFeedError, ChangePage, ChangeSource, FeedRange, LEASE_CONTINUATION,
+    LEASE_RETIRED, RANGE_LEASE_PREFIX, StartFrom,
 };
 pub use self::dead_letters::{ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore};
 pub use self::diagnostics::{Diagnostics, details_of, inspect_parts};

@@ -49,6 +49,14 @@ pub struct GatewaySettings {
     /// upgrade that brings a new version, keep the old one here until every
     /// worker runs the new build.
     pub event_schema_version: u32,
+    /// Not a key: how long after its acceptance a delivery with no status
+    /// document is gone rather than still queued (`store.status_retention_s`
+    /// plus `worker.allow_backlog_to_ms`), filled in by
+    /// [`Settings::gateway_settings`](super::Settings::gateway_settings).
+    /// `None`: never.
+    #[serde(skip)]
+    #[cfg_attr(test, schemars(skip))]
+    pub status_gone_after: Option<std::time::Duration>,
 }
 
 impl Default for GatewaySettings {
@@ -62,6 +70,7 @@ impl Default for GatewaySettings {
             shutdown_grace_period_ms: Millis::new(10_000),
             idempotency_retention_s: Seconds::new(24 * 60 * 60),
             event_schema_version: skyport_core::event::SCHEMA_VERSION,
+            status_gone_after: None,
             max_in_flight: 4096,
             auth: AuthSettings::default(),
             http: HttpSettings::default(),

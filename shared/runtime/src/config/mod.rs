@@ -116,14 +116,19 @@ impl Settings {
         })
     }
 
-    /// `[gateway]` with what the profile decides filled in: whether it
-    /// serves `/dashboard` (`gateway.dashboard`, else the profile's).
+    /// `[gateway]` with what the profile and the other sections decide
+    /// filled in: whether it serves `/dashboard` (`gateway.dashboard`, else
+    /// the profile's), and when a delivery with no status document is gone.
     pub fn gateway_settings(&self) -> GatewaySettings {
         GatewaySettings {
             dashboard: Some(
                 self.gateway
                     .dashboard
                     .unwrap_or(self.dashboard_by_profile()),
+            ),
+            status_gone_after: Some(
+                self.store.status_retention_s.duration()
+                    + self.worker.allow_backlog_to_ms.duration(),
             ),
             ..self.gateway.clone()
         }

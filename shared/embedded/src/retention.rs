@@ -1,0 +1,321 @@
+//! Retention: settled status documents (each with its change record) and
+//! dead letters are removed once their window has passed, oldest first, in
+//! bounded batches that go through the committer's queue (the database has
+//! one writer). The 202 path writes only the stream's log and readers read
+//! snapshots, so neither waits for a sweep; a status write queued behind one
+//! waits for at most one batch.
+//!
+//! A document is settled when it is terminal and owes no callback
+//! ([`StatusDocument::is_settled`](skyport_core::status::StatusDocument::is_settled));
+//! its window starts with the write that settled it, and a later write that
+//! unsettles it (a callback to send again) ends it. A document whose change
+//! record a live change-feed lease has not checkpointed past stays: the sweep
+//! stops at the slowest lease, so a short window never drops a change before
+//! its handler has seen it.
+//!
+//! redb reuses the pages a sweep frees, so under a steady load the database
+//! file stops growing once the window is full; it never shrinks.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redb::{ReadableTable, WriteTransaction};
+use skyport_core::ports::{LEASE_CONTINUATION, LEASE_RETIRED, RANGE_LEASE_PREFIX};
+use skyport_core::status::StatusDocument;
+use skyport_runtime::config::{EmbeddedSettings, StoreSettings};
+use time::OffsetDateTime;
+
+use crate::committer::{Applied, OpKind, Tables, unix_ms, unix_ms_of};
+use crate::metrics;
+use crate::store::{EmbeddedStore, SubmitError};
+use crate::tables::META;
+
+/// The key in `meta` that says the retention indexes cover every entry
+/// (a data directory written before them is indexed once, at open).
+const INDEXED: &str = "retention-indexed";
+
+/// How long what the store keeps is kept, and how the sweeper goes about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// A settled status document, after the write that settled it.
+    pub status: Duration,
+    /// A dead-lettered event or change, after it was dead-lettered.
+    pub dead_letters: Duration,
+    /// How often the sweeper looks.
+    pub interval: Duration,
+    /// The most entries of each kind one commit removes.
+    pub batch: usize,
+}
+
+impl Retention {
+    /// `store.*_retention_s`, `embedded.sweep_interval_ms` and `embedded.sweep_batch`.
+    pub fn from_settings(store: &StoreSettings, embedded: &EmbeddedSettings) -> Self {
+        Self {
+            status: store.status_retention_s.duration(),
+            dead_letters: store.dead_letter_retention_s.duration(),
+            interval: embedded.sweep_interval_ms.duration(),
+            batch: embedded.sweep_batch,
+        }
+    }
+
+    fn cutoffs(&self, now: OffsetDateTime) -> Cutoffs {
+        Cutoffs {
+            status_before_ms: unix_ms(now - self.status),
+            dead_letters_before_ms: unix_ms(now - self.dead_letters),
+            batch: self.batch.max(1),
+        }
+    }
+}
+
+/// What one sweep removes: entries written before these times, at most
+/// `batch` of each kind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cutoffs {
+    status_before_ms: i64,
+    dead_letters_before_ms: i64,
+    batch: usize,
+}
+
+/// What one sweep removed, and what it left.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Status documents removed, each with its change record.
+    pub statuses: usize,
+    pub dead_letters: usize,
+    pub change_dead_letters: usize,
+    /// The sweep stopped at a document whose change record a change-feed
+    /// lease has not checkpointed past.
+    pub held_by_lease: bool,
+    /// When the oldest entry left of each kind was written (Unix ms).
+    pub oldest_status_ms: Option<i64>,
+    pub oldest_dead_letter_ms: Option<i64>,
+    pub oldest_change_dead_letter_ms: Option<i64>,
+}
+
+impl Swept {
+    /// Whether a kind removed a whole batch, so that more may be due now.
+    fn more(&self, batch: usize) -> bool {
+        !self.held_by_lease
+            && [self.statuses, self.dead_letters, self.change_dead_letters]
+                .iter()
+                .any(|&removed| removed >= batch)
+    }
+}
+
+/// Removes what `cutoffs` expire, in the committer's transaction.
+pub(crate) fn sweep(tables: &mut Tables<'_>, cutoffs: &Cutoffs) -> Result<Swept, redb::Error> {
+    let mut swept = Swept::default();
+    let floor = change_floor(tables)?;
+    let due: Vec<(i64, String)> = tables
+        .status_expiry
+        .range(..(cutoffs.status_before_ms, ""))?
+        .take(cutoffs.batch)
+        .map(|entry| entry.map(|(key, _)| (key.value().0, key.value().1.to_owned())))
+        .collect::<Result<_, _>>()?;
+    for (at, id) in due {
+        let change = tables.change_of.get(id.as_str())?.map(|seq| seq.value());
+        if let (Some(change), Some(floor)) = (change, floor)
+            && change > floor
+        {
+            swept.held_by_lease = true;
+            break;
+        }
+        if let Some(change) = change {
+            tables.changes.remove(change)?;
+            tables.change_of.remove(id.as_str())?;
+        }
+        tables.status.remove(id.as_str())?;
+        tables.status_expiry.remove((at, id.as_str()))?;
+        tables.status_expiry_of.remove(id.as_str())?;
+        swept.statuses += 1;
+    }
+    let due: Vec<(i64, u32, u64)> = tables
+        .dead_letter_expiry
+        .range(..(cutoffs.dead_letters_before_ms, 0, 0))?
+        .take(cutoffs.batch)
+        .map(|entry| entry.map(|(key, _)| key.value()))
+        .collect::<Result<_, _>>()?;
+    for (at, partition, offset) in due {
+        tables.dead_letters.remove((partition, offset))?;
+        tables.dead_letter_expiry.remove((at, partition, offset))?;
+        swept.dead_letters += 1;
+    }
+    let due: Vec<(i64, String, String)> = tables
+        .change_dead_letter_expiry
+        .range(..(cutoffs.dead_letters_before_ms, "", ""))?
+        .take(cutoffs.batch)
+        .map(|entry| {
+            entry.map(|(key, _)| {
+                let (at, processor, name) = key.value();
+                (at, processor.to_owned(), name.to_owned())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    for (at, processor, name) in due {
+        tables
+            .change_dead_letters
+            .remove((processor.as_str(), name.as_str()))?;
+        tables
+            .change_dead_letter_expiry
+            .remove((at, processor.as_str(), name.as_str()))?;
+        swept.change_dead_letters += 1;
+    }
+    swept.oldest_status_ms = tables.status_expiry.first()?.map(|(key, _)| key.value().0);
+    swept.oldest_dead_letter_ms = tables
+        .dead_letter_expiry
+        .first()?
+        .map(|(key, _)| key.value().0);
+    swept.oldest_change_dead_letter_ms = tables
+        .change_dead_letter_expiry
+        .first()?
+        .map(|(key, _)| key.value().0);
+    Ok(swept)
+}
+
+/// The change every live change-feed lease has checkpointed past (the
+/// slowest one's), `None` when there is no lease; a lease that has not
+/// checkpointed yet holds everything.
+fn change_floor(tables: &Tables<'_>) -> Result<Option<u64>, redb::Error> {
+    let mut floor: Option<u64> = None;
+    for entry in tables.leases.iter()? {
+        let (key, value) = entry?;
+        if !key.value().1.starts_with(RANGE_LEASE_PREFIX) {
+            continue;
+        }
+        let fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(value.value().2).unwrap_or_default();
+        if fields
+            .get(LEASE_RETIRED)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+        {
+            continue;
+        }
+        let checkpoint = fields
+            .get(LEASE_CONTINUATION)
+            .and_then(serde_json::Value::as_str)
+            .and_then(|text| text.parse::<u64>().ok())
+            .unwrap_or(0);
+        floor = Some(floor.map_or(checkpoint, |floor| floor.min(checkpoint)));
+    }
+    Ok(floor)
+}
+
+/// Indexes what a data directory written before the retention indexes
+/// holds, once: settled documents from now, dead letters from when they were
+/// dead-lettered. Answers how many documents it found settled.
+pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb::Error> {
+    {
+        let meta = txn.open_table(META)?;
+        if meta.get(INDEXED)?.is_some() {
+            return Ok(None);
+        }
+    }
+    let now_ms = unix_ms(OffsetDateTime::now_utc());
+    let settled = {
+        let mut tables = Tables::open(txn)?;
+        let mut documents = Vec::new();
+        for entry in tables.status.iter()? {
+            let (id, value) = entry?;
+            let is_settled = serde_json::from_slice::<StatusDocument>(value.value().1)
+                .is_ok_and(|document| document.is_settled());
+            if is_settled {
+                documents.push(id.value().to_owned());
+            }
+        }
+        for id in &documents {
+            tables.settle(id, true, now_ms)?;
+        }
+        let mut letters = Vec::new();
+        for entry in tables.dead_letters.iter()? {
+            let (key, value) = entry?;
+            letters.push((unix_ms_of(value.value().1), key.value()));
+        }
+        for (at, (partition, offset)) in letters {
+            tables
+                .dead_letter_expiry
+                .insert((at, partition, offset), ())?;
+        }
+        let mut letters = Vec::new();
+        for entry in tables.change_dead_letters.iter()? {
+            let (key, value) = entry?;
+            let (processor, name) = key.value();
+            letters.push((
+                unix_ms_of(value.value().1),
+                processor.to_owned(),
+                name.to_owned(),
+            ));
+        }
+        for (at, processor, name) in letters {
+            tables
+                .change_dead_letter_expiry
+                .insert((at, processor.as_str(), name.as_str()), ())?;
+        }
+        u64::try_from(documents.len()).unwrap_or(u64::MAX)
+    };
+    txn.open_table(META)?.insert(INDEXED, [1u8].as_slice())?;
+    Ok(Some(settled))
+}
+
+/// Why a sweep did not happen.
+#[derive(Debug, thiserror::Error)]
+#[error("the retention sweep did not commit")]
+pub struct SweepError(#[source] SubmitError);
+
+impl EmbeddedStore {
+    /// One sweep: removes at most `retention.batch` entries of each kind
+    /// that `retention` has expired at `now`, in one commit.
+    ///
+    /// # Errors
+    /// [`SweepError`] when the commit fails or the store is closed.
+    pub async fn sweep(
+        &self,
+        retention: &Retention,
+        now: OffsetDateTime,
+    ) -> Result<Swept, SweepError> {
+        match self.submit(OpKind::Sweep(retention.cutoffs(now))).await {
+            Ok(Applied::Swept(swept)) => Ok(swept),
+            Ok(other) => unreachable!("a sweep is answered with what it removed, not {other:?}"),
+            Err(e) => Err(SweepError(e)),
+        }
+    }
+
+    /// Starts the sweeper: every `retention.interval` it sweeps, and goes on
+    /// at once while a sweep removes a whole batch. It stops once the store
+    /// is dropped.
+    pub fn spawn_sweeper(self: &Arc<Self>, retention: Retention) -> tokio::task::JoinHandle<()> {
+        let store = Arc::downgrade(self);
+        tokio::spawn(run_sweeper(store, retention))
+    }
+}
+
+async fn run_sweeper(store: Weak<EmbeddedStore>, retention: Retention) {
+    let metrics = metrics::global();
+    loop {
+        tokio::time::sleep(retention.interval).await;
+        loop {
+            let Some(open) = store.upgrade() else {
+                return;
+            };
+            let now = OffsetDateTime::now_utc();
+            match open.sweep(&retention, now).await {
+                Ok(swept) => {
+                    metrics.record(&swept, now);
+                    if swept.statuses + swept.dead_letters + swept.change_dead_letters > 0 {
+                        tracing::debug!(?swept, "Removed what the retention windows expired.");
+                    }
+                    if !swept.more(retention.batch) {
+                        break;
+                    }
+                }
+                Err(SweepError(SubmitError::Closed)) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "A retention sweep failed; the next one tries again.");
+                    break;
+                }
+            }
+            drop(open);
+            tokio::task::yield_now().await;
+        }
+    }
+}

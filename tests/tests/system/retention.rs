@@ -1,0 +1,173 @@
+//! Retention on the embedded store, with a window of seconds: settled
+//! deliveries go with their change records and answer 410 Gone, open ones
+//! and young receipts stay, the change-feed processor goes on, and the
+//! database file stops growing once the window is full.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::Value;
+use skyport_core::ports::{ChangeSource, FeedRange, StartFrom};
+use skyport_core::status::{DeliveryState, Step};
+use skyport_gateway::receipt::Receipts;
+use skyport_runtime::config::{Millis, Seconds, Settings};
+use skyport_simulator::Behaviour;
+use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
+use time::OffsetDateTime;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Settled deliveries are kept `window_s`; a receipt with no document is
+/// gone one second after that.
+fn short_windows(dir: &std::path::Path, window_s: u64) -> Settings {
+    let mut settings = test_settings(dir);
+    settings.gateway.idempotency_retention_s = Seconds::new(window_s);
+    settings.store.status_retention_s = Seconds::new(window_s);
+    settings.store.dead_letter_retention_s = Seconds::new(window_s);
+    settings.worker.allow_backlog_to_ms = Millis::new(1_000);
+    settings.embedded.sweep_interval_ms = Millis::new(200);
+    settings
+}
+
+#[tokio::test]
+async fn settled_deliveries_go_after_their_window_and_their_status_url_answers_410() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(short_windows(dir.path(), 2)).await;
+    let settled = app.client.post_many(20).await;
+    let urls: Vec<String> = settled.iter().map(|a| a.status_url.clone()).collect();
+    app.client.wait_for_terminal(&urls, WAIT).await;
+    // One delivery stays open: its drone takes longer than the test looks.
+    app.simulator().set_behaviour(
+        Step::Drone,
+        Behaviour {
+            latency: Duration::from_secs(20),
+            ..Behaviour::default()
+        },
+    );
+    let open = app.client.post_delivery(&delivery_request(1_000)).await;
+    app.client
+        .wait_for_state(&open.status_url, DeliveryState::Processing, WAIT)
+        .await;
+
+    eventually("the settled deliveries are gone", WAIT, || async {
+        let gone = app.client.status(&urls[0]).await.status() == 410;
+        gone.then_some(())
+    })
+    .await;
+    for url in &urls {
+        let response = app.client.status(url).await;
+        assert_eq!(response.status(), 410, "{url}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("store.status_retention_s"),
+            "{problem}"
+        );
+    }
+    assert_eq!(app.client.cancel(&urls[0]).await.status(), 410);
+    let response = app.client.status(&open.status_url).await;
+    assert_eq!(response.status(), 200, "an open delivery is never removed");
+
+    // The change records went with the documents: the feed holds the open one.
+    let store = app.embedded();
+    let page = store
+        .read(&FeedRange::full(), None, StartFrom::Beginning, 1_000)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = page.changes.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, [open.delivery_id.as_str()]);
+
+    // A receipt with no document yet is Accepted while young, gone once old.
+    let receipts = Receipts::new(store.receipt_key());
+    let young = receipts.sign("queued", OffsetDateTime::now_utc());
+    let response = app
+        .client
+        .status(&format!(
+            "/api/deliveryrequests/queued/status?receipt={young}"
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["state"], "Accepted");
+    let old = receipts.sign("queued", OffsetDateTime::now_utc() - Duration::from_secs(4));
+    let response = app
+        .client
+        .status(&format!(
+            "/api/deliveryrequests/queued/status?receipt={old}"
+        ))
+        .await;
+    assert_eq!(response.status(), 410);
+
+    let metrics = app
+        .client
+        .http
+        .get(format!("{}/metrics", app.client.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let removed = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("skyport_retention_removed_total{kind=\"status\"} "))
+        .unwrap_or_else(|| panic!("no removed count in {metrics}"));
+    assert!(removed.parse::<u64>().unwrap() >= 20, "{removed}");
+
+    // The change-feed processor goes on: a delivery after the sweeps is announced.
+    app.simulator()
+        .set_behaviour(Step::Drone, Behaviour::default());
+    app.client
+        .wait_for_state(&open.status_url, DeliveryState::Scheduled, WAIT)
+        .await;
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_database_file_stops_growing_once_the_window_is_full() {
+    const WINDOW_S: u64 = 3;
+    const RATE_PER_S: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(short_windows(dir.path(), WINDOW_S)).await;
+    let file = dir.path().join("skyport.redb");
+    let size = || std::fs::metadata(&file).unwrap().len();
+    let mut sizes = Vec::new();
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1_000 / RATE_PER_S as u64));
+    let mut n = 0;
+    let mut posts = tokio::task::JoinSet::new();
+    // The window fills for WINDOW_S + 7 s, then the size is read every 10 s for 60 s.
+    let fill = Duration::from_secs(WINDOW_S + 7);
+    let mut next_reading = started + fill;
+    while sizes.len() < 7 {
+        tick.tick().await;
+        let client = app.client.clone();
+        posts.spawn(async move { client.post_delivery(&delivery_request(n)).await });
+        n += 1;
+        if tokio::time::Instant::now() >= next_reading {
+            let reading = size();
+            println!(
+                "{:>3} s: {n} deliveries posted, skyport.redb {} KiB",
+                started.elapsed().as_secs(),
+                reading / 1024
+            );
+            sizes.push(reading);
+            next_reading += Duration::from_secs(10);
+        }
+    }
+    posts.join_all().await;
+    let first = sizes[0];
+    let largest = *sizes.iter().max().unwrap();
+    assert!(
+        largest <= first + first / 4,
+        "the file grew from {first} to {largest} bytes under a steady load: {sizes:?}"
+    );
+    app.app.stop().await.unwrap();
+}
