@@ -19,10 +19,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::faults::Faults;
 use crate::group_commit;
+use crate::listing::Listed;
 use crate::retention::{self, Cutoffs, Swept};
 use crate::tables::{
     CHANGE_DEAD_LETTER_EXPIRY, CHANGE_DEAD_LETTERS, DEAD_LETTER_EXPIRY, DEAD_LETTERS, LEASES,
-    STATUS, STATUS_CHANGE_OF, STATUS_CHANGES, STATUS_EXPIRY, STATUS_EXPIRY_OF,
+    LISTING, STATUS, STATUS_CHANGE_OF, STATUS_CHANGES, STATUS_EXPIRY, STATUS_EXPIRY_OF,
 };
 use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
 
@@ -43,11 +44,12 @@ pub(crate) struct Op {
 #[derive(Debug)]
 pub(crate) enum OpKind {
     /// Write a status document if its stored version is `expected` (`None`:
-    /// absent); `settled`: the retention window starts now.
+    /// absent), listed as `listed`; `settled`: the retention window starts now.
     PutStatus {
         id: String,
         expected: Option<u64>,
         body: Vec<u8>,
+        listed: Listed,
         settled: bool,
     },
     DeadLetter(DeadLetter),
@@ -99,6 +101,7 @@ pub(crate) struct Tables<'txn> {
     pub(crate) status_expiry_of: Table<'txn, &'static str, i64>,
     pub(crate) dead_letter_expiry: Table<'txn, (i64, u32, u64), ()>,
     pub(crate) change_dead_letter_expiry: Table<'txn, (i64, &'static str, &'static str), ()>,
+    pub(crate) listing: Table<'txn, (&'static str, i64, &'static str), ()>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -114,6 +117,7 @@ impl<'txn> Tables<'txn> {
             status_expiry_of: txn.open_table(STATUS_EXPIRY_OF)?,
             dead_letter_expiry: txn.open_table(DEAD_LETTER_EXPIRY)?,
             change_dead_letter_expiry: txn.open_table(CHANGE_DEAD_LETTER_EXPIRY)?,
+            listing: txn.open_table(LISTING)?,
         })
     }
 
@@ -250,9 +254,16 @@ impl Committer {
                         id,
                         expected,
                         body,
+                        listed,
                         settled,
                     } => {
-                        let current = tables.status.get(id.as_str())?.map(|v| v.value().0);
+                        let (current, relist) = match tables.status.get(id.as_str())? {
+                            Some(stored) => {
+                                let (version, previous) = stored.value();
+                                (Some(version), listed.adds_to(previous))
+                            }
+                            None => (None, true),
+                        };
                         if current == *expected {
                             let version = current.map_or(1, |v| v + 1);
                             tables
@@ -266,6 +277,9 @@ impl Committer {
                             tables.changes.insert(next_change, id.as_str())?;
                             next_change += 1;
                             tables.settle(id, *settled, now_ms)?;
+                            if relist {
+                                tables.list(id, listed)?;
+                            }
                             Applied::Written(version)
                         } else {
                             Applied::PreconditionFailed

@@ -35,6 +35,8 @@
 //! - `status_expiry` (settled time, id) and `status_expiry_of` its reverse;
 //!   `dead_letter_expiry` and `change_dead_letter_expiry` (time, key): what
 //!   the [`retention`] sweeper removes, oldest first.
+//! - `listing` (scope, accepted time, id): status documents newest first,
+//!   for every delivery, by owner and by principal ([`listing`]).
 //! - `meta`: `partitions` (fixed at creation), `receipt-key` and
 //!   `retention-indexed`.
 
@@ -44,6 +46,7 @@ mod consumer;
 mod faults;
 mod group_commit;
 mod leases;
+mod listing;
 pub mod log;
 mod metrics;
 mod migrate;

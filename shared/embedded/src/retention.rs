@@ -26,13 +26,14 @@ use skyport_runtime::config::{EmbeddedSettings, StoreSettings};
 use time::OffsetDateTime;
 
 use crate::committer::{Applied, OpKind, Tables, unix_ms, unix_ms_of};
+use crate::listing::Listed;
 use crate::metrics;
 use crate::store::{EmbeddedStore, SubmitError};
 use crate::tables::META;
 
-/// The key in `meta` that says the retention indexes cover every entry
-/// (a data directory written before them is indexed once, at open).
-const INDEXED: &str = "retention-indexed";
+/// The key in `meta` that says the retention and listing indexes cover
+/// every entry (a data directory written before them is indexed once, at open).
+const INDEXED: &str = "indexed";
 
 /// How long what the store keeps is kept, and how the sweeper goes about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +125,14 @@ pub(crate) fn sweep(tables: &mut Tables<'_>, cutoffs: &Cutoffs) -> Result<Swept,
             tables.changes.remove(change)?;
             tables.change_of.remove(id.as_str())?;
         }
-        tables.status.remove(id.as_str())?;
+        let body = tables
+            .status
+            .get(id.as_str())?
+            .map(|stored| stored.value().1.to_vec());
+        if let Some(body) = body {
+            tables.unlist(&id, &body)?;
+            tables.status.remove(id.as_str())?;
+        }
         tables.status_expiry.remove((at, id.as_str()))?;
         tables.status_expiry_of.remove(id.as_str())?;
         swept.statuses += 1;
@@ -201,9 +209,10 @@ fn change_floor(tables: &Tables<'_>) -> Result<Option<u64>, redb::Error> {
     Ok(floor)
 }
 
-/// Indexes what a data directory written before the retention indexes
-/// holds, once: settled documents from now, dead letters from when they were
-/// dead-lettered. Answers how many documents it found settled.
+/// Indexes what a data directory written before the retention and listing
+/// indexes holds, once: settled documents from now, dead letters from when
+/// they were dead-lettered, every document for listing. Answers how many
+/// documents it indexed.
 pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb::Error> {
     {
         let meta = txn.open_table(META)?;
@@ -212,19 +221,20 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
         }
     }
     let now_ms = unix_ms(OffsetDateTime::now_utc());
-    let settled = {
+    let indexed = {
         let mut tables = Tables::open(txn)?;
         let mut documents = Vec::new();
         for entry in tables.status.iter()? {
             let (id, value) = entry?;
-            let is_settled = serde_json::from_slice::<StatusDocument>(value.value().1)
-                .is_ok_and(|document| document.is_settled());
-            if is_settled {
-                documents.push(id.value().to_owned());
+            if let Ok(document) = serde_json::from_slice::<StatusDocument>(value.value().1) {
+                documents.push((id.value().to_owned(), document));
             }
         }
-        for id in &documents {
-            tables.settle(id, true, now_ms)?;
+        for (id, document) in &documents {
+            tables.list(id, &Listed::of(document))?;
+            if document.is_settled() {
+                tables.settle(id, true, now_ms)?;
+            }
         }
         let mut letters = Vec::new();
         for entry in tables.dead_letters.iter()? {
@@ -254,7 +264,7 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
         u64::try_from(documents.len()).unwrap_or(u64::MAX)
     };
     txn.open_table(META)?.insert(INDEXED, [1u8].as_slice())?;
-    Ok(Some(settled))
+    Ok(Some(indexed))
 }
 
 /// Why a sweep did not happen.

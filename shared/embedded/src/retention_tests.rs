@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::json;
 use skyport_core::ports::{
     ChangeDeadLetter, ChangeSource, DeadLetter, DeadLetterStore, FeedRange, LeaseCondition,
-    LeaseStore, Precondition, StartFrom, StatusStore,
+    LeaseStore, ListQuery, Precondition, StartFrom, StatusStore,
 };
 use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
 use time::OffsetDateTime;
@@ -77,6 +77,18 @@ async fn ids(store: &EmbeddedStore) -> Vec<String> {
     let mut ids: Vec<String> = page.changes.into_iter().map(|c| c.id).collect();
     ids.sort();
     ids
+}
+
+fn everything() -> ListQuery {
+    ListQuery {
+        principal: None,
+        owner: None,
+        state: None,
+        since: None,
+        until: None,
+        limit: 100,
+        after: None,
+    }
 }
 
 fn open(dir: &tempfile::TempDir) -> std::sync::Arc<EmbeddedStore> {
@@ -285,14 +297,19 @@ async fn a_data_directory_written_before_the_indexes_is_indexed_once_at_open() {
         let txn = db.begin_write().unwrap();
         txn.delete_table(crate::tables::STATUS_EXPIRY).unwrap();
         txn.delete_table(crate::tables::STATUS_EXPIRY_OF).unwrap();
+        txn.delete_table(crate::tables::LISTING).unwrap();
         txn.open_table(crate::tables::META)
             .unwrap()
-            .remove("retention-indexed")
+            .remove("indexed")
             .unwrap();
         txn.commit().unwrap();
     }
     let store = open(&dir);
+    let listed = StatusStore::list(&*store, &everything()).await.unwrap();
+    assert_eq!(listed.items.len(), 2, "listed again");
     let swept = store.sweep(&retention(100), after(1)).await.unwrap();
     assert_eq!(swept.statuses, 1);
     assert_eq!(ids(&store).await, ["open"]);
+    let listed = StatusStore::list(&*store, &everything()).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "a removed document is not listed");
 }

@@ -12,8 +12,8 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use skyport_core::partitioning::partition_for;
 use skyport_core::ports::{
     BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag,
-    IdempotencyStore, OutboundEvent, Position, Precondition, PublishError, Publisher, Reservation,
-    Reserved, StatusStore, StatusStoreError, Versioned,
+    IdempotencyStore, ListPage, ListQuery, OutboundEvent, Position, Precondition, PublishError,
+    Publisher, Reservation, Reserved, StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::EmbeddedSettings;
@@ -23,6 +23,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use crate::committer::{self, Applied, CommitFailed, Op, OpKind};
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
+use crate::listing::Listed;
 use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog};
 use crate::migrate;
 use crate::retention;
@@ -372,6 +373,7 @@ impl StatusStore for EmbeddedStore {
             id: document.id.clone(),
             expected,
             body,
+            listed: Listed::of(document),
             settled: document.is_settled(),
         };
         match self.submit(kind).await {
@@ -380,6 +382,10 @@ impl StatusStore for EmbeddedStore {
             Ok(other) => unreachable!("a status write is answered with its version, not {other:?}"),
             Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
         }
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError> {
+        self.list_documents(query).await
     }
 
     async fn ready(&self) -> bool {

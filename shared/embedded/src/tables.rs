@@ -39,3 +39,7 @@ pub(crate) const DEAD_LETTER_EXPIRY: TableDefinition<(i64, u32, u64), ()> =
 /// (Unix ms, processor, key) → (): dead-lettered changes by when.
 pub(crate) const CHANGE_DEAD_LETTER_EXPIRY: TableDefinition<(i64, &str, &str), ()> =
     TableDefinition::new("change_dead_letter_expiry");
+/// (scope, `createdAt` in Unix ms, delivery id) → (): status documents for
+/// listing, newest last. A document is under the scope `""` (all), `o:` and
+/// its owner, and `p:` and its principal.
+pub(crate) const LISTING: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("listing");

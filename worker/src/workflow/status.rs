@@ -156,7 +156,7 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use skyport_core::ports::ETag;
+    use skyport_core::ports::{ETag, ListPage, ListQuery};
     use skyport_core::status::DeliveryState;
     use skyport_embedded::EmbeddedStore;
     use skyport_runtime::backoff::Backoff;
@@ -185,6 +185,10 @@ mod tests {
             condition: Precondition,
         ) -> Result<ETag, StatusStoreError> {
             self.store.put(document, condition).await
+        }
+
+        async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError> {
+            self.store.list(query).await
         }
 
         async fn ready(&self) -> bool {

@@ -13,8 +13,8 @@ use azure_data_cosmos::{
 use base64::Engine;
 use secrecy::ExposeSecret;
 use skyport_core::ports::{
-    BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag, Precondition,
-    StatusStore, StatusStoreError, Versioned,
+    BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag, ListPage,
+    ListQuery, Precondition, StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::{CosmosAuth, CosmosSettings, Work};
@@ -320,6 +320,10 @@ impl StatusStore for WorkerStatus {
         StatusStore::put(&*self.0, document, condition).await
     }
 
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError> {
+        StatusStore::list(&*self.0, query).await
+    }
+
     async fn ready(&self) -> bool {
         self.0.ready().await
     }
@@ -344,6 +348,12 @@ impl StatusStore for CosmosStore {
             .submit(document.id.clone(), write)
             .await
             .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?
+    }
+
+    async fn list(&self, _query: &ListQuery) -> Result<ListPage, StatusStoreError> {
+        Err(StatusStoreError::Unavailable(
+            "listing deliveries on Cosmos DB needs its listing view, which this build lacks".into(),
+        ))
     }
 
     async fn ready(&self) -> bool {

@@ -24,7 +24,9 @@ pub use self::dead_letters::{ChangeDeadLetter, DeadLetter, DeadLetterError, Dead
 pub use self::diagnostics::{Diagnostics, details_of, inspect_parts};
 pub use self::idempotency::{IdempotencyStore, Reservation, Reserved};
 pub use self::leases::{Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion};
-pub use self::status::{ETag, Precondition, StatusStore, StatusStoreError, Versioned};
+pub use self::status::{
+    ETag, ListCursor, ListPage, ListQuery, Precondition, StatusStore, StatusStoreError, Versioned,
+};
 pub use self::stream::{
     ConsumeError, Consumer, EventProperties, OutboundEvent, PartitionReader, Position,
     PublishError, Publisher, StreamEvent,

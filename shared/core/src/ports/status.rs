@@ -2,8 +2,10 @@
 
 use async_trait::async_trait;
 
+use time::OffsetDateTime;
+
 use crate::error::BoxError;
-use crate::status::StatusDocument;
+use crate::status::{DeliveryState, StatusDocument};
 
 /// An opaque document version for optimistic concurrency.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +42,44 @@ pub enum StatusStoreError {
     },
 }
 
+/// Which status documents a listing asks for, newest first (by when the
+/// delivery was accepted, `createdAt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only the deliveries this principal made (a caller without the admin scope).
+    pub principal: Option<String>,
+    /// Only the deliveries of this `ownerId`.
+    pub owner: Option<String>,
+    pub state: Option<DeliveryState>,
+    /// Accepted at or after.
+    pub since: Option<OffsetDateTime>,
+    /// Accepted before.
+    pub until: Option<OffsetDateTime>,
+    /// The most documents the page holds.
+    pub limit: usize,
+    /// Where the previous page ended.
+    pub after: Option<ListCursor>,
+}
+
+/// A position in a listing: the last document a page handed out (or passed
+/// over). New documents never move it, since they sort before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    /// `createdAt` in Unix milliseconds.
+    pub created_ms: i64,
+    pub id: String,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    pub items: Vec<StatusDocument>,
+    /// Where the next page starts; `None` when there is none. A page may hold
+    /// fewer than `limit` items and still have a next one (a store bounds
+    /// what one page reads).
+    pub next: Option<ListCursor>,
+}
+
 /// Status documents by delivery id, written conditionally.
 #[async_trait]
 pub trait StatusStore: std::fmt::Debug + Send + Sync + 'static {
@@ -56,6 +96,12 @@ pub trait StatusStore: std::fmt::Debug + Send + Sync + 'static {
         document: &StatusDocument,
         condition: Precondition,
     ) -> Result<ETag, StatusStoreError>;
+
+    /// A page of the documents `query` asks for, newest first.
+    ///
+    /// # Errors
+    /// [`StatusStoreError`] when the store cannot be read.
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError>;
 
     /// Whether the store can be read and written now (for `/readyz`).
     async fn ready(&self) -> bool;
