@@ -11,7 +11,7 @@ use azure_core::http::headers::HeaderName;
 use azure_core::http::{Request, Url};
 use azure_data_cosmos::options::{Region, RoutingStrategy};
 use azure_data_cosmos::{
-    AccountEndpoint, AccountReference, CosmosClientBuilder, CosmosRuntimeBuilder,
+    AccountEndpoint, AccountReference, CosmosClient, CosmosClientBuilder, CosmosRuntimeBuilder,
 };
 use azure_data_cosmos_driver::in_memory_emulator::{
     Epk, InMemoryEmulatorHttpClient, RequestObserver, VirtualAccountConfig, VirtualRegion,
@@ -108,6 +108,11 @@ impl Emulator {
         &self,
         settings: &CosmosSettings,
     ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
+        CosmosStore::on_client(self.client().await?, settings).await
+    }
+
+    /// A client of its own on this account.
+    pub(crate) async fn client(&self) -> Result<CosmosClient, CosmosOpenError> {
         let runtime = CosmosRuntimeBuilder::from(self.http.runtime_builder())
             .build()
             .await
@@ -115,7 +120,7 @@ impl Emulator {
         let endpoint: AccountEndpoint = GATEWAY
             .parse()
             .map_err(|e: azure_data_cosmos::CosmosError| connect(Box::new(e)))?;
-        let client = CosmosClientBuilder::new()
+        CosmosClientBuilder::new()
             .with_runtime(runtime)
             .with_default_operation_options(no_throttle_retry())
             .build(
@@ -123,8 +128,7 @@ impl Emulator {
                 RoutingStrategy::ProximityTo(Region::EAST_US),
             )
             .await
-            .map_err(|e| connect(Box::new(e)))?;
-        CosmosStore::on_client(client, settings).await
+            .map_err(|e| connect(Box::new(e)))
     }
 
     /// Splits the physical partition of `container` (in `database`) that
