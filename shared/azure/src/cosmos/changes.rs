@@ -9,8 +9,9 @@
 //! - A read is exactly one page of the change feed (the SDK's iterator never
 //!   ends; a 304 is an empty page). A change is the document as it is now
 //!   (`current`), without the system properties (the keys starting with `_`,
-//!   such as `_etag`, `_ts`, `_rid`), so a handler sees what the status store
-//!   wrote, as on the embedded store.
+//!   such as `_etag`, `_ts`, `_rid`) and the `ttl` of a settled document, so
+//!   a handler sees the document the status store wrote, as on the embedded
+//!   store.
 //! - A continuation is this adapter's own JSON: `{"token": "c1.…", "lsn": N}`,
 //!   the SDK's continuation token after the page and the LSN the range has
 //!   been read through, taken from the page's ETag (real Cosmos DB: a quoted
@@ -140,11 +141,11 @@ fn sdk_start(start: StartFrom) -> ChangeFeedStartFrom {
     }
 }
 
-/// The document of a change without its system properties.
+/// The document of a change without its system properties and its `ttl`.
 fn change(item: ChangeFeedItem<Value>) -> Option<Change> {
     let mut document = item.current()?.clone();
     if let Value::Object(fields) = &mut document {
-        fields.retain(|key, _| !key.starts_with('_'));
+        fields.retain(|key, _| !key.starts_with('_') && key != "ttl");
     }
     let id = document
         .get("id")
@@ -517,9 +518,9 @@ mod tests {
     }
 
     #[test]
-    fn a_change_is_the_document_without_system_properties() {
+    fn a_change_is_the_document_without_system_properties_or_ttl() {
         let item: ChangeFeedItem<Value> = serde_json::from_value(serde_json::json!({
-            "current": {"id": "d1", "state": "Accepted", "_etag": "\"1\"", "_ts": 5, "_rid": "x"},
+            "current": {"id": "d1", "state": "Accepted", "_etag": "\"1\"", "_ts": 5, "_rid": "x", "ttl": 60},
             "metadata": {"crts": 5}
         }))
         .unwrap();

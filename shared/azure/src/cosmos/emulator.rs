@@ -18,7 +18,7 @@ use azure_data_cosmos_driver::in_memory_emulator::{
 };
 
 use skyport_core::ports::{BoxError, FeedRange};
-use skyport_runtime::config::CosmosSettings;
+use skyport_runtime::config::{CosmosSettings, StoreSettings};
 
 use super::error::CosmosOpenError;
 use super::store::CosmosStore;
@@ -100,7 +100,8 @@ impl Emulator {
         Arc::clone(&self.wire)
     }
 
-    /// A store with a client of its own on this account.
+    /// A store with a client of its own on this account, keeping settled
+    /// documents for the default retention.
     ///
     /// # Errors
     /// [`CosmosOpenError`] when the client or the containers cannot be set up.
@@ -108,7 +109,21 @@ impl Emulator {
         &self,
         settings: &CosmosSettings,
     ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
-        CosmosStore::on_client(self.client().await?, settings).await
+        self.store_with(settings, &StoreSettings::default()).await
+    }
+
+    /// A store with a client of its own on this account, keeping settled
+    /// documents for `store`'s retention (the emulator keeps the items'
+    /// `ttl` but never expires them).
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the client or the containers cannot be set up.
+    pub async fn store_with(
+        &self,
+        settings: &CosmosSettings,
+        store: &StoreSettings,
+    ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
+        CosmosStore::on_client(self.client().await?, settings, store).await
     }
 
     /// A client of its own on this account.

@@ -17,7 +17,7 @@ use skyport_core::ports::{
     StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
-use skyport_runtime::config::{CosmosAuth, CosmosSettings, Work};
+use skyport_runtime::config::{CosmosAuth, CosmosSettings, StoreSettings, Work};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -52,11 +52,15 @@ impl std::fmt::Debug for CosmosStore {
 
 impl CosmosStore {
     /// Connects to the account in `settings`, provisions (or checks) the
-    /// database and containers, and starts the bulk dispatcher.
+    /// database and containers, and starts the bulk dispatcher. Settled status
+    /// documents expire after `store.status_retention_s`.
     ///
     /// # Errors
     /// [`CosmosOpenError`] names the setting or the resource in the way.
-    pub async fn open(settings: &CosmosSettings) -> Result<Arc<Self>, CosmosOpenError> {
+    pub async fn open(
+        settings: &CosmosSettings,
+        store: &StoreSettings,
+    ) -> Result<Arc<Self>, CosmosOpenError> {
         let endpoint = settings
             .endpoint
             .as_ref()
@@ -86,13 +90,14 @@ impl CosmosStore {
             )
             .await
             .map_err(|e| CosmosOpenError::Connect(Box::new(e)))?;
-        Self::on_client(client, settings).await
+        Self::on_client(client, settings, store).await
     }
 
     /// Builds the store on a connected client.
     pub(crate) async fn on_client(
         client: CosmosClient,
         settings: &CosmosSettings,
+        store: &StoreSettings,
     ) -> Result<Arc<Self>, CosmosOpenError> {
         let containers = provision::ensure(&client, settings).await?;
         let units = Arc::new(RequestUnits::default());
@@ -120,7 +125,11 @@ impl CosmosStore {
             control,
         ));
         let shutdown = CancellationToken::new();
-        let writer = StatusBatches::new(containers.status.clone(), Arc::clone(&requests));
+        let writer = StatusBatches::new(
+            containers.status.clone(),
+            Arc::clone(&requests),
+            store.status_retention_s.count(),
+        );
         let (writes, dispatcher) = Bulk::start(
             BulkSettings {
                 max_items: settings.bulk_max_items,
@@ -393,3 +402,6 @@ impl DeadLetterStore for CosmosStore {
         self.change_dead_letters(processor).await
     }
 }
+
+#[cfg(all(test, feature = "cosmos-emulator"))]
+mod emulator_tests;
