@@ -31,7 +31,8 @@
 //! The changes a handler gave up on are dead letters in the dead-letter
 //! container, next to the events' (which have no `kind`): `{id:
 //! "change.{processor}.{key}", kind: "change", processor, key, reason, at,
-//! payload}`, upserted, so the same change given up twice is kept once. The
+//! payload, ttl}`, upserted, so the same change given up twice is kept once
+//! (for `store.dead_letter_retention_s` after the last time). The
 //! characters Cosmos DB does not allow in an id (`/`, `\`, `?`, `#`), `%`,
 //! and `.` in the processor's name, are percent-encoded in the id, so two
 //! letters never share one.
@@ -383,6 +384,7 @@ impl CosmosStore {
             "reason": letter.reason,
             "at": letter.at.format(&Rfc3339).unwrap_or_default(),
             "payload": letter.payload,
+            "ttl": self.dead_letter_ttl,
         });
         self.upsert_dead_letter(id, &document).await
     }

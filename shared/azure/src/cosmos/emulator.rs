@@ -101,7 +101,7 @@ impl Emulator {
     }
 
     /// A store with a client of its own on this account, keeping settled
-    /// documents for the default retention.
+    /// documents and dead letters for the default retentions.
     ///
     /// # Errors
     /// [`CosmosOpenError`] when the client or the containers cannot be set up.
@@ -113,8 +113,8 @@ impl Emulator {
     }
 
     /// A store with a client of its own on this account, keeping settled
-    /// documents for `store`'s retention (the emulator keeps the items'
-    /// `ttl` but never expires them).
+    /// documents and dead letters for `store`'s retentions (the emulator
+    /// keeps the items' `ttl` but never expires them).
     ///
     /// # Errors
     /// [`CosmosOpenError`] when the client or the containers cannot be set up.

@@ -37,6 +37,9 @@ pub struct CosmosStore {
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
     pub(crate) requests: Arc<Requests>,
+    /// `store.dead_letter_retention_s`: the `ttl` of every dead letter,
+    /// counted by Cosmos DB from the letter's last write.
+    pub(super) dead_letter_ttl: u64,
     writes: Bulk<StatusWrite, Result<ETag, StatusStoreError>>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
     shutdown: CancellationToken,
@@ -53,7 +56,7 @@ impl std::fmt::Debug for CosmosStore {
 impl CosmosStore {
     /// Connects to the account in `settings`, provisions (or checks) the
     /// database and containers, and starts the bulk dispatcher. Settled status
-    /// documents expire after `store.status_retention_s`.
+    /// documents and dead letters expire after `store`'s retentions.
     ///
     /// # Errors
     /// [`CosmosOpenError`] names the setting or the resource in the way.
@@ -146,6 +149,7 @@ impl CosmosStore {
             leases: containers.leases,
             reservations: containers.reservations,
             requests,
+            dead_letter_ttl: store.dead_letter_retention_s.count(),
             writes,
             dispatcher: Mutex::new(Some(dispatcher)),
             shutdown,
@@ -390,6 +394,7 @@ impl DeadLetterStore for CosmosStore {
             "reason": letter.reason,
             "at": letter.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
             "payload": base64::engine::general_purpose::STANDARD.encode(&letter.payload),
+            "ttl": self.dead_letter_ttl,
         });
         self.upsert_dead_letter(id, &document).await
     }

@@ -1,7 +1,7 @@
 //! Retention on the SDK's in-memory emulator: the `ttl` a status document
-//! carries as it settles and unsettles. The emulator keeps an item's `ttl`
-//! but never expires it, so these tests read the stored items back; that
-//! Cosmos DB removes them is its own doing.
+//! carries as it settles and unsettles, and the `ttl` of dead letters. The
+//! emulator keeps an item's `ttl` but never expires it, so these tests read
+//! the stored items back; that Cosmos DB removes them is its own doing.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use azure_data_cosmos::ContainerClient;
 use serde_json::Value;
-use skyport_core::ports::{ChangeSource, ETag, Precondition, StartFrom, StatusStore};
+use skyport_core::ports::{
+    ChangeDeadLetter, ChangeSource, DeadLetter, DeadLetterStore, ETag, Precondition, StartFrom,
+    StatusStore,
+};
 use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
 use skyport_runtime::config::{CosmosSettings, Millis, Seconds, StoreSettings};
 use time::OffsetDateTime;
@@ -18,6 +21,7 @@ use crate::cosmos::CosmosStore;
 use crate::cosmos::emulator::Emulator;
 
 const STATUS_TTL: u64 = 3_600;
+const DEAD_LETTER_TTL: u64 = 86_400;
 
 async fn open() -> Arc<CosmosStore> {
     let settings = CosmosSettings {
@@ -26,6 +30,7 @@ async fn open() -> Arc<CosmosStore> {
     };
     let retention = StoreSettings {
         status_retention_s: Seconds::new(STATUS_TTL),
+        dead_letter_retention_s: Seconds::new(DEAD_LETTER_TTL),
         ..StoreSettings::default()
     };
     Emulator::new(false)
@@ -104,5 +109,36 @@ async fn a_status_document_carries_the_retention_as_its_ttl_only_while_settled()
             assert!(change.document.get("ttl").is_none(), "{}", change.document);
         }
     }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn dead_letters_carry_the_dead_letter_retention_as_their_ttl() {
+    let store = open().await;
+    let at = OffsetDateTime::now_utc();
+    let letter = DeadLetter {
+        partition: 2,
+        offset: 9,
+        reason: "poison".into(),
+        payload: bytes::Bytes::from_static(b"not json"),
+        at,
+    };
+    DeadLetterStore::put(&*store, letter).await.unwrap();
+    store
+        .put_change(ChangeDeadLetter {
+            processor: "notify".into(),
+            key: "d-1.Failed".into(),
+            reason: "refused".into(),
+            payload: serde_json::json!({"id": "d-1", "state": "Failed"}),
+            at,
+        })
+        .await
+        .unwrap();
+    for id in ["2-9", "change.notify.d-1.Failed"] {
+        let item = stored(&store.dead_letters, id).await;
+        assert_eq!(item["ttl"], DEAD_LETTER_TTL, "{item}");
+    }
+    assert_eq!(store.dead_letters().await.unwrap().len(), 1);
+    assert_eq!(store.changes("notify").await.unwrap().len(), 1);
     store.close().await;
 }
