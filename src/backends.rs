@@ -64,7 +64,9 @@ impl Backends {
     pub async fn open(settings: &Settings) -> Result<Self, BackendError> {
         let cosmos = match settings.store_backend() {
             StoreBackend::Embedded => None,
-            StoreBackend::Cosmos => Some(CosmosStore::open(&settings.cosmos).await?),
+            StoreBackend::Cosmos => {
+                Some(CosmosStore::open(&settings.cosmos, &settings.store).await?)
+            }
         };
         Self::open_with(settings, cosmos).await
     }

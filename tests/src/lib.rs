@@ -107,7 +107,9 @@ impl TestApp {
     /// Starts with status and dead letters in Cosmos DB on the SDK's in-memory
     /// emulator (the stream stays on the embedded store).
     pub async fn spawn_on_cosmos(settings: Settings) -> Self {
-        let (cosmos, _wire) = skyport_azure::cosmos::emulator::open(&settings.cosmos, false)
+        let cosmos = skyport_azure::cosmos::emulator::Emulator::new(false)
+            .unwrap()
+            .store_with(&settings.cosmos, &settings.store)
             .await
             .unwrap();
         let backends = Backends::open_with(&settings, Some(cosmos)).await.unwrap();

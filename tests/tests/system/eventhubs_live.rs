@@ -72,9 +72,9 @@ async fn live_two_workers_split_a_hub_and_one_takes_over() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = live_settings(&dir, vec![env("SKYPORT_LIVE_EVENTHUBS_TAKEOVER_HUB")]);
     settings.worker.max_in_flight = 16;
-    let cosmos = settings.cosmos.clone();
+    let (cosmos, store) = (settings.cosmos.clone(), settings.store.clone());
     let report = two_workers_share_a_hub_and_one_takes_over(settings, async || {
-        CosmosStore::open(&cosmos).await.unwrap()
+        CosmosStore::open(&cosmos, &store).await.unwrap()
     })
     .await;
     println!("live takeover: {report:?}");

@@ -9,8 +9,9 @@
 //! - A read is exactly one page of the change feed (the SDK's iterator never
 //!   ends; a 304 is an empty page). A change is the document as it is now
 //!   (`current`), without the system properties (the keys starting with `_`,
-//!   such as `_etag`, `_ts`, `_rid`), so a handler sees what the status store
-//!   wrote, as on the embedded store.
+//!   such as `_etag`, `_ts`, `_rid`) and the `ttl` of a settled document, so
+//!   a handler sees the document the status store wrote, as on the embedded
+//!   store.
 //! - A continuation is this adapter's own JSON: `{"token": "c1.…", "lsn": N}`,
 //!   the SDK's continuation token after the page and the LSN the range has
 //!   been read through, taken from the page's ETag (real Cosmos DB: a quoted
@@ -30,7 +31,8 @@
 //! The changes a handler gave up on are dead letters in the dead-letter
 //! container, next to the events' (which have no `kind`): `{id:
 //! "change.{processor}.{key}", kind: "change", processor, key, reason, at,
-//! payload}`, upserted, so the same change given up twice is kept once. The
+//! payload, ttl}`, upserted, so the same change given up twice is kept once
+//! (for `store.dead_letter_retention_s` after the last time). The
 //! characters Cosmos DB does not allow in an id (`/`, `\`, `?`, `#`), `%`,
 //! and `.` in the processor's name, are percent-encoded in the id, so two
 //! letters never share one.
@@ -140,11 +142,11 @@ fn sdk_start(start: StartFrom) -> ChangeFeedStartFrom {
     }
 }
 
-/// The document of a change without its system properties.
+/// The document of a change without its system properties and its `ttl`.
 fn change(item: ChangeFeedItem<Value>) -> Option<Change> {
     let mut document = item.current()?.clone();
     if let Value::Object(fields) = &mut document {
-        fields.retain(|key, _| !key.starts_with('_'));
+        fields.retain(|key, _| !key.starts_with('_') && key != "ttl");
     }
     let id = document
         .get("id")
@@ -382,6 +384,7 @@ impl CosmosStore {
             "reason": letter.reason,
             "at": letter.at.format(&Rfc3339).unwrap_or_default(),
             "payload": letter.payload,
+            "ttl": self.dead_letter_ttl,
         });
         self.upsert_dead_letter(id, &document).await
     }
@@ -517,9 +520,9 @@ mod tests {
     }
 
     #[test]
-    fn a_change_is_the_document_without_system_properties() {
+    fn a_change_is_the_document_without_system_properties_or_ttl() {
         let item: ChangeFeedItem<Value> = serde_json::from_value(serde_json::json!({
-            "current": {"id": "d1", "state": "Accepted", "_etag": "\"1\"", "_ts": 5, "_rid": "x"},
+            "current": {"id": "d1", "state": "Accepted", "_etag": "\"1\"", "_ts": 5, "_rid": "x", "ttl": 60},
             "metadata": {"crts": 5}
         }))
         .unwrap();

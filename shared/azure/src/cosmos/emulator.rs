@@ -11,14 +11,14 @@ use azure_core::http::headers::HeaderName;
 use azure_core::http::{Request, Url};
 use azure_data_cosmos::options::{Region, RoutingStrategy};
 use azure_data_cosmos::{
-    AccountEndpoint, AccountReference, CosmosClientBuilder, CosmosRuntimeBuilder,
+    AccountEndpoint, AccountReference, CosmosClient, CosmosClientBuilder, CosmosRuntimeBuilder,
 };
 use azure_data_cosmos_driver::in_memory_emulator::{
     Epk, InMemoryEmulatorHttpClient, RequestObserver, VirtualAccountConfig, VirtualRegion,
 };
 
 use skyport_core::ports::{BoxError, FeedRange};
-use skyport_runtime::config::CosmosSettings;
+use skyport_runtime::config::{CosmosSettings, StoreSettings};
 
 use super::error::CosmosOpenError;
 use super::store::CosmosStore;
@@ -100,7 +100,8 @@ impl Emulator {
         Arc::clone(&self.wire)
     }
 
-    /// A store with a client of its own on this account.
+    /// A store with a client of its own on this account, keeping settled
+    /// documents and dead letters for the default retentions.
     ///
     /// # Errors
     /// [`CosmosOpenError`] when the client or the containers cannot be set up.
@@ -108,6 +109,25 @@ impl Emulator {
         &self,
         settings: &CosmosSettings,
     ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
+        self.store_with(settings, &StoreSettings::default()).await
+    }
+
+    /// A store with a client of its own on this account, keeping settled
+    /// documents and dead letters for `store`'s retentions (the emulator
+    /// keeps the items' `ttl` but never expires them).
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the client or the containers cannot be set up.
+    pub async fn store_with(
+        &self,
+        settings: &CosmosSettings,
+        store: &StoreSettings,
+    ) -> Result<Arc<CosmosStore>, CosmosOpenError> {
+        CosmosStore::on_client(self.client().await?, settings, store).await
+    }
+
+    /// A client of its own on this account.
+    pub(crate) async fn client(&self) -> Result<CosmosClient, CosmosOpenError> {
         let runtime = CosmosRuntimeBuilder::from(self.http.runtime_builder())
             .build()
             .await
@@ -115,7 +135,7 @@ impl Emulator {
         let endpoint: AccountEndpoint = GATEWAY
             .parse()
             .map_err(|e: azure_data_cosmos::CosmosError| connect(Box::new(e)))?;
-        let client = CosmosClientBuilder::new()
+        CosmosClientBuilder::new()
             .with_runtime(runtime)
             .with_default_operation_options(no_throttle_retry())
             .build(
@@ -123,8 +143,7 @@ impl Emulator {
                 RoutingStrategy::ProximityTo(Region::EAST_US),
             )
             .await
-            .map_err(|e| connect(Box::new(e)))?;
-        CosmosStore::on_client(client, settings).await
+            .map_err(|e| connect(Box::new(e)))
     }
 
     /// Splits the physical partition of `container` (in `database`) that

@@ -25,4 +25,23 @@ pub enum CosmosOpenError {
         #[source]
         source: BoxError,
     },
+    /// A container whose items carry a `ttl` has no default time to live,
+    /// so Cosmos DB would ignore the `ttl` and keep its items forever.
+    #[error(
+        "{key}: {what} has no default time to live, so the items' ttl would be ignored and \
+         nothing would expire ({retention}); enable it (defaultTtl = -1) or set \
+         cosmos.create_if_missing = true"
+    )]
+    NoDefaultTtl {
+        key: &'static str,
+        what: String,
+        retention: &'static str,
+    },
+    #[error("{key}: cannot turn on the default time to live of {what}")]
+    EnableTtl {
+        key: &'static str,
+        what: String,
+        #[source]
+        source: BoxError,
+    },
 }

@@ -1,5 +1,9 @@
 //! Databases and containers: created when missing, or a clear error that
-//! names what is missing when creating is not allowed.
+//! names what is missing when creating is not allowed. A container whose
+//! items carry a `ttl` (status, dead letters, reservations) has its default
+//! time to live on (-1: no default, each item its own), without which Cosmos
+//! DB ignores the `ttl` and nothing expires; one found without it is turned
+//! on, or, when creating is not allowed, refused with the setting to fix.
 
 use azure_core::http::StatusCode;
 use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties, TimeToLive};
@@ -45,13 +49,24 @@ pub(super) async fn ensure(
         Err(e) => return Err(CosmosOpenError::Connect(Box::new(e))),
     }
     Ok(Containers {
-        status: container(client, settings, &settings.status_container, "/id", None).await?,
-        dead_letters: container(
+        status: expiring(
             client,
             settings,
-            &settings.dead_letter_container,
-            "/id",
-            None,
+            Expiring {
+                key: "cosmos.status_container",
+                name: &settings.status_container,
+                retention: "store.status_retention_s",
+            },
+        )
+        .await?,
+        dead_letters: expiring(
+            client,
+            settings,
+            Expiring {
+                key: "cosmos.dead_letter_container",
+                name: &settings.dead_letter_container,
+                retention: "store.dead_letter_retention_s",
+            },
         )
         .await?,
         leases: container(
@@ -62,13 +77,14 @@ pub(super) async fn ensure(
             None,
         )
         .await?,
-        // Each reservation carries its own `ttl`; the container only has to allow it.
-        reservations: container(
+        reservations: expiring(
             client,
             settings,
-            &settings.reservations_container,
-            "/id",
-            Some(TimeToLive::NoDefault),
+            Expiring {
+                key: "cosmos.reservations_container",
+                name: &settings.reservations_container,
+                retention: "gateway.idempotency_retention_s",
+            },
         )
         .await?,
         // Global throughput control groups: the processes' items carry a `ttl`.
@@ -87,6 +103,69 @@ pub(super) async fn ensure(
             None
         },
     })
+}
+
+/// A container (partition key `/id`) whose items each carry their own `ttl`.
+struct Expiring<'a> {
+    /// The setting that names the container.
+    key: &'static str,
+    name: &'a str,
+    /// The setting the items' `ttl` comes from.
+    retention: &'static str,
+}
+
+/// The container `expiring` names, created with its default time to live on
+/// and no default (-1), or found and checked to have it on (turned on when
+/// `cosmos.create_if_missing`).
+async fn expiring(
+    client: &CosmosClient,
+    settings: &CosmosSettings,
+    expiring: Expiring<'_>,
+) -> Result<ContainerClient, CosmosOpenError> {
+    let container = container(
+        client,
+        settings,
+        expiring.name,
+        "/id",
+        Some(TimeToLive::NoDefault),
+    )
+    .await?;
+    let connect = |e: azure_data_cosmos::CosmosError| CosmosOpenError::Connect(Box::new(e));
+    let mut properties: ContainerProperties = container
+        .read(None)
+        .await
+        .map_err(connect)?
+        .into_model()
+        .map_err(connect)?;
+    if !properties.default_ttl.is_forever() {
+        return Ok(container);
+    }
+    let what = format!(
+        "container {} in database {}",
+        expiring.name, settings.database
+    );
+    if !settings.create_if_missing {
+        return Err(CosmosOpenError::NoDefaultTtl {
+            key: expiring.key,
+            what,
+            retention: expiring.retention,
+        });
+    }
+    // What was read is written back whole, so only the default TTL changes.
+    properties.default_ttl = TimeToLive::NoDefault;
+    container
+        .replace(properties, None)
+        .await
+        .map_err(|e| CosmosOpenError::EnableTtl {
+            key: expiring.key,
+            what,
+            source: Box::new(e),
+        })?;
+    tracing::info!(
+        container = %expiring.name,
+        "Turned on the default time to live of a Cosmos DB container (-1: each item its own)."
+    );
+    Ok(container)
 }
 
 async fn container(
@@ -129,3 +208,6 @@ async fn container(
         .await
         .map_err(|e| CosmosOpenError::Connect(Box::new(e)))
 }
+
+#[cfg(all(test, feature = "cosmos-emulator"))]
+mod emulator_tests;

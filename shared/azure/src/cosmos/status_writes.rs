@@ -5,6 +5,12 @@
 //! `replace_item` with the ETag (412, or 404 for a vanished document: it
 //! changed). Both come back as [`StatusStoreError::PreconditionFailed`], so
 //! the caller re-reads and decides again.
+//!
+//! A settled document (terminal, and its callback, if any, delivered or
+//! dead-lettered) is written with a `ttl` of `store.status_retention_s`,
+//! which Cosmos DB counts from the write; an unsettled one without, so a
+//! document is never removed while its callback is still owed, and a write
+//! that makes a document unsettled again drops its `ttl`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +19,7 @@ use std::sync::Arc;
 use azure_core::http::Etag;
 use azure_data_cosmos::ContainerClient;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
+use serde::Serialize;
 use skyport_runtime::config::Work;
 
 use super::bulk::Executor;
@@ -28,9 +35,35 @@ pub(super) struct StatusWrite {
     pub(super) condition: Precondition,
 }
 
+/// A status document as stored: with a `ttl` (seconds after this write)
+/// once it is settled.
+#[derive(Debug, Serialize)]
+struct Item<'a> {
+    #[serde(flatten)]
+    document: &'a StatusDocument,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<u64>,
+}
+
+impl<'a> Item<'a> {
+    /// `document`, to expire `settled_ttl` seconds after this write if it
+    /// is settled. An unsettled document carries no `ttl`, so the container's
+    /// default (-1) keeps it until a write settles it: it is never removed
+    /// while its callback is still owed.
+    fn new(document: &'a StatusDocument, settled_ttl: u64) -> Self {
+        let settled = document.state.is_terminal() && !document.awaits_callback();
+        Self {
+            document,
+            ttl: settled.then_some(settled_ttl),
+        }
+    }
+}
+
 pub(super) struct StatusBatches {
     container: ContainerClient,
     requests: Arc<Requests>,
+    /// `store.status_retention_s`: the `ttl` of a settled document.
+    settled_ttl: u64,
 }
 
 impl std::fmt::Debug for StatusBatches {
@@ -40,15 +73,21 @@ impl std::fmt::Debug for StatusBatches {
 }
 
 impl StatusBatches {
-    pub(super) fn new(container: ContainerClient, requests: Arc<Requests>) -> Self {
+    pub(super) fn new(
+        container: ContainerClient,
+        requests: Arc<Requests>,
+        settled_ttl: u64,
+    ) -> Self {
         Self {
             container,
             requests,
+            settled_ttl,
         }
     }
 
     async fn write(&self, write: &StatusWrite) -> Result<ETag, StatusStoreError> {
         let id = &write.document.id;
+        let item = Item::new(&write.document, self.settled_ttl);
         let result = self
             .requests
             .run(
@@ -60,7 +99,7 @@ impl StatusBatches {
                     match &write.condition {
                         Precondition::IfNoneMatch => {
                             self.container
-                                .create_item(id.clone(), id, &write.document, Some(options))
+                                .create_item(id.clone(), id, &item, Some(options))
                                 .await
                         }
                         Precondition::IfMatch(ETag(tag)) => {
@@ -68,7 +107,7 @@ impl StatusBatches {
                                 Etag::from(tag.clone()),
                             ));
                             self.container
-                                .replace_item(id.clone(), id, &write.document, Some(options))
+                                .replace_item(id.clone(), id, &item, Some(options))
                                 .await
                         }
                     }
@@ -107,5 +146,77 @@ impl Executor<StatusWrite, Result<ETag, StatusStoreError>> for StatusBatches {
             }
             results
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
+    use time::OffsetDateTime;
+
+    use super::Item;
+
+    const TTL: u64 = 604_800;
+
+    fn document(state: DeliveryState, callback: Option<CallbackState>) -> StatusDocument {
+        let mut document = StatusDocument::accepted("d-1", OffsetDateTime::UNIX_EPOCH);
+        document.state = state;
+        if let Some(callback) = callback {
+            document.callback_url = Some("https://receiver.example/done".into());
+            document.callback = Some(CallbackOutcome {
+                state: callback,
+                announced: state,
+                attempts: 1,
+                last_error: None,
+                delivered_at: None,
+                retrying_since: None,
+            });
+        }
+        document
+    }
+
+    fn stored(document: &StatusDocument) -> serde_json::Value {
+        serde_json::to_value(Item::new(document, TTL)).unwrap()
+    }
+
+    #[test]
+    fn a_terminal_document_without_a_callback_is_stored_with_the_retention_as_its_ttl() {
+        let item = stored(&document(DeliveryState::Scheduled, None));
+        assert_eq!(item["ttl"], TTL);
+        assert_eq!(item["id"], "d-1");
+        assert_eq!(item["state"], "Scheduled");
+    }
+
+    #[test]
+    fn a_terminal_document_whose_callback_is_done_is_stored_with_a_ttl() {
+        for done in [CallbackState::Delivered, CallbackState::DeadLettered] {
+            let item = stored(&document(DeliveryState::Failed, Some(done)));
+            assert_eq!(item["ttl"], TTL, "{done:?}");
+        }
+    }
+
+    #[test]
+    fn a_document_that_is_not_settled_is_stored_without_a_ttl() {
+        let pending = document(DeliveryState::Scheduled, Some(CallbackState::Pending));
+        let mut unsent = document(DeliveryState::Cancelled, None);
+        unsent.callback_url = Some("https://receiver.example/done".into());
+        for document in [
+            document(DeliveryState::Accepted, None),
+            document(DeliveryState::Processing, None),
+            pending,
+            unsent,
+        ] {
+            let item = stored(&document);
+            assert!(item.get("ttl").is_none(), "{item}");
+        }
+    }
+
+    #[test]
+    fn a_stored_document_reads_back_whole_past_its_ttl() {
+        let document = document(DeliveryState::Scheduled, Some(CallbackState::Delivered));
+        let read: StatusDocument = serde_json::from_value(stored(&document)).unwrap();
+        assert_eq!(read, document);
     }
 }

@@ -17,7 +17,7 @@ use skyport_core::ports::{
     ListQuery, Precondition, StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
-use skyport_runtime::config::{CosmosAuth, CosmosSettings, Work};
+use skyport_runtime::config::{CosmosAuth, CosmosSettings, StoreSettings, Work};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +37,9 @@ pub struct CosmosStore {
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
     pub(crate) requests: Arc<Requests>,
+    /// `store.dead_letter_retention_s`: the `ttl` of every dead letter,
+    /// counted by Cosmos DB from the letter's last write.
+    pub(super) dead_letter_ttl: u64,
     writes: Bulk<StatusWrite, Result<ETag, StatusStoreError>>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
     shutdown: CancellationToken,
@@ -52,11 +55,15 @@ impl std::fmt::Debug for CosmosStore {
 
 impl CosmosStore {
     /// Connects to the account in `settings`, provisions (or checks) the
-    /// database and containers, and starts the bulk dispatcher.
+    /// database and containers, and starts the bulk dispatcher. Settled status
+    /// documents and dead letters expire after `store`'s retentions.
     ///
     /// # Errors
     /// [`CosmosOpenError`] names the setting or the resource in the way.
-    pub async fn open(settings: &CosmosSettings) -> Result<Arc<Self>, CosmosOpenError> {
+    pub async fn open(
+        settings: &CosmosSettings,
+        store: &StoreSettings,
+    ) -> Result<Arc<Self>, CosmosOpenError> {
         let endpoint = settings
             .endpoint
             .as_ref()
@@ -86,13 +93,14 @@ impl CosmosStore {
             )
             .await
             .map_err(|e| CosmosOpenError::Connect(Box::new(e)))?;
-        Self::on_client(client, settings).await
+        Self::on_client(client, settings, store).await
     }
 
     /// Builds the store on a connected client.
     pub(crate) async fn on_client(
         client: CosmosClient,
         settings: &CosmosSettings,
+        store: &StoreSettings,
     ) -> Result<Arc<Self>, CosmosOpenError> {
         let containers = provision::ensure(&client, settings).await?;
         let units = Arc::new(RequestUnits::default());
@@ -120,7 +128,11 @@ impl CosmosStore {
             control,
         ));
         let shutdown = CancellationToken::new();
-        let writer = StatusBatches::new(containers.status.clone(), Arc::clone(&requests));
+        let writer = StatusBatches::new(
+            containers.status.clone(),
+            Arc::clone(&requests),
+            store.status_retention_s.count(),
+        );
         let (writes, dispatcher) = Bulk::start(
             BulkSettings {
                 max_items: settings.bulk_max_items,
@@ -137,6 +149,7 @@ impl CosmosStore {
             leases: containers.leases,
             reservations: containers.reservations,
             requests,
+            dead_letter_ttl: store.dead_letter_retention_s.count(),
             writes,
             dispatcher: Mutex::new(Some(dispatcher)),
             shutdown,
@@ -391,6 +404,7 @@ impl DeadLetterStore for CosmosStore {
             "reason": letter.reason,
             "at": letter.at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
             "payload": base64::engine::general_purpose::STANDARD.encode(&letter.payload),
+            "ttl": self.dead_letter_ttl,
         });
         self.upsert_dead_letter(id, &document).await
     }
@@ -403,3 +417,6 @@ impl DeadLetterStore for CosmosStore {
         self.change_dead_letters(processor).await
     }
 }
+
+#[cfg(all(test, feature = "cosmos-emulator"))]
+mod emulator_tests;
