@@ -51,10 +51,9 @@ impl<'a> Item<'a> {
     /// default (-1) keeps it until a write settles it: it is never removed
     /// while its callback is still owed.
     fn new(document: &'a StatusDocument, settled_ttl: u64) -> Self {
-        let settled = document.state.is_terminal() && !document.awaits_callback();
         Self {
             document,
-            ttl: settled.then_some(settled_ttl),
+            ttl: document.is_settled().then_some(settled_ttl),
         }
     }
 }
