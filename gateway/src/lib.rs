@@ -45,7 +45,7 @@ use crate::auth::Auth;
 use crate::body::BodyLimits;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
-use crate::routes::deliveries;
+use crate::routes::{deliveries, listing};
 pub use crate::state::AppState;
 
 /// The API's routes, each with its part of the OpenAPI document.
@@ -56,6 +56,7 @@ fn deliveries() -> OpenApiRouter<AppState> {
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(deliveries::status))
+                .routes(routes!(listing::list))
                 .layer(compression()),
         )
 }

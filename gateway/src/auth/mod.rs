@@ -37,6 +37,9 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal {
     pub name: String,
+    /// Whether the credentials also grant the admin scope: a listing then
+    /// holds every client's deliveries.
+    pub admin: bool,
 }
 
 /// Authentication could not be set up.
@@ -66,6 +69,7 @@ struct Credentials {
     tokens: Option<TokenVerifier>,
     read_scope: String,
     write_scope: String,
+    admin_scope: String,
 }
 
 #[derive(Debug)]
@@ -113,6 +117,7 @@ impl Auth {
             tokens,
             read_scope: auth.read_scope.clone(),
             write_scope: auth.write_scope.clone(),
+            admin_scope: auth.admin_scope.clone(),
         }))))
     }
 
@@ -150,6 +155,7 @@ impl Auth {
         }
         Ok(Principal {
             name: key.name.clone(),
+            admin: key.scopes.contains(&Scope::Admin),
         })
     }
 
@@ -181,14 +187,17 @@ impl Auth {
         let needed = match scope {
             Scope::Read => &self.0.read_scope,
             Scope::Write => &self.0.write_scope,
+            Scope::Admin => &self.0.admin_scope,
         };
         if !claims.grants(needed) {
             return Err(ApiError::Forbidden(format!(
                 "the bearer token grants {needed} neither as a scope (scp) nor as an app role (roles)"
             )));
         }
+        let admin = claims.grants(&self.0.admin_scope);
         Ok(Principal {
             name: claims.subject,
+            admin,
         })
     }
 
@@ -218,10 +227,14 @@ fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
 }
 
-/// The scope a request with `method` needs.
-fn scope_for(method: &Method) -> Scope {
+/// The scope a request needs: `GET` reads (the `/admin` reports too); the
+/// other methods write, or under `/admin/` (redrive, callback resend) need
+/// the admin scope.
+fn scope_for(method: &Method, path: &str) -> Scope {
     if method == Method::GET || method == Method::HEAD {
         Scope::Read
+    } else if path.starts_with("/admin/") {
+        Scope::Admin
     } else {
         Scope::Write
     }
@@ -235,7 +248,7 @@ pub async fn require_credentials(
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let scope = scope_for(request.method());
+    let scope = scope_for(request.method(), request.uri().path());
     let principal = auth.authenticate(request.headers(), scope).await?;
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
@@ -447,10 +460,13 @@ mod tests {
     }
 
     #[test]
-    fn reads_need_the_read_scope_and_everything_else_the_write_scope() {
-        assert_eq!(scope_for(&Method::GET), Scope::Read);
-        assert_eq!(scope_for(&Method::HEAD), Scope::Read);
-        assert_eq!(scope_for(&Method::POST), Scope::Write);
-        assert_eq!(scope_for(&Method::DELETE), Scope::Write);
+    fn reads_need_the_read_scope_admin_operations_the_admin_scope_and_the_rest_the_write_scope() {
+        let api = "/api/deliveryrequests";
+        assert_eq!(scope_for(&Method::GET, api), Scope::Read);
+        assert_eq!(scope_for(&Method::HEAD, api), Scope::Read);
+        assert_eq!(scope_for(&Method::POST, api), Scope::Write);
+        assert_eq!(scope_for(&Method::DELETE, api), Scope::Write);
+        assert_eq!(scope_for(&Method::GET, "/admin/readiness"), Scope::Read);
+        assert_eq!(scope_for(&Method::POST, "/admin/redrive"), Scope::Admin);
     }
 }

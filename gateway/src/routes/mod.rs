@@ -1,5 +1,6 @@
 //! The gateway's routes.
 
 pub mod deliveries;
+pub mod listing;
 pub mod resources;
 pub mod status_page;

@@ -41,6 +41,32 @@ pub struct DeliveryStatus {
     pub links: Links,
 }
 
+/// One delivery in a listing: its status document, whether it is over and,
+/// for an authenticated caller, its links.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedDelivery {
+    #[serde(flatten)]
+    pub document: StatusDocument,
+    pub terminal: bool,
+    /// Absent when the gateway does not authenticate (a listing then hands
+    /// out no receipt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub links: Option<Links>,
+}
+
+/// A page of a listing.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryList {
+    pub items: Vec<ListedDelivery>,
+    /// The cursor of the next page (the `cursor` parameter); absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub next: Option<String>,
+}
+
 /// Where a client goes from a status.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Links {

@@ -257,12 +257,15 @@ impl Committer {
                         listed,
                         settled,
                     } => {
-                        let (current, relist) = match tables.status.get(id.as_str())? {
+                        // A document listed before its owner was known is
+                        // listed again, where its owner and accept time say.
+                        let (current, relisted) = match tables.status.get(id.as_str())? {
                             Some(stored) => {
                                 let (version, previous) = stored.value();
-                                (Some(version), listed.adds_to(previous))
+                                let relisted = listed.adds_to(previous).then(|| previous.to_vec());
+                                (Some(version), relisted)
                             }
-                            None => (None, true),
+                            None => (None, None),
                         };
                         if current == *expected {
                             let version = current.map_or(1, |v| v + 1);
@@ -277,7 +280,10 @@ impl Committer {
                             tables.changes.insert(next_change, id.as_str())?;
                             next_change += 1;
                             tables.settle(id, *settled, now_ms)?;
-                            if relist {
+                            if let Some(previous) = &relisted {
+                                tables.unlist(id, previous)?;
+                            }
+                            if current.is_none() || relisted.is_some() {
                                 tables.list(id, listed)?;
                             }
                             Applied::Written(version)

@@ -309,29 +309,46 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_document_written_before_its_owner_was_known_is_listed_under_it_later() {
+    async fn a_document_written_before_its_owner_was_known_is_listed_once_where_it_says_later() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(&settings(dir.path()), 1).unwrap();
-        let bare = StatusDocument::accepted("d-1", OffsetDateTime::now_utc());
+        // A cancellation came first: it knows the principal, not the owner,
+        // and its own time, not the accept time.
+        let accepted_at = OffsetDateTime::now_utc() - Duration::from_secs(5);
+        let bare = StatusDocument {
+            principal: Some("client-1".into()),
+            ..StatusDocument::accepted("d-1", OffsetDateTime::now_utc())
+        };
         let etag = StatusStore::put(&*store, &bare, Precondition::IfNoneMatch)
             .await
             .unwrap();
         let described = StatusDocument {
             owner_id: Some("owner-9".into()),
+            created_at: accepted_at,
             ..bare
         };
         StatusStore::put(&*store, &described, Precondition::IfMatch(etag))
             .await
             .unwrap();
-        let page = StatusStore::list(
-            &*store,
-            &ListQuery {
+        for scope in [
+            ListQuery {
                 owner: Some("owner-9".into()),
                 ..query()
             },
-        )
-        .await
-        .unwrap();
-        assert_eq!(ids(&page), ["d-1"]);
+            ListQuery {
+                principal: Some("client-1".into()),
+                ..query()
+            },
+            query(),
+        ] {
+            let page = StatusStore::list(&*store, &scope).await.unwrap();
+            assert_eq!(ids(&page), ["d-1"], "{scope:?}");
+        }
+        let before = ListQuery {
+            until: Some(accepted_at + Duration::from_secs(1)),
+            ..query()
+        };
+        let page = StatusStore::list(&*store, &before).await.unwrap();
+        assert_eq!(ids(&page), ["d-1"], "listed at its accept time");
     }
 }

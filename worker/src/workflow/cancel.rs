@@ -32,8 +32,10 @@ impl Workflow {
             .status
             .update(id, None, abandon, |current| {
                 let Some(document) = current else {
+                    // The request, read later, tells its owner and accept time.
                     let mut cancelled = StatusDocument::accepted(id.clone(), cancel.requested_at);
                     cancelled.cancel_requested_at = Some(cancel.requested_at);
+                    cancelled.principal.clone_from(&cancel.principal);
                     if running_here {
                         // Running here and not yet marked Processing: it stops at its next step.
                         return Decision::Write(cancelled, Found::Done(Outcome::CancelRequested));

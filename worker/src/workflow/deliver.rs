@@ -278,10 +278,19 @@ impl Workflow {
         metrics::global().replays.inc();
     }
 
+    /// Whether the request tells a terminal document something it lacks: a
+    /// callback URL, or (on a document a cancellation made before the
+    /// request was read) its owner and when it was accepted.
+    fn tells_more(document: &StatusDocument, request: &DeliveryRequested) -> bool {
+        (document.callback_url.is_none() && request.request.callback_url.is_some())
+            || document.owner_id.is_none()
+    }
+
     /// The document was found terminal (recorded by another attempt or a
     /// cancellation): it stands. What this attempt did is undone unless it
-    /// is Scheduled, and a callback URL the request carries is recorded on
-    /// a document that has none, so the callback still announces the state.
+    /// is Scheduled, and what the request tells a document that lacks it
+    /// (a callback URL, so the callback still announces the state; the
+    /// owner and accept time) is recorded.
     async fn found_terminal(
         &self,
         request: &DeliveryRequested,
@@ -305,15 +314,23 @@ impl Workflow {
                 .await?;
             }
         }
-        if current.document.callback_url.is_none() && request.request.callback_url.is_some() {
+        if Self::tells_more(&current.document, request) {
             self.status
                 .update(id, Some(current), abandon, |current| match current {
                     Some(document)
-                        if document.state.is_terminal() && document.callback_url.is_none() =>
+                        if document.state.is_terminal() && Self::tells_more(document, request) =>
                     {
                         let mut told = document.clone();
-                        told.callback_url.clone_from(&request.request.callback_url);
-                        told.traceparent.clone_from(&request.traceparent);
+                        if told.callback_url.is_none() {
+                            told.callback_url.clone_from(&request.request.callback_url);
+                            told.traceparent.clone_from(&request.traceparent);
+                        }
+                        if told.owner_id.is_none() {
+                            // Made by a cancellation that came first, at its time.
+                            told.created_at = request.accepted_at;
+                            told.owner_id = Some(request.request.owner_id.clone());
+                            told.principal = told.principal.or_else(|| request.principal.clone());
+                        }
                         Decision::Write(told, ())
                     }
                     _ => Decision::Keep(()),

@@ -26,6 +26,9 @@ pub struct AuthSettings {
     pub read_scope: String,
     /// The scope or app role a token needs to post and cancel delivery requests.
     pub write_scope: String,
+    /// The scope or app role that lists every client's deliveries and runs
+    /// the `/admin` operations (redrive, callback resend).
+    pub admin_scope: String,
 }
 
 impl Default for AuthSettings {
@@ -36,6 +39,7 @@ impl Default for AuthSettings {
             jwt: None,
             read_scope: "deliveries.read".into(),
             write_scope: "deliveries.write".into(),
+            admin_scope: "deliveries.admin".into(),
         }
     }
 }
@@ -48,7 +52,7 @@ pub struct ApiKeySettings {
     /// The key itself (at least 32 characters).
     #[cfg_attr(test, schemars(with = "String"))]
     pub key: SecretString,
-    /// Unset: both scopes.
+    /// Unset: read and write (admin is granted only by name).
     #[serde(default = "Scope::all")]
     pub scopes: Vec<Scope>,
 }
@@ -63,6 +67,9 @@ pub enum Scope {
     /// Post and cancel delivery requests (`POST`, `DELETE`).
     #[serde(rename = "deliveries.write")]
     Write,
+    /// List every client's deliveries, and the `/admin` operations.
+    #[serde(rename = "deliveries.admin")]
+    Admin,
 }
 
 impl Scope {
@@ -76,6 +83,7 @@ impl std::fmt::Display for Scope {
         f.write_str(match self {
             Self::Read => "deliveries.read",
             Self::Write => "deliveries.write",
+            Self::Admin => "deliveries.admin",
         })
     }
 }
