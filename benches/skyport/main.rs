@@ -432,6 +432,7 @@ impl Bench {
                             idempotency_key: None,
                             principal: None,
                             epoch: 0,
+                            redrive: None,
                             request: request.clone(),
                         }));
                         publisher.publish(event.outbound()).await?;

@@ -45,7 +45,7 @@ use crate::auth::Auth;
 use crate::body::BodyLimits;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
-use crate::routes::{deliveries, listing};
+use crate::routes::{deliveries, listing, operations};
 pub use crate::state::AppState;
 
 /// The API's routes, each with its part of the OpenAPI document.
@@ -53,6 +53,8 @@ fn deliveries() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(deliveries::create))
         .routes(routes!(deliveries::cancel))
+        .routes(routes!(operations::redrive))
+        .routes(routes!(operations::resend))
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(deliveries::status))

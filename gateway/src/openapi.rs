@@ -29,7 +29,7 @@ pub const API_KEY_HEADER: &str = "X-API-Key";
     ),
     tags(
         (name = "deliveries", description = "Delivery requests and their status."),
-        (name = "operations", description = "Liveness and readiness probes."),
+        (name = "operations", description = "Liveness and readiness probes, and the operators' redrive and callback resend (admin scope)."),
         (name = "callbacks", description = "What Skyport sends to a request's `callbackUrl` (see `webhooks`)."),
     ),
     components(schemas(CallbackPayload, Problem)),
@@ -175,7 +175,7 @@ impl Modify for SecuritySchemes {
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("JWT")
                     .description(Some(
-                        "A JWT from the configured issuer, for the configured audience, with the deliveries.read or deliveries.write scope.",
+                        "A JWT from the configured issuer, for the configured audience, with the deliveries.read, deliveries.write or deliveries.admin scope.",
                     ))
                     .build(),
             ),

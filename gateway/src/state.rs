@@ -10,7 +10,8 @@ use axum::http::HeaderMap;
 use axum::http::uri::Authority;
 use serde_json::Value;
 use skyport_core::ports::{
-    Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore, details_of, inspect_parts,
+    DeadLetterStore, Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore, details_of,
+    inspect_parts,
 };
 use skyport_runtime::admin::{Admin, ReadinessCheck};
 use skyport_runtime::config::GatewaySettings;
@@ -37,6 +38,8 @@ impl std::ops::Deref for AppState {
 pub struct GatewayParts {
     pub publisher: Arc<dyn Publisher>,
     pub status: Arc<dyn StatusStore>,
+    /// Where a redrive finds dead-lettered events.
+    pub dead_letters: Arc<dyn DeadLetterStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// How long a reservation holds a delivery id.
     pub idempotency_retention: time::Duration,
@@ -111,6 +114,7 @@ impl AppState {
         Self(Arc::new(GatewayParts {
             publisher: Arc::clone(&ports.publisher),
             status: Arc::clone(&ports.status),
+            dead_letters: Arc::clone(&ports.dead_letters),
             idempotency: Arc::clone(&ports.idempotency),
             idempotency_retention: time::Duration::try_from(
                 settings.idempotency_retention_s.duration(),

@@ -179,6 +179,7 @@ fn envelope_seeds() -> Vec<Vec<u8>> {
         idempotency_key: None,
         principal: None,
         epoch: 0,
+        redrive: None,
         request,
     }));
     vec![event.encode(), b"{\"schemaVersion\":1}".to_vec()]

@@ -265,6 +265,7 @@ fn event(key: &str, seq: usize) -> Event {
         idempotency_key: Some(key.to_owned()),
         principal: None,
         epoch: 0,
+        redrive: None,
         request,
     }))
 }

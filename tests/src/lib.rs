@@ -15,6 +15,7 @@ pub mod idempotency_contract;
 pub mod kafka;
 pub mod leases_contract;
 pub mod otlp;
+pub mod schema_v1;
 pub mod stream_contract;
 pub mod tls;
 pub mod tools;
@@ -113,6 +114,15 @@ impl TestApp {
             .await
             .unwrap();
         let backends = Backends::open_with(&settings, Some(cosmos)).await.unwrap();
+        let app = App::start_with(settings.clone(), backends, CancellationToken::new())
+            .await
+            .unwrap();
+        Self::running(app, settings)
+    }
+
+    /// Starts on `backends`, opened from `settings` and changed by the test
+    /// (a port wrapped, say).
+    pub async fn spawn_on(settings: Settings, backends: Backends) -> Self {
         let app = App::start_with(settings.clone(), backends, CancellationToken::new())
             .await
             .unwrap();

@@ -71,6 +71,7 @@ impl Worker {
             Arc::clone(&ports.dead_letters),
             retries,
             settings.processing_after_ms.duration(),
+            settings.redrive_per_s,
         );
         Ok(Self {
             consumer: Arc::clone(&ports.consumer),

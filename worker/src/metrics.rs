@@ -88,6 +88,8 @@ pub struct WorkerMetrics {
     pub breaker_state: Family<ServiceLabels, Gauge>,
     pub workflow_events: Family<OutcomeLabels, Counter>,
     pub replays: Counter,
+    /// Redrives read, by whether their epoch `began` (or had) or they were `skipped`.
+    pub redrives: Family<OutcomeLabels, Counter>,
     checkpoints: Arc<CheckpointAges>,
 }
 
@@ -150,6 +152,12 @@ impl WorkerMetrics {
             "Delivery events read again after an earlier attempt had begun them (retries after a crash, a rebalance or a republish)",
             replays.clone(),
         );
+        let redrives = Family::default();
+        registry.register(
+            "redrives",
+            "Redrives (delivery requests of a later attempt epoch) read, by whether their epoch began or they were skipped",
+            redrives.clone(),
+        );
         let checkpoints = Arc::new(CheckpointAges::default());
         registry.register_collector(Box::new(Arc::clone(&checkpoints)));
         exposition.register(registry);
@@ -163,6 +171,7 @@ impl WorkerMetrics {
             breaker_state,
             workflow_events,
             replays,
+            redrives,
             checkpoints,
         };
         worker.start_at_zero();
@@ -183,6 +192,10 @@ impl WorkerMetrics {
         }
         for outcome in OUTCOMES {
             self.workflow_events
+                .get_or_create_owned(&OutcomeLabels { outcome });
+        }
+        for outcome in ["began", "skipped"] {
+            self.redrives
                 .get_or_create_owned(&OutcomeLabels { outcome });
         }
     }

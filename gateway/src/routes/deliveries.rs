@@ -164,6 +164,7 @@ fn requested(
         idempotency_key,
         principal: principal.map(|p| p.name.clone()),
         epoch: 0,
+        redrive: None,
         request,
     }))
 }

@@ -173,7 +173,10 @@ mod tests {
             created_ms: 1_764_150_000_123,
             id: "d-2026.11.26_1".into(),
         };
-        assert_eq!(decode_cursor(&encode_cursor(&cursor)).expect("read back"), cursor);
+        assert_eq!(
+            decode_cursor(&encode_cursor(&cursor)).expect("read back"),
+            cursor
+        );
         for forged in [
             "",
             "not base64!",

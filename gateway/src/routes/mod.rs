@@ -2,5 +2,6 @@
 
 pub mod deliveries;
 pub mod listing;
+pub mod operations;
 pub mod resources;
 pub mod status_page;

@@ -8,8 +8,8 @@
 //! Versions:
 //! - 1: `DeliveryRequested` and `CancellationRequested`.
 //! - 2: both carry the `principal` that asked (when auth is on), and a
-//!   delivery's `epoch` (its attempt epoch: 0 until a redrive starts the
-//!   next). A version 1 reader ignores the fields it does not know, but
+//!   delivery request its `epoch` (its attempt epoch: 0 until a redrive
+//!   starts the next) and, for a redrive, why (`redrive`). A version 1 reader ignores the fields it does not know, but
 //!   refuses a version 2 envelope as a whole.
 //!
 //! The rollout rule: a build reads every version in [`READS`] and writes the
@@ -25,6 +25,7 @@ use time::OffsetDateTime;
 
 use crate::ports::{EventProperties, OutboundEvent};
 use crate::request::DeliveryRequest;
+use crate::status::QueuedRedrive;
 
 /// The newest schema version, the one this build writes unless told otherwise.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -78,6 +79,9 @@ pub struct DeliveryRequested {
     /// accepted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub epoch: u32,
+    /// Why the epoch runs, for a redrive (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<QueuedRedrive>,
     pub request: DeliveryRequest,
 }
 
@@ -157,6 +161,7 @@ fn as_version_1(mut event: Event) -> Event {
         Event::DeliveryRequested(e) => {
             e.principal = None;
             e.epoch = 0;
+            e.redrive = None;
         }
         Event::CancellationRequested(e) => e.principal = None,
     }
@@ -276,6 +281,7 @@ mod tests {
             idempotency_key: Some("key-1".into()),
             principal: Some("portal".into()),
             epoch: 0,
+            redrive: None,
             request: sample("d-1"),
         }))
     }

@@ -1,12 +1,16 @@
 //! The status document a client polls, and the rules for how its state may move.
 //!
-//! Invariant: a terminal state never goes back; the one move out of one is a
-//! cancelled Scheduled delivery becoming Cancelled (after its steps were
-//! undone). [`DeliveryState::can_become`] is the one place that says so.
+//! Invariant: within an attempt epoch a terminal state never goes back; the
+//! one move out of one is a cancelled Scheduled delivery becoming Cancelled
+//! (after its steps were undone). A Failed delivery moves on only into a new
+//! epoch (a redrive). [`DeliveryState::can_become`] and
+//! [`StatusDocument::may_become`] are the places that say so.
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
+
+use crate::request::DeliveryRequest;
 
 /// Where a delivery request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -154,6 +158,46 @@ pub struct StatusDocument {
     /// The attempt epoch the steps belong to: 0 for the request as accepted.
     #[serde(default)]
     pub epoch: u32,
+    /// The epochs after the first: when and why each began.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub epochs: Vec<Epoch>,
+    /// A redrive queued for this delivery and not yet begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<QueuedRedrive>,
+    /// The request as it was accepted, so that a redrive can run it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<DeliveryRequest>,
+}
+
+/// An attempt epoch after the first: a Failed delivery moves on only into a
+/// new epoch (a redrive), never by a replay, and the calls of each epoch
+/// carry it in their idempotency keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Epoch {
+    pub epoch: u32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub began_at: OffsetDateTime,
+    /// Why it began, as the redrive said.
+    pub reason: String,
+    /// Who asked for it (with auth on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// How the epoch before it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Failure>,
+}
+
+/// A redrive the gateway queued: the epoch it asked for, when, why and by whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedRedrive {
+    pub epoch: u32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 /// Where a delivery's callback is.
@@ -235,6 +279,21 @@ impl StatusDocument {
             owner_id: None,
             principal: None,
             epoch: 0,
+            epochs: Vec::new(),
+            redrive: None,
+            request: None,
+        }
+    }
+
+    /// Whether this document may be replaced by `next`: within an epoch as
+    /// [`DeliveryState::can_become`] says; into a later epoch only from Failed.
+    pub fn may_become(&self, next: &Self) -> bool {
+        match next.epoch.cmp(&self.epoch) {
+            std::cmp::Ordering::Equal => {
+                self.state == next.state || self.state.can_become(next.state)
+            }
+            std::cmp::Ordering::Greater => self.state == DeliveryState::Failed,
+            std::cmp::Ordering::Less => false,
         }
     }
 }
@@ -279,6 +338,22 @@ mod tests {
                 assert!(from.can_become(to), "{from:?} -> {to:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_failed_delivery_moves_on_only_into_a_later_epoch() {
+        use super::StatusDocument;
+        let at = time::OffsetDateTime::UNIX_EPOCH;
+        let document = |state, epoch| StatusDocument {
+            state,
+            epoch,
+            ..StatusDocument::accepted("d-1", at)
+        };
+        assert!(document(Failed, 0).may_become(&document(Processing, 1)));
+        assert!(!document(Failed, 0).may_become(&document(Processing, 0)));
+        assert!(!document(Scheduled, 0).may_become(&document(Processing, 1)));
+        assert!(!document(Processing, 2).may_become(&document(Scheduled, 1)));
+        assert!(document(Processing, 1).may_become(&document(Scheduled, 1)));
     }
 
     #[test]

@@ -53,6 +53,11 @@ pub(crate) enum OpKind {
         settled: bool,
     },
     DeadLetter(DeadLetter),
+    /// Forget the dead-lettered event at this position.
+    RemoveDeadLetter {
+        partition: u32,
+        offset: u64,
+    },
     ChangeDeadLetter(ChangeDeadLetter),
     /// Write a lease (an ownership claim or a checkpoint of the Event Hubs
     /// processor) if its stored version is as expected.
@@ -293,6 +298,16 @@ impl Committer {
                     }
                     OpKind::DeadLetter(letter) => {
                         tables.dead_letter(letter)?;
+                        Applied::Done
+                    }
+                    OpKind::RemoveDeadLetter { partition, offset } => {
+                        if let Some(removed) = tables.dead_letters.remove((*partition, *offset))? {
+                            let at = unix_ms_of(removed.value().1);
+                            drop(removed);
+                            tables
+                                .dead_letter_expiry
+                                .remove((at, *partition, *offset))?;
+                        }
                         Applied::Done
                     }
                     OpKind::ChangeDeadLetter(letter) => {

@@ -407,6 +407,21 @@ impl DeadLetterStore for EmbeddedStore {
         self.put_change_dead_letter(letter).await
     }
 
+    async fn events(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        self.dead_letters().await
+    }
+
+    async fn remove(&self, partition: u32, offset: u64) -> Result<(), DeadLetterError> {
+        match self
+            .submit(OpKind::RemoveDeadLetter { partition, offset })
+            .await
+        {
+            Ok(Applied::Done) => Ok(()),
+            Ok(other) => unreachable!("a removal is answered with Done, not {other:?}"),
+            Err(e) => Err(DeadLetterError::Unavailable(Box::new(e))),
+        }
+    }
+
     async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
         self.change_dead_letters(processor).await
     }

@@ -12,7 +12,7 @@ use super::engine::Workflow;
 use super::outcome::Outcome;
 use super::retry::Interrupted;
 use super::status::Decision;
-use super::steps::ORDER;
+use super::steps::{ORDER, UndoTarget};
 
 /// What a cancellation found.
 enum Found {
@@ -103,15 +103,13 @@ impl Workflow {
             succeeded_latest_first(&outcomes)
         };
         let package_id = current.document.package_id.clone();
-        self.compensate(
-            &id,
-            package_id.as_deref(),
-            &undo,
-            &mut outcomes,
-            traceparent,
-            abandon,
-        )
-        .await?;
+        let target = UndoTarget {
+            delivery_id: &id,
+            epoch: current.document.epoch,
+            package_id: package_id.as_deref(),
+        };
+        self.compensate(&target, &undo, &mut outcomes, traceparent, abandon)
+            .await?;
         let (outcome, _) = self
             .status
             .update(&id, Some(current), abandon, |current| {

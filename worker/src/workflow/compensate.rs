@@ -12,27 +12,23 @@ use super::steps::{self, UndoTarget};
 use crate::resilience::client::StepError;
 
 impl Workflow {
-    /// Undoes `undo` in the order given and marks each step Compensated in
-    /// `outcomes`. A compensation the service refuses is logged and noted on
+    /// Undoes `undo` (done in `target`'s epoch) in the order given and marks
+    /// each step Compensated in `outcomes`. A compensation the service refuses is logged and noted on
     /// the step; it does not stop the others.
     pub(super) async fn compensate(
         &self,
-        delivery_id: &str,
-        package_id: Option<&str>,
+        target: &UndoTarget<'_>,
         undo: &[Step],
         outcomes: &mut Vec<StepOutcome>,
         traceparent: Option<&str>,
         abandon: &CancellationToken,
     ) -> Result<(), Interrupted> {
-        let target = UndoTarget {
-            delivery_id,
-            package_id,
-        };
+        let delivery_id = target.delivery_id;
         for &step in undo {
-            let Some(call) = steps::by_id(step).undo(&target) else {
+            let Some(call) = steps::by_id(step).undo(target) else {
                 continue;
             };
-            let key = format!("{delivery_id}:{}:undo", step.as_str());
+            let key = steps::call_key(delivery_id, target.epoch, step, true);
             let span = trace_span!(
                 "undo",
                 otel.name = %format_args!("undo {}", step.as_str()),

@@ -28,7 +28,7 @@ use super::engine::Workflow;
 use super::outcome::Outcome;
 use super::retry::Interrupted;
 use super::status::Decision;
-use super::steps::{ORDER, Progress};
+use super::steps::{ORDER, Progress, UndoTarget, call_key};
 use crate::resilience::client::{Answer, StepError};
 
 /// How the final write of a delivery went.
@@ -93,7 +93,7 @@ impl Workflow {
                 }
             }
             let call = step.request(request, &progress);
-            let key = format!("{id}:{}", name.as_str());
+            let key = call_key(id, request.epoch, name, false);
             let span = trace_span!(
                 "step",
                 otel.name = %format_args!("step {}", name.as_str()),
@@ -142,15 +142,13 @@ impl Workflow {
         }
         if failure.is_some() {
             let undo = succeeded_latest_first(&outcomes);
-            self.compensate(
-                id,
-                Some(package_id),
-                &undo,
-                &mut outcomes,
-                traceparent,
-                abandon,
-            )
-            .await?;
+            let target = UndoTarget {
+                delivery_id: id,
+                epoch: request.epoch,
+                package_id: Some(package_id),
+            };
+            self.compensate(&target, &undo, &mut outcomes, traceparent, abandon)
+                .await?;
         }
         let state = if failure.is_some() {
             DeliveryState::Failed
@@ -161,7 +159,9 @@ impl Workflow {
         let mut replayed = false;
         let decide = |current: Option<&StatusDocument>| {
             let mut next = match current {
-                Some(document) if document.state.is_terminal() => {
+                Some(document)
+                    if document.state.is_terminal() || document.epoch != request.epoch =>
+                {
                     return Decision::Keep(Finish::AlreadyTerminal);
                 }
                 Some(document) if document.cancel_requested_at.is_some() => {
@@ -224,7 +224,9 @@ impl Workflow {
             .status
             .update_likely_new(&request.delivery_id, abandon, |current| {
                 let mut next = match current {
-                    Some(document) if document.state.is_terminal() => {
+                    Some(document)
+                        if document.state.is_terminal() || document.epoch != request.epoch =>
+                    {
                         return Decision::Keep(false);
                     }
                     Some(document) => document.clone(),
@@ -254,6 +256,7 @@ impl Workflow {
         document.traceparent.clone_from(&request.traceparent);
         document.owner_id = Some(request.request.owner_id.clone());
         document.principal.clone_from(&request.principal);
+        document.request = Some(request.request.clone());
     }
 
     /// `current` with what the request tells it, for a document this
@@ -299,13 +302,21 @@ impl Workflow {
         abandon: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
-        if current.document.state != DeliveryState::Scheduled {
+        // A Scheduled state stands on the calls this attempt made again under
+        // the same keys, unless it is another epoch's.
+        if current.document.state != DeliveryState::Scheduled
+            || current.document.epoch != request.epoch
+        {
             let undo = succeeded_latest_first(&outcomes);
             if !undo.is_empty() {
                 tracing::info!(delivery_id = %id, state = ?current.document.state, "Undoing the steps of an attempt whose delivery ended meanwhile.");
+                let target = UndoTarget {
+                    delivery_id: id,
+                    epoch: request.epoch,
+                    package_id: Some(&request.request.package_info.package_id),
+                };
                 self.compensate(
-                    id,
-                    Some(&request.request.package_info.package_id),
+                    &target,
                     &undo,
                     &mut outcomes,
                     request.traceparent.as_deref(),

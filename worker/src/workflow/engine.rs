@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use super::cancellations::Cancellations;
 use super::outcome::{Outcome, Tally};
+use super::redrive::{Begin, Pacer};
 use super::retry::RetryPolicy;
 use super::status::StatusWriter;
 use crate::resilience::client::ServiceClient;
@@ -50,6 +51,8 @@ pub struct Workflow {
     /// How long a delivery runs before it is marked Processing (`ZERO`:
     /// before its first step).
     pub(super) processing_after: Duration,
+    /// How far apart redrives start.
+    pub(super) redrives: Pacer,
 }
 
 impl Workflow {
@@ -59,6 +62,7 @@ impl Workflow {
         dead_letters: Arc<dyn DeadLetterStore>,
         retries: RetryPolicy,
         processing_after: Duration,
+        redrive_per_s: u32,
     ) -> Self {
         Self {
             client,
@@ -68,6 +72,7 @@ impl Workflow {
             cancellations: Cancellations::default(),
             tally: Arc::default(),
             processing_after,
+            redrives: Pacer::new(redrive_per_s),
         }
     }
 
@@ -122,7 +127,15 @@ impl Workflow {
                     request.traceparent.as_deref(),
                 );
                 let _running = self.cancellations.run(&request.delivery_id);
-                self.deliver(&request, abandon).instrument(span).await
+                async {
+                    if request.epoch > 0 && self.begin_epoch(&request, abandon).await? != Begin::Run
+                    {
+                        return Ok(Outcome::AlreadyTerminal);
+                    }
+                    self.deliver(&request, abandon).await
+                }
+                .instrument(span)
+                .await
             }
             Ok(Event::CancellationRequested(cancel)) => {
                 let span = event_span(

@@ -4,10 +4,15 @@
 //! cancel what has not started, flag what is running (it stops at its next
 //! step), undo what was scheduled; all end Cancelled.
 //!
+//! A redrive: a delivery request of a later attempt epoch, begun on a Failed
+//! delivery ([`redrive`]).
+//!
 //! Invariant: an event counts as completed only once its status write (or its
 //! dead letter) is durable. Replays are safe: each call is keyed by the
-//! delivery id (PUT by id, `Idempotency-Key: {deliveryId}:{step}`), and an
-//! event whose delivery is already terminal does nothing.
+//! delivery id and its epoch (PUT by id, `Idempotency-Key:
+//! {deliveryId}:{step}`, `{deliveryId}:e{epoch}:{step}` after the first
+//! epoch), and an event whose delivery is already terminal in its epoch does
+//! nothing.
 
 mod cancel;
 mod cancellations;
@@ -16,6 +21,7 @@ mod dead_letter;
 mod deliver;
 mod engine;
 mod outcome;
+mod redrive;
 mod retry;
 pub mod status;
 pub mod steps;

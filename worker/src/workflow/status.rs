@@ -127,11 +127,12 @@ impl StatusWriter {
             };
             if let Some(stored) = &current {
                 debug_assert!(
-                    stored.document.state == document.state
-                        || stored.document.state.can_become(document.state),
-                    "{:?} -> {:?}",
+                    stored.document.may_become(&document),
+                    "{:?} in epoch {} -> {:?} in epoch {}",
                     stored.document.state,
-                    document.state
+                    stored.document.epoch,
+                    document.state,
+                    document.epoch
                 );
             }
             let condition = current.as_ref().map_or(Precondition::IfNoneMatch, |c| {

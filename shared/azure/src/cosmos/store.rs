@@ -413,6 +413,27 @@ impl DeadLetterStore for CosmosStore {
         self.put_change_dead_letter(letter).await
     }
 
+    async fn events(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        self.dead_letters().await
+    }
+
+    async fn remove(&self, partition: u32, offset: u64) -> Result<(), DeadLetterError> {
+        let id = format!("{partition}-{offset}");
+        let deleted = self
+            .requests
+            .run(Work::DeadLetters, Operation::Delete, u32::MAX, |options| {
+                let options = ItemWriteOptions::default().with_operation_options(options);
+                self.dead_letters
+                    .delete_item(id.clone(), &id, Some(options))
+            })
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            Err(e) if e.status_code() == azure_core::http::StatusCode::NotFound => Ok(()),
+            Err(e) => Err(DeadLetterError::Unavailable(e.into_box())),
+        }
+    }
+
     async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
         self.change_dead_letters(processor).await
     }

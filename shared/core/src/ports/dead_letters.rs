@@ -50,6 +50,19 @@ pub trait DeadLetterStore: std::fmt::Debug + Send + Sync + 'static {
     /// [`DeadLetterError`] when the dead letter is not durable.
     async fn put_change(&self, letter: ChangeDeadLetter) -> Result<(), DeadLetterError>;
 
+    /// The dead-lettered events, by position.
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the store cannot be read.
+    async fn events(&self) -> Result<Vec<DeadLetter>, DeadLetterError>;
+
+    /// Forgets the dead-lettered event at `partition` and `offset` (a
+    /// redrive published it again); forgetting one that is not there succeeds.
+    ///
+    /// # Errors
+    /// [`DeadLetterError`] when the removal is not durable.
+    async fn remove(&self, partition: u32, offset: u64) -> Result<(), DeadLetterError>;
+
     /// The changes `processor`'s handler gave up on, by key.
     ///
     /// # Errors

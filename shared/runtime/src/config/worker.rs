@@ -25,6 +25,9 @@ pub struct WorkerSettings {
     pub shutdown_grace_period_ms: Millis,
     /// Events started per second by this worker; 0 turns the limit off.
     pub rate_limit_per_s: u32,
+    /// Redrives (deliveries of a later attempt epoch) started per second by
+    /// this worker, within `rate_limit_per_s`; 0 turns the limit off.
+    pub redrive_per_s: u32,
     /// Most events pending (pulled, not completed) before intake pauses.
     pub allow_backlog_of: usize,
     /// Oldest age a pending event may reach before intake pauses.
@@ -71,6 +74,7 @@ impl Default for WorkerSettings {
             checkpoint_interval_ms: Millis::new(5_000),
             shutdown_grace_period_ms: Millis::new(30_000),
             rate_limit_per_s: 0,
+            redrive_per_s: 100,
             allow_backlog_of: 320_000,
             allow_backlog_to_ms: Millis::new(600_000),
             backlog_grace_period_ms: Millis::new(60_000),

@@ -263,12 +263,25 @@ function callbacks(now, then) {
     [...ratesBy(now, then, "skyport_callbacks_total", "outcome")].sort().map(([o, r]) => [o, number(r)]));
 }
 
+function retention(now, then) {
+  const redrives = has(now, "skyport_redrives_total");
+  set("redrives-began", redrives ? number(rate(now, then, "skyport_redrives_total", { outcome: "began" })) : "–");
+  set("redrives-skipped", redrives ? number(rate(now, then, "skyport_redrives_total", { outcome: "skipped" })) : "–");
+  const removed = ratesBy(now, then, "skyport_retention_removed_total", "kind");
+  const oldest = byLabel(now, "skyport_retention_oldest_seconds", "kind");
+  const kinds = [...new Set([...removed.keys(), ...oldest.keys()])].sort();
+  fill("retention-kinds", ["kind", "removed/hour", "oldest kept (hours)"], kinds.map((k) => [
+    k, number((removed.get(k) || 0) * 3600), oldest.has(k) ? number(oldest.get(k) / 3600) : "–",
+  ]));
+}
+
 function draw(now, then) {
   ingest(now, then);
   stream(now);
   workflow(now, then);
   cosmos(now, then);
   callbacks(now, then);
+  retention(now, then);
 }
 
 function headers() {

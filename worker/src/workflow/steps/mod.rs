@@ -32,3 +32,29 @@ pub fn by_id(id: status::Step) -> &'static dyn Step {
         .find(|step| step.id() == id)
         .unwrap_or_else(|| unreachable!("every step is in ORDER"))
 }
+
+/// The idempotency key of `step`'s call (`undo`: its compensation) for a
+/// delivery in attempt `epoch`: the first epoch's keys are the delivery and
+/// the step, each later epoch's carry it, so a redrive makes new calls and a
+/// replay within an epoch the same ones.
+pub fn call_key(delivery_id: &str, epoch: u32, step: status::Step, undo: bool) -> String {
+    let undo = if undo { ":undo" } else { "" };
+    match epoch {
+        0 => format!("{delivery_id}:{}{undo}", step.as_str()),
+        epoch => format!("{delivery_id}:e{epoch}:{}{undo}", step.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_epoch_calls_under_keys_of_its_own() {
+        let step = status::Step::Package;
+        assert_eq!(call_key("d-1", 0, step, false), "d-1:package");
+        assert_eq!(call_key("d-1", 0, step, true), "d-1:package:undo");
+        assert_eq!(call_key("d-1", 2, step, false), "d-1:e2:package");
+        assert_eq!(call_key("d-1", 2, step, true), "d-1:e2:package:undo");
+    }
+}

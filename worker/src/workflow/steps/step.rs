@@ -50,6 +50,8 @@ pub struct Progress {
 #[derive(Debug, Clone, Copy)]
 pub struct UndoTarget<'a> {
     pub delivery_id: &'a str,
+    /// The attempt epoch whose steps are undone (their calls' keys carry it).
+    pub epoch: u32,
     /// The package, when the delivery's document knows it.
     pub package_id: Option<&'a str>,
 }
