@@ -221,6 +221,33 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         "the outcome of every delivery went to Cosmos DB (and Processing of those that ran \
          longer than worker.processing_after_ms): {written}"
     );
+    // The listing view follows: every delivery listed Scheduled.
+    let status = Arc::clone(&app.app.backends.ports.status);
+    let scheduled = ListQuery {
+        principal: None,
+        owner: None,
+        state: Some(DeliveryState::Scheduled),
+        since: None,
+        until: None,
+        limit: 1_000,
+        after: None,
+    };
+    eventually(
+        "every delivery listed Scheduled",
+        Duration::from_secs(60),
+        || async {
+            let page = status.list(&scheduled).await.ok()?;
+            (page.items.len() == 1_000).then_some(())
+        },
+    )
+    .await;
+    let (items, view_units) = cosmos.request_units().spent(Operation::ListingWrite);
+    println!(
+        "listing view: {items} item writes, {view_units:.0} RU ({:.2} writes and {:.1} RU per \
+         delivery, one scope each: no principal)",
+        items as f64 / 1_000.0,
+        view_units / 1_000.0
+    );
     app.app.stop().await.unwrap();
 }
 
