@@ -38,7 +38,7 @@ use time::OffsetDateTime;
 use super::charge::{Charged, Paged, error_charge};
 use super::request_units::Operation;
 use super::status_writes::ttl_of;
-use super::store::CosmosStore;
+use super::store::{CosmosStore, READ_PATIENCE};
 
 /// Documents whose view items are written at once, per batch of changes.
 const DOCUMENTS_IN_FLIGHT: usize = 8;
@@ -208,8 +208,9 @@ impl CosmosStore {
     ///
     /// The query asks for `TOP limit + 1`, ordered by `createdMs` then `id`,
     /// both descending: the extra row only says there is a next page.
-    /// Requests are [`Work::StatusReads`] (a client waits on them),
-    /// accounted as [`Operation::Query`].
+    /// Requests are [`Work::StatusReads`] (a client waits on them: after
+    /// two 429s it answers unavailable, as a status read does), accounted as
+    /// [`Operation::Query`].
     ///
     /// # Errors
     /// [`StatusStoreError::Unavailable`] when the view cannot be read (or the
@@ -225,7 +226,7 @@ impl CosmosStore {
             .run(
                 Work::StatusReads,
                 Operation::Query,
-                u32::MAX,
+                READ_PATIENCE,
                 |options| async {
                     let options = QueryOptions::default().with_operation_options(options);
                     let rows = self

@@ -296,8 +296,9 @@ impl CosmosStore {
     }
 }
 
-/// How many 429s a status read waits out before answering unavailable.
-const READ_PATIENCE: u32 = 2;
+/// How many 429s a status read (or a listing's query) waits out before
+/// answering unavailable.
+pub(super) const READ_PATIENCE: u32 = 2;
 
 impl CosmosStore {
     async fn get_status(
