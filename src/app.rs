@@ -26,6 +26,7 @@ use url::Url;
 
 use crate::backends::Backends;
 use crate::callbacks::notifier;
+use crate::listing::listing;
 
 /// A running all-in-one process.
 #[derive(Debug)]
@@ -40,6 +41,8 @@ pub struct App {
     pub tally: Arc<Tally>,
     /// The change-feed processor delivering callbacks, when they are enabled.
     pub callbacks: Option<Arc<Processor>>,
+    /// The change-feed processor keeping the listing view, on Cosmos DB.
+    pub listing: Option<Arc<Processor>>,
     shutdown: CancellationToken,
     simulator_shutdown: CancellationToken,
     parts: JoinSet<anyhow::Result<()>>,
@@ -120,6 +123,7 @@ impl App {
         )?;
         let tally = worker.tally();
         let callbacks = notifier(&settings, &backends)?;
+        let listing = listing(&settings, &backends);
         let mut diagnostics: Vec<Arc<dyn Diagnostics>> = vec![Arc::new(worker.pauses())];
         if let Some(processor) = &callbacks {
             diagnostics.push(Arc::clone(processor) as Arc<dyn Diagnostics>);
@@ -153,6 +157,10 @@ impl App {
                     .context("the change-feed processor panicked")
             });
         }
+        if let Some(processor) = &listing {
+            let processor = runtime.spawn(Arc::clone(processor).run(shutdown.clone()));
+            parts.spawn(async move { processor.await.context("the listing processor panicked") });
+        }
         let gateway_shutdown = shutdown.clone();
         parts.spawn(async move {
             gateway.serve(gateway_shutdown).await;
@@ -165,6 +173,7 @@ impl App {
             backends,
             tally,
             callbacks,
+            listing,
             shutdown,
             simulator_shutdown,
             parts,

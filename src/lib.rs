@@ -8,6 +8,7 @@ pub mod app;
 pub mod backends;
 pub mod callbacks;
 pub mod gateway;
+pub mod listing;
 pub mod worker;
 
 pub use self::app::App;

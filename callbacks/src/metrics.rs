@@ -1,7 +1,9 @@
-//! The callbacks' Prometheus series: the change-feed processor's leases,
-//! lag and handler errors, and the notifier's POSTs. Registered in the
-//! process's exposition (`skyport_runtime::metrics`) the first time
-//! [`global`] is read; the callback outcomes start at 0.
+//! The callbacks' Prometheus series: the change-feed processors' leases,
+//! lag and handler errors (labelled by processor, as one process may run
+//! several over the same ranges: the notifier's and the listing view's), and
+//! the notifier's POSTs. Registered in the process's exposition
+//! (`skyport_runtime::metrics`) the first time [`global`] is read; the
+//! callback outcomes start at 0, and a processor's series when it is made.
 
 use std::sync::LazyLock;
 
@@ -23,6 +25,14 @@ pub fn global() -> &'static CallbackMetrics {
 pub struct LeaseLabels {
     /// A change-feed processor's lease: `range.{min}-{max}` of its feed range.
     pub lease: String,
+    /// The processor's name (`change_feed.processor_name`, or the listing's).
+    pub processor: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessorLabels {
+    /// The processor's name (`change_feed.processor_name`, or the listing's).
+    pub processor: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,13 +50,22 @@ pub const CALLBACK_OUTCOMES: [&str; 4] = ["delivered", "retried", "refused", "de
 #[derive(Debug)]
 pub struct CallbackMetrics {
     pub change_feed_lag: Family<LeaseLabels, Gauge>,
-    pub change_feed_leases: Gauge,
-    pub change_feed_handler_errors: Counter,
+    pub change_feed_leases: Family<ProcessorLabels, Gauge>,
+    pub change_feed_handler_errors: Family<ProcessorLabels, Counter>,
     pub callbacks: Family<CallbackLabels, Counter>,
     pub callback_duration: Histogram,
 }
 
 impl CallbackMetrics {
+    /// The series of processor `processor` that exist from its start, at 0.
+    pub fn start_processor(&self, processor: &str) {
+        let labels = ProcessorLabels {
+            processor: processor.to_owned(),
+        };
+        self.change_feed_leases.get_or_create(&labels).set(0);
+        self.change_feed_handler_errors.get_or_create_owned(&labels);
+    }
+
     /// The callbacks' series, registered in `exposition`, the outcomes at 0.
     pub fn registered_in(exposition: &metrics::Metrics) -> Self {
         let mut registry = metrics::component();
@@ -56,13 +75,13 @@ impl CallbackMetrics {
             "Changes of a change-feed lease not handled yet (the estimator's count, from the store's sequence numbers)",
             change_feed_lag.clone(),
         );
-        let change_feed_leases = Gauge::default();
+        let change_feed_leases = Family::default();
         registry.register(
             "change_feed_leases_owned",
             "Change-feed leases this instance owns now",
             change_feed_leases.clone(),
         );
-        let change_feed_handler_errors = Counter::default();
+        let change_feed_handler_errors = Family::default();
         registry.register(
             "change_feed_handler_errors",
             "Batches of changes a handler failed on (each handed over again from the last checkpoint)",
@@ -98,7 +117,13 @@ mod tests {
     fn the_callbacks_series_are_exposed_with_every_outcome_at_zero() {
         let exposition = metrics::Metrics::new();
         let callbacks = CallbackMetrics::registered_in(&exposition);
-        callbacks.change_feed_leases.set(2);
+        callbacks.start_processor("skyport-listing");
+        callbacks
+            .change_feed_leases
+            .get_or_create(&ProcessorLabels {
+                processor: "skyport-callbacks".into(),
+            })
+            .set(2);
         let text = exposition.render();
         for outcome in CALLBACK_OUTCOMES {
             assert!(
@@ -108,10 +133,13 @@ mod tests {
                 "{outcome} in {text}"
             );
         }
-        assert!(
-            text.contains("skyport_change_feed_leases_owned 2"),
-            "{text}"
-        );
+        for series in [
+            "skyport_change_feed_leases_owned{processor=\"skyport-callbacks\"} 2",
+            "skyport_change_feed_leases_owned{processor=\"skyport-listing\"} 0",
+            "skyport_change_feed_handler_errors_total{processor=\"skyport-listing\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
         assert!(
             text.contains("# TYPE skyport_callback_duration_seconds histogram"),
             "{text}"

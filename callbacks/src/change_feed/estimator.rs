@@ -95,12 +95,14 @@ impl Estimator {
                         if !estimates.iter().any(|e| e.lease == *name) {
                             lag.remove(&LeaseLabels {
                                 lease: name.clone(),
+                                processor: processor.to_owned(),
                             });
                         }
                     }
                     for estimate in &estimates {
                         lag.get_or_create(&LeaseLabels {
                             lease: estimate.lease.clone(),
+                            processor: processor.to_owned(),
                         })
                         .set(i64::try_from(estimate.pending).unwrap_or(i64::MAX));
                     }

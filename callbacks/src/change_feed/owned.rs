@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::metrics;
+use crate::metrics::{self, ProcessorLabels};
 use skyport_core::error::BoxError;
 use skyport_core::ports::{
     ChangeDeadLetter, ChangePage, ChangeSource, DeadLetterStore, FeedRange, LeaseError,
@@ -290,7 +290,12 @@ impl LeaseLoop {
                 Ok(()) => return Some(page),
                 Err(e) => e,
             };
-            metrics::global().change_feed_handler_errors.inc();
+            metrics::global()
+                .change_feed_handler_errors
+                .get_or_create(&ProcessorLabels {
+                    processor: self.settings.processor.clone(),
+                })
+                .inc();
             tracing::warn!(processor = %self.settings.processor, range = %range.name(), attempt, changes = page.changes.len(), error = %error, "A change-feed handler failed; the batch is handed over again from the last checkpoint.");
             if attempt == self.settings.max_attempts {
                 break;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::metrics;
+use crate::metrics::{self, ProcessorLabels};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use skyport_core::error::BoxError;
@@ -73,6 +73,7 @@ impl Processor {
             instance: settings.instance.clone(),
             ..ProcessorReport::default()
         };
+        metrics::global().start_processor(&settings.processor);
         let leases = Leases {
             store: leases,
             group: settings.processor.clone(),
@@ -156,9 +157,18 @@ impl Processor {
         for owned in owned {
             let _ = owned.task.await;
         }
-        metrics::global().change_feed_leases.set(0);
+        metrics::global()
+            .change_feed_leases
+            .get_or_create(&self.processor_labels())
+            .set(0);
         let _ = estimating.await;
         tracing::info!(processor = %self.settings.processor, "The change-feed processor stopped and released its leases.");
+    }
+
+    fn processor_labels(&self) -> ProcessorLabels {
+        ProcessorLabels {
+            processor: self.settings.processor.clone(),
+        }
     }
 
     fn note_error(&self, error: &dyn std::fmt::Display) {
@@ -251,6 +261,7 @@ impl Processor {
         report.last_error = None;
         metrics::global()
             .change_feed_leases
+            .get_or_create(&self.processor_labels())
             .set(i64::try_from(owned.len()).unwrap_or(i64::MAX));
         Ok(())
     }

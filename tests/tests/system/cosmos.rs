@@ -1,6 +1,7 @@
 //! Cosmos DB on the SDK's in-memory emulator: the status-store and
 //! checkpoint-store contracts (the same suites as the embedded store),
-//! throttling, dead letters, and the whole system with its status in Cosmos DB.
+//! throttling, dead letters, and the whole system with its status in Cosmos
+//! DB, listed through the listing view its listing processor keeps.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,14 +10,14 @@ use std::time::Duration;
 
 use skyport_azure::cosmos::emulator;
 use skyport_azure::cosmos::request_units::Operation;
-use skyport_core::ports::{Precondition, StatusStore, StatusStoreError};
+use skyport_core::ports::{ListQuery, Precondition, StatusStore, StatusStoreError};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_embedded::EmbeddedStore;
 use skyport_runtime::config::{CosmosSettings, EmbeddedSettings, Millis};
 use skyport_tests::contract::status_store_contract;
 use skyport_tests::idempotency_contract::idempotency_store_contract;
 use skyport_tests::leases_contract::lease_store_contract;
-use skyport_tests::{TestApp, test_settings};
+use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
 use time::OffsetDateTime;
 
 fn settings() -> CosmosSettings {
@@ -219,6 +220,99 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         written >= 1_000,
         "the outcome of every delivery went to Cosmos DB (and Processing of those that ran \
          longer than worker.processing_after_ms): {written}"
+    );
+    // The listing view follows: every delivery listed Scheduled.
+    let status = Arc::clone(&app.app.backends.ports.status);
+    let scheduled = ListQuery {
+        principal: None,
+        owner: None,
+        state: Some(DeliveryState::Scheduled),
+        since: None,
+        until: None,
+        limit: 1_000,
+        after: None,
+    };
+    eventually(
+        "every delivery listed Scheduled",
+        Duration::from_secs(60),
+        || async {
+            let page = status.list(&scheduled).await.ok()?;
+            (page.items.len() == 1_000).then_some(())
+        },
+    )
+    .await;
+    let (items, view_units) = cosmos.request_units().spent(Operation::ListingWrite);
+    println!(
+        "listing view: {items} item writes, {view_units:.0} RU ({:.2} writes and {:.1} RU per \
+         delivery, one scope each: no principal)",
+        items as f64 / 1_000.0,
+        view_units / 1_000.0
+    );
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_posted_on_cosmos_are_listed_once_the_listing_processor_has_read_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    settings.change_feed.poll_interval_ms = Millis::new(100);
+    let app = TestApp::spawn_on_cosmos(settings).await;
+    assert!(app.app.listing.is_some());
+    // owner-{n % 97}: three deliveries of owner-0, one of owner-1, posted in turn.
+    let mut accepted = Vec::new();
+    for n in [0, 1, 97, 194] {
+        accepted.push(app.client.post_delivery(&delivery_request(n)).await);
+    }
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    app.client
+        .wait_for_terminal(&urls, Duration::from_secs(30))
+        .await;
+    let status = Arc::clone(&app.app.backends.ports.status);
+    let list = |owner: Option<&str>| {
+        let status = Arc::clone(&status);
+        let query = ListQuery {
+            principal: None,
+            owner: owner.map(str::to_owned),
+            state: None,
+            since: None,
+            until: None,
+            limit: 10,
+            after: None,
+        };
+        async move { status.list(&query).await.unwrap() }
+    };
+    // The view follows the status container: wait until it has the outcomes.
+    let listed = eventually(
+        "owner-0's deliveries listed Scheduled",
+        Duration::from_secs(30),
+        || async {
+            let page = list(Some("owner-0")).await;
+            (page.items.len() == 3
+                && page
+                    .items
+                    .iter()
+                    .all(|d| d.state == DeliveryState::Scheduled))
+            .then_some(page)
+        },
+    )
+    .await;
+    let newest_first: Vec<&str> = [3, 2, 0]
+        .iter()
+        .map(|&i| accepted[i].delivery_id.as_str())
+        .collect();
+    let ids: Vec<&str> = listed.items.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, newest_first);
+    assert_eq!(listed.next, None);
+    let everything = eventually("every delivery listed", Duration::from_secs(30), || async {
+        let page = list(None).await;
+        (page.items.len() == 4).then_some(page)
+    })
+    .await;
+    assert_eq!(everything.items[0].id, accepted[3].delivery_id);
+    let (writes, units) = app.cosmos().request_units().spent(Operation::ListingWrite);
+    println!(
+        "listing view: {writes} item writes, {units:.0} RU for 4 deliveries ({:.1} RU a delivery)",
+        units / 4.0
     );
     app.app.stop().await.unwrap();
 }

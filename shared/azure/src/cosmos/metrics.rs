@@ -23,7 +23,7 @@ pub(crate) fn global() -> &'static CosmosMetrics {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct OperationLabels {
     /// What the request units were spent on: `read`, `write`, `query`,
-    /// `delete` or `change_feed`.
+    /// `delete`, `change_feed` or `listing_write`.
     pub(crate) operation: &'static str,
 }
 

@@ -21,6 +21,10 @@
 //!   `store.dead_letter_retention_s`.
 //! - `reservations` (partition key `/id` = delivery id, TTL on): what a retried
 //!   POST is matched against; see [`reservations`].
+//! - `listing` (partition key `/scope`, TTL on): the listing view, each
+//!   status document again under its owner's scope and its principal's,
+//!   with its document's `ttl`, kept from the status container's change
+//!   feed; see [`listing`].
 //!
 //! - the throughput control container (partition key `/groupId`), when a
 //!   throughput control group is global; see [`control`].
@@ -47,6 +51,7 @@ mod control;
 pub mod emulator;
 mod error;
 mod leases;
+mod listing;
 mod metrics;
 mod provision;
 pub mod request_units;

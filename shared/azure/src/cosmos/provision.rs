@@ -1,12 +1,19 @@
 //! Databases and containers: created when missing, or a clear error that
 //! names what is missing when creating is not allowed. A container whose
-//! items carry a `ttl` (status, dead letters, reservations) has its default
-//! time to live on (-1: no default, each item its own), without which Cosmos
-//! DB ignores the `ttl` and nothing expires; one found without it is turned
-//! on, or, when creating is not allowed, refused with the setting to fix.
+//! items carry a `ttl` (status, dead letters, reservations, listing) has its
+//! default time to live on (-1: no default, each item its own), without which
+//! Cosmos DB ignores the `ttl` and nothing expires; one found without it is
+//! turned on, or, when creating is not allowed, refused with the setting to
+//! fix.
+//!
+//! The listing container is created with the indexing policy its queries
+//! need ([`listing_indexing`]); one found with another is left as it is.
 
 use azure_core::http::StatusCode;
-use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties, TimeToLive};
+use azure_data_cosmos::models::{
+    CompositeIndex, CompositeIndexOrder, CompositeIndexProperty, ContainerProperties, IndexingMode,
+    IndexingPolicy, ThroughputProperties, TimeToLive,
+};
 use azure_data_cosmos::options::CreateContainerOptions;
 use azure_data_cosmos::{ContainerClient, CosmosClient};
 
@@ -19,6 +26,7 @@ pub(super) struct Containers {
     pub(super) dead_letters: ContainerClient,
     pub(super) leases: ContainerClient,
     pub(super) reservations: ContainerClient,
+    pub(super) listing: ContainerClient,
     /// The throughput control container, when a group is global.
     pub(super) control: Option<ContainerClient>,
 }
@@ -55,7 +63,9 @@ pub(super) async fn ensure(
             Expiring {
                 key: "cosmos.status_container",
                 name: &settings.status_container,
+                partition_key: "/id",
                 retention: "store.status_retention_s",
+                indexing: None,
             },
         )
         .await?,
@@ -65,7 +75,9 @@ pub(super) async fn ensure(
             Expiring {
                 key: "cosmos.dead_letter_container",
                 name: &settings.dead_letter_container,
+                partition_key: "/id",
                 retention: "store.dead_letter_retention_s",
+                indexing: None,
             },
         )
         .await?,
@@ -75,6 +87,7 @@ pub(super) async fn ensure(
             &settings.leases_container,
             "/partitionKey",
             None,
+            None,
         )
         .await?,
         reservations: expiring(
@@ -83,7 +96,22 @@ pub(super) async fn ensure(
             Expiring {
                 key: "cosmos.reservations_container",
                 name: &settings.reservations_container,
+                partition_key: "/id",
                 retention: "gateway.idempotency_retention_s",
+                indexing: None,
+            },
+        )
+        .await?,
+        // The listing view's items expire with their status documents.
+        listing: expiring(
+            client,
+            settings,
+            Expiring {
+                key: "cosmos.listing_container",
+                name: &settings.listing_container,
+                partition_key: "/scope",
+                retention: "store.status_retention_s",
+                indexing: Some(listing_indexing()),
             },
         )
         .await?,
@@ -96,6 +124,7 @@ pub(super) async fn ensure(
                     &settings.throughput_control.container,
                     "/groupId",
                     Some(TimeToLive::NoDefault),
+                    None,
                 )
                 .await?,
             )
@@ -105,13 +134,43 @@ pub(super) async fn ensure(
     })
 }
 
-/// A container (partition key `/id`) whose items each carry their own `ttl`.
+/// A container whose items each carry their own `ttl`.
 struct Expiring<'a> {
     /// The setting that names the container.
     key: &'static str,
     name: &'a str,
+    partition_key: &'static str,
     /// The setting the items' `ttl` comes from.
     retention: &'static str,
+    /// The indexing policy it is created with; `None`: Cosmos DB's default
+    /// (every path).
+    indexing: Option<IndexingPolicy>,
+}
+
+/// The listing view's indexing: only the fields its queries filter and sort
+/// on (`document`, the copy of the status document, is not indexed, which
+/// keeps an upsert's charge down), and the composite index that a query
+/// ordered by `createdMs` then `id` needs on Cosmos DB (it serves the
+/// descending order as well).
+pub(super) fn listing_indexing() -> IndexingPolicy {
+    let mut policy = IndexingPolicy::default()
+        .with_indexing_mode(IndexingMode::Consistent)
+        .with_excluded_path("/*");
+    policy.automatic = true;
+    for path in ["/scope/?", "/createdMs/?", "/state/?", "/ownerId/?"] {
+        policy = policy.with_included_path(path);
+    }
+    policy.with_composite_index(
+        CompositeIndex::default()
+            .with_property(CompositeIndexProperty::new(
+                "/createdMs",
+                CompositeIndexOrder::Descending,
+            ))
+            .with_property(CompositeIndexProperty::new(
+                "/id",
+                CompositeIndexOrder::Descending,
+            )),
+    )
 }
 
 /// The container `expiring` names, created with its default time to live on
@@ -126,8 +185,9 @@ async fn expiring(
         client,
         settings,
         expiring.name,
-        "/id",
+        expiring.partition_key,
         Some(TimeToLive::NoDefault),
+        expiring.indexing,
     )
     .await?;
     let connect = |e: azure_data_cosmos::CosmosError| CosmosOpenError::Connect(Box::new(e));
@@ -174,6 +234,7 @@ async fn container(
     name: &str,
     partition_key: &'static str,
     ttl: Option<TimeToLive>,
+    indexing: Option<IndexingPolicy>,
 ) -> Result<ContainerClient, CosmosOpenError> {
     let database = client.database_client(&settings.database);
     let what = format!("container {name} in database {}", settings.database);
@@ -192,6 +253,9 @@ async fn container(
     let mut properties = ContainerProperties::new(name.to_owned(), partition_key.into());
     if let Some(ttl) = ttl {
         properties = properties.with_default_ttl(ttl);
+    }
+    if let Some(indexing) = indexing {
+        properties = properties.with_indexing_policy(indexing);
     }
     match database.create_container(properties, options).await {
         Ok(_) => tracing::info!(container = %name, partition_key, "Created a Cosmos DB container."),

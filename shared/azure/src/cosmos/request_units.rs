@@ -20,15 +20,19 @@ pub enum Operation {
     /// A read of the change feed (a page, or an estimate's probe) or of its
     /// feed ranges.
     ChangeFeed,
+    /// An upsert or a delete of the listing view's items, kept apart from
+    /// the status writes so that what the view costs shows on its own.
+    ListingWrite,
 }
 
 impl Operation {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Read,
         Self::Write,
         Self::Query,
         Self::Delete,
         Self::ChangeFeed,
+        Self::ListingWrite,
     ];
 
     fn name(self) -> &'static str {
@@ -38,6 +42,7 @@ impl Operation {
             Self::Query => "query",
             Self::Delete => "delete",
             Self::ChangeFeed => "change_feed",
+            Self::ListingWrite => "listing_write",
         }
     }
 }
@@ -52,7 +57,7 @@ struct Meter {
 /// Request units spent since the store opened.
 #[derive(Debug)]
 pub struct RequestUnits {
-    meters: [Meter; 5],
+    meters: [Meter; 6],
     throttled: AtomicU64,
     since: Instant,
 }

@@ -53,9 +53,15 @@ impl<'a> Item<'a> {
     fn new(document: &'a StatusDocument, settled_ttl: u64) -> Self {
         Self {
             document,
-            ttl: document.is_settled().then_some(settled_ttl),
+            ttl: ttl_of(document, settled_ttl),
         }
     }
+}
+
+/// The `ttl` `document` is stored with (and so are its listing view items,
+/// which expire with it): `settled_ttl` once it is settled, none before.
+pub(super) fn ttl_of(document: &StatusDocument, settled_ttl: u64) -> Option<u64> {
+    document.is_settled().then_some(settled_ttl)
 }
 
 pub(super) struct StatusBatches {

@@ -1,5 +1,6 @@
 //! The Cosmos DB store: opening it, and the ports it implements directly
-//! (status, dead letters); reservations and leases have files of their own.
+//! (status, dead letters); reservations, leases and the listing view have
+//! files of their own.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -36,7 +37,11 @@ pub struct CosmosStore {
     pub(crate) dead_letters: ContainerClient,
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
+    pub(crate) listing: ContainerClient,
     pub(crate) requests: Arc<Requests>,
+    /// `store.status_retention_s`: the `ttl` of a settled status document,
+    /// and of its listing view items.
+    pub(super) status_ttl: u64,
     /// `store.dead_letter_retention_s`: the `ttl` of every dead letter,
     /// counted by Cosmos DB from the letter's last write.
     pub(super) dead_letter_ttl: u64,
@@ -117,6 +122,7 @@ impl CosmosStore {
                     &containers.reservations,
                 ),
                 (settings.leases_container.as_str(), &containers.leases),
+                (settings.listing_container.as_str(), &containers.listing),
             ]
             .into(),
             control: containers.control.as_ref(),
@@ -148,7 +154,9 @@ impl CosmosStore {
             dead_letters: containers.dead_letters,
             leases: containers.leases,
             reservations: containers.reservations,
+            listing: containers.listing,
             requests,
+            status_ttl: store.status_retention_s.count(),
             dead_letter_ttl: store.dead_letter_retention_s.count(),
             writes,
             dispatcher: Mutex::new(Some(dispatcher)),
@@ -288,8 +296,9 @@ impl CosmosStore {
     }
 }
 
-/// How many 429s a status read waits out before answering unavailable.
-const READ_PATIENCE: u32 = 2;
+/// How many 429s a status read (or a listing's query) waits out before
+/// answering unavailable.
+pub(super) const READ_PATIENCE: u32 = 2;
 
 impl CosmosStore {
     async fn get_status(
@@ -363,10 +372,10 @@ impl StatusStore for CosmosStore {
             .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?
     }
 
-    async fn list(&self, _query: &ListQuery) -> Result<ListPage, StatusStoreError> {
-        Err(StatusStoreError::Unavailable(
-            "listing deliveries on Cosmos DB needs its listing view, which this build lacks".into(),
-        ))
+    /// From the listing view ([`CosmosStore::update_listing`]), which
+    /// follows the status container by the listing processor's lag.
+    async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError> {
+        self.list_documents(query).await
     }
 
     async fn ready(&self) -> bool {

@@ -21,14 +21,16 @@ pub enum Work {
     StatusWrites,
     /// The worker's dead letters.
     DeadLetters,
-    /// The gateway's status reads (a client polling its status URL).
+    /// The gateway's status reads (a client polling its status URL, or
+    /// listing deliveries).
     StatusReads,
     /// The gateway's idempotency reservations (a named POST).
     Reservations,
     /// The Event Hubs consumer's ownership and checkpoint leases.
     Leases,
-    /// The change-feed processor's reads of the status container's change
-    /// feed (its feed ranges, its pages and its estimates of what is pending).
+    /// The change-feed processors' reads of the status container's change
+    /// feed (its feed ranges, its pages and its estimates of what is
+    /// pending), and the listing processor's writes of the listing view.
     ChangeFeed,
 }
 

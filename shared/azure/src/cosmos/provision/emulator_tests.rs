@@ -7,7 +7,8 @@
 
 use azure_data_cosmos::ContainerClient;
 use azure_data_cosmos::models::{
-    ContainerProperties, IndexingPolicy, TimeToLive, UniqueKey, UniqueKeyPolicy,
+    CompositeIndexOrder, ContainerProperties, IndexingPolicy, TimeToLive, UniqueKey,
+    UniqueKeyPolicy,
 };
 use skyport_runtime::config::{CosmosSettings, Millis};
 
@@ -45,6 +46,7 @@ async fn provisioned_without_ttl(emulator: &Emulator) -> ContainerClient {
         (settings.dead_letter_container, "/id"),
         (settings.reservations_container, "/id"),
         (settings.leases_container, "/partitionKey"),
+        (settings.listing_container, "/scope"),
     ]
     .map(|(name, key)| {
         ContainerProperties::new(name, key.into()).with_default_ttl(TimeToLive::NoDefault)
@@ -65,7 +67,12 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
         .store(&settings())
         .await
         .unwrap();
-    for container in [&store.status, &store.dead_letters, &store.reservations] {
+    for container in [
+        &store.status,
+        &store.dead_letters,
+        &store.reservations,
+        &store.listing,
+    ] {
         let properties = properties(container).await;
         assert_eq!(
             properties.default_ttl,
@@ -77,6 +84,44 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
     assert_eq!(
         properties(&store.leases).await.default_ttl,
         TimeToLive::Forever
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn the_listing_container_is_keyed_by_scope_and_indexed_for_its_queries() {
+    let store = Emulator::new(false)
+        .unwrap()
+        .store(&settings())
+        .await
+        .unwrap();
+    let properties = properties(&store.listing).await;
+    assert_eq!(properties.id, "listing");
+    let key: Vec<&str> = properties
+        .partition_key
+        .paths()
+        .iter()
+        .map(|path| path.as_ref())
+        .collect();
+    assert_eq!(key, ["/scope"]);
+    let indexing = properties.indexing_policy.unwrap();
+    let excluded: Vec<&str> = indexing
+        .excluded_paths
+        .iter()
+        .map(|p| p.path.as_str())
+        .collect();
+    assert!(excluded.contains(&"/*"), "{excluded:?}");
+    let composite: Vec<(&str, CompositeIndexOrder)> = indexing.composite_indexes[0]
+        .properties
+        .iter()
+        .map(|p| (p.path.as_str(), p.order.clone()))
+        .collect();
+    assert_eq!(
+        composite,
+        [
+            ("/createdMs", CompositeIndexOrder::Descending),
+            ("/id", CompositeIndexOrder::Descending)
+        ]
     );
     store.close().await;
 }
