@@ -13,10 +13,11 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
+use futures_util::{StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use skyport_core::event::{DeliveryRequested, Event};
 use skyport_core::ports::{ListQuery, Precondition, StatusStoreError, Versioned};
-use skyport_core::request::is_valid_id;
+use skyport_core::request::{DeliveryRequest, is_valid_id};
 use skyport_core::status::{
     CallbackOutcome, CallbackState, DeliveryState, QueuedRedrive, StatusDocument, Step, StepResult,
 };
@@ -35,6 +36,9 @@ const MAX_IDS: usize = 1_000;
 const PAGE: usize = 500;
 /// The longest reason a redrive may give.
 const MAX_REASON_LEN: usize = 256;
+/// Deliveries an operation writes at once (a store like Cosmos DB batches
+/// writes, so one at a time would wait for a batch each).
+const AT_ONCE: usize = 64;
 
 /// Whether to act or only count.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -161,15 +165,16 @@ pub async fn redrive(
         dry_run,
     };
     let failed = |document: &StatusDocument| redrive_matches(&request, document);
-    for stored in find(
+    let matches = find(
         &state,
         request.ids.as_deref(),
         request.failed_until,
         Some(DeliveryState::Failed),
         &failed,
     )
-    .await?
-    {
+    .await?;
+    let mut due = Vec::new();
+    for stored in matches {
         answer.matched += 1;
         let document = &stored.document;
         if document
@@ -185,33 +190,23 @@ pub async fn redrive(
             continue;
         };
         answer.queued += 1;
-        if dry_run {
-            continue;
-        }
-        let epoch = document.epoch + 1;
-        let queued = QueuedRedrive {
-            epoch,
-            requested_at: OffsetDateTime::now_utc(),
-            reason: reason.clone(),
-            requested_by: requested_by.clone(),
-        };
-        let event = Event::DeliveryRequested(Box::new(DeliveryRequested {
-            delivery_id: document.id.clone(),
-            accepted_at: document.created_at,
-            traceparent: document.traceparent.clone(),
-            idempotency_key: None,
-            principal: document.principal.clone(),
-            epoch,
-            redrive: Some(queued.clone()),
-            request: delivery,
-        }));
-        // Published first: a redrive is never marked queued without its
-        // event. The mark lets a repeated redrive skip it until it begins
-        // (a worker that began it first has moved the document on).
-        publish(&state, &event).await?;
-        let mut marked = document.clone();
-        marked.redrive = Some(queued);
-        mark(&state, &marked, stored.etag).await?;
+        due.push((stored, delivery));
+    }
+    if !dry_run {
+        let queued_at = OffsetDateTime::now_utc();
+        stream::iter(due)
+            .map(|(stored, delivery)| {
+                let queued = QueuedRedrive {
+                    epoch: stored.document.epoch + 1,
+                    requested_at: queued_at,
+                    reason: reason.clone(),
+                    requested_by: requested_by.clone(),
+                };
+                queue_redrive(&state, stored, delivery, queued)
+            })
+            .buffer_unordered(AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
     }
     if request.dead_letters {
         redrive_dead_letters(&state, &request, dry_run, &mut answer).await?;
@@ -223,6 +218,33 @@ pub async fn redrive(
         StatusCode::ACCEPTED
     };
     Ok((status, Json(answer)))
+}
+
+/// Publishes a Failed delivery again as a request of the epoch `queued`
+/// names, then marks it queued. Published first: a redrive is never marked
+/// queued without its event. The mark lets a repeated redrive skip it until
+/// it begins (a worker that began it first has moved the document on).
+async fn queue_redrive(
+    state: &AppState,
+    stored: Versioned,
+    delivery: DeliveryRequest,
+    queued: QueuedRedrive,
+) -> Result<(), ApiError> {
+    let document = &stored.document;
+    let event = Event::DeliveryRequested(Box::new(DeliveryRequested {
+        delivery_id: document.id.clone(),
+        accepted_at: document.created_at,
+        traceparent: document.traceparent.clone(),
+        idempotency_key: None,
+        principal: document.principal.clone(),
+        epoch: queued.epoch,
+        redrive: Some(queued.clone()),
+        request: delivery,
+    }));
+    publish(state, &event).await?;
+    let mut marked = stored.document.clone();
+    marked.redrive = Some(queued);
+    mark(state, &marked, stored.etag).await
 }
 
 /// Whether a Failed document is one `request` asks for.
@@ -366,22 +388,27 @@ pub async fn resend(
                 }))
     };
     let mut answer = ResendAnswer { resent: 0, dry_run };
-    for stored in find(&state, request.ids.as_deref(), None, None, &wanted).await? {
-        answer.resent += 1;
-        if dry_run {
-            continue;
-        }
-        let mut pending = stored.document.clone();
-        pending.callback = Some(CallbackOutcome {
-            state: CallbackState::Pending,
-            announced: pending.state,
-            attempts: 0,
-            last_error: None,
-            delivered_at: None,
-            retrying_since: None,
-        });
-        pending.updated_at = OffsetDateTime::now_utc();
-        mark(&state, &pending, stored.etag).await?;
+    let due = find(&state, request.ids.as_deref(), None, None, &wanted).await?;
+    answer.resent = due.len();
+    if !dry_run {
+        stream::iter(due)
+            .map(|stored| {
+                let mut pending = stored.document.clone();
+                pending.callback = Some(CallbackOutcome {
+                    state: CallbackState::Pending,
+                    announced: pending.state,
+                    attempts: 0,
+                    last_error: None,
+                    delivered_at: None,
+                    retrying_since: None,
+                });
+                pending.updated_at = OffsetDateTime::now_utc();
+                let state = &state;
+                async move { mark(state, &pending, stored.etag).await }
+            })
+            .buffer_unordered(AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
     }
     tracing::info!(?answer, "Callback resend.");
     let status = if dry_run {

@@ -1,7 +1,8 @@
-//! The operators' routes on the embedded store: a redrive runs Failed
-//! deliveries again in a new attempt epoch (and publishes dead-lettered
-//! events again), a repeated one changes nothing; a resend delivers
-//! callbacks that were dead-lettered while their receiver was down.
+//! The operators' routes, on the embedded store and on Cosmos DB (the SDK's
+//! emulator): a redrive runs Failed deliveries again in a new attempt epoch
+//! (and publishes dead-lettered events again), a repeated one changes
+//! nothing; a resend delivers callbacks that were dead-lettered while their
+//! receiver was down.
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use skyport_core::event::{DeliveryRequested, Event};
-use skyport_core::ports::{DeadLetter, DeadLetterStore};
+use skyport_core::ports::DeadLetter;
 use skyport_core::status::{DeliveryState, Step};
 use skyport_gateway::receipt::Receipts;
 use skyport_runtime::config::{ApiKeySettings, Millis, Scope, Settings};
@@ -56,10 +57,41 @@ async fn operate(client: &Client, path: &str, body: &Value) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// The app on `settings`, with status on Cosmos DB when `cosmos`; the listing
+/// view there follows the status container within a poll.
+async fn spawn(mut settings: Settings, cosmos: bool) -> TestApp {
+    if cosmos {
+        settings.change_feed.poll_interval_ms = Millis::new(100);
+        TestApp::spawn_on_cosmos(settings).await
+    } else {
+        TestApp::spawn_with(settings).await
+    }
+}
+
+/// Answers `path` with `body` once (a dry run of) it finds `want` in `field`:
+/// on Cosmos DB the listing it searches follows the status a little later.
+async fn once_found(client: &Client, path: &str, body: &Value, field: &str, want: usize) -> Value {
+    eventually(&format!("{path} finds {want}"), WAIT, || async {
+        let (status, answer) = operate(client, &format!("{path}?dryRun=true"), body).await;
+        assert_eq!(status, 200, "{answer}");
+        (answer[field] == want).then_some(answer)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_after_an_outage_schedules_every_delivery_it_failed_once() {
+    redrive_after_an_outage(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_on_cosmos_schedules_every_delivery_it_failed_once() {
+    redrive_after_an_outage(true).await;
+}
+
+async fn redrive_after_an_outage(cosmos: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn_with(operator_settings(dir.path())).await;
+    let app = spawn(operator_settings(dir.path()), cosmos).await;
     let portal = app.client.with_header("x-api-key", WRITER);
     let ops = app.client.with_header("x-api-key", ADMIN);
     // The Package service refuses every package (a permanent 422) for a while.
@@ -85,13 +117,8 @@ async fn a_redrive_after_an_outage_schedules_every_delivery_it_failed_once() {
     let filter = json!({"failedStep": "Package", "failedSince": outage_began.format(&time::format_description::well_known::Rfc3339).unwrap(), "reason": "Package outage"});
     let (status, _) = operate(&portal, "/admin/redrive", &filter).await;
     assert_eq!(status, 403, "the admin scope is needed");
-    let (status, dry) = operate(&ops, "/admin/redrive?dryRun=true", &filter).await;
-    assert_eq!(status, 200);
-    assert_eq!(
-        (dry["matched"].as_u64(), dry["queued"].as_u64()),
-        (Some(200), Some(200)),
-        "{dry}"
-    );
+    let dry = once_found(&ops, "/admin/redrive", &filter, "matched", FAILED).await;
+    assert_eq!(dry["queued"], FAILED, "{dry}");
     let (status, answer) = operate(&ops, "/admin/redrive", &filter).await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["queued"], 200, "{answer}");
@@ -133,6 +160,7 @@ async fn a_redrive_after_an_outage_schedules_every_delivery_it_failed_once() {
 
     // An event an older worker could not read, dead-lettered, runs once redriven.
     let store = app.embedded();
+    let dead_letters = Arc::clone(&app.app.backends.ports.dead_letters);
     let request = delivery_request(5_000);
     let event = Event::DeliveryRequested(Box::new(DeliveryRequested {
         delivery_id: "delivery-5000".into(),
@@ -144,18 +172,16 @@ async fn a_redrive_after_an_outage_schedules_every_delivery_it_failed_once() {
         redrive: None,
         request: serde_json::from_value(request).unwrap(),
     }));
-    DeadLetterStore::put(
-        &*store,
-        DeadLetter {
+    dead_letters
+        .put(DeadLetter {
             partition: 0,
             offset: 1_000_000,
             reason: "schema version 2 is not supported (this build reads version 1)".into(),
             payload: event.encode().into(),
             at: OffsetDateTime::now_utc(),
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let (status, answer) = operate(&ops, "/admin/redrive", &json!({"deadLetters": true})).await;
     assert_eq!(status, 202);
     assert_eq!(answer["deadLetters"], 1, "{answer}");
@@ -179,6 +205,15 @@ async fn a_redrive_after_an_outage_schedules_every_delivery_it_failed_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_delivers_the_callbacks_dead_lettered_while_their_receiver_was_down() {
+    resend_after_an_outage(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_on_cosmos_delivers_the_callbacks_dead_lettered_while_their_receiver_was_down() {
+    resend_after_an_outage(true).await;
+}
+
+async fn resend_after_an_outage(cosmos: bool) {
     const CALLBACKS: usize = 50;
     let dir = tempfile::tempdir().unwrap();
     let down_for = Duration::from_secs(6);
@@ -194,7 +229,7 @@ async fn a_resend_delivers_the_callbacks_dead_lettered_while_their_receiver_was_
     settings.callbacks.backoff_max_ms = Millis::new(500);
     settings.callbacks.retry_for_ms = Millis::new(1_000);
     settings.change_feed.poll_interval_ms = Millis::new(100);
-    let app = TestApp::spawn_with(settings).await;
+    let app = spawn(settings, cosmos).await;
     let window_began = OffsetDateTime::now_utc();
     let urls = post_with_callbacks(&app.client, CALLBACKS, None, |n| {
         receiver.url("127.0.0.1", &format!("d{n}"))
@@ -214,6 +249,14 @@ async fn a_resend_delivers_the_callbacks_dead_lettered_while_their_receiver_was_
     let refused = receiver.received().len();
     tokio::time::sleep(down_for).await;
     let window = json!({"since": window_began.format(&time::format_description::well_known::Rfc3339).unwrap()});
+    once_found(
+        &app.client,
+        "/admin/callbacks/resend",
+        &window,
+        "resent",
+        CALLBACKS,
+    )
+    .await;
     let (status, answer) = operate(&app.client, "/admin/callbacks/resend", &window).await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["resent"], CALLBACKS, "{answer}");
