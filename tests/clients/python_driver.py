@@ -23,6 +23,7 @@ from skyport_client.api.deliveries import (
     cancel_delivery_request,
     create_delivery_request,
     get_delivery_status,
+    list_delivery_requests,
 )
 from skyport_client.models import (
     Accepted,
@@ -167,6 +168,12 @@ def main() -> int:
                 expect(status.id == accepted.delivery_id, "the status is of the delivery posted")
                 expect(isinstance(status.drone_id, str) and bool(status.drone_id), "a Scheduled delivery names its drone")
                 expect(status.links.self_ == accepted.status_url, "links.self is the statusUrl")
+                print("== the delivery in a listing")
+                response = list_delivery_requests.sync_detailed(client=client, limit=500)
+                print(f"GET list -> {response.status_code.value}")
+                expect(response.status_code == 200, "a listing answers 200")
+                listed = [item.id for item in response.parsed.items] if response.parsed else []
+                expect(accepted.delivery_id in listed, "the listing holds the delivery, newest first")
 
         print("== a cancelled delivery request")
         accepted = post(client, delivery_request(1.0))

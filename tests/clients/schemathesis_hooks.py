@@ -6,7 +6,9 @@ and a callbackUrl whose host is a literal loopback, private, link-local,
 multicast or unspecified address (which the configuration decides) is not
 one callbacks may reach. Such a 422 is the server being right, so those
 rejections are not failures of `positive_data_acceptance`; any other reason
-for rejecting a schema-valid body still is.
+for rejecting a schema-valid body still is. Likewise a listing's `cursor`
+is opaque: only one the API gave out is valid, which no schema can state,
+so a 400 that says the cursor is not one of those is the server being right.
 """
 
 import json
@@ -27,10 +29,27 @@ def expected(field: str, message: str) -> bool:
     )
 
 
+# The 400 of a listing whose cursor the API never gave out, as the gateway words it.
+FOREIGN_CURSOR = "cursor is not one this API gave out"
+
+
+def foreign_cursor(response) -> bool:
+    """Whether a 400 refuses only a cursor the API never gave out."""
+    try:
+        return json.loads(response.content)["detail"] == FOREIGN_CURSOR
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 @schemathesis.hook
 def filter_failure(context, failure, case, response) -> bool:
-    """Keeps every failure except a 422 whose only reasons are rules the schema cannot state."""
-    if not isinstance(failure, RejectedPositiveData) or response.status_code != 422:
+    """Keeps every failure except a 422 whose only reasons are rules the schema
+    cannot state, and a 400 refusing a cursor the API never gave out."""
+    if not isinstance(failure, RejectedPositiveData):
+        return True
+    if response.status_code == 400:
+        return not foreign_cursor(response)
+    if response.status_code != 422:
         return True
     try:
         errors = json.loads(response.content)["errors"]

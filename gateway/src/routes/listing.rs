@@ -41,7 +41,7 @@ const MAX_OWNER_LEN: usize = 256;
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Only this owner's deliveries.
-    #[param(max_length = 256)]
+    #[param(min_length = 1, max_length = 256)]
     owner_id: Option<String>,
     /// Only deliveries in this state.
     #[param(inline)]

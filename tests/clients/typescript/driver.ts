@@ -201,6 +201,14 @@ async function main(): Promise<number> {
       expect(status.id === accepted.deliveryId, "the status is of the delivery posted");
       expect(typeof status.droneId === "string" && status.droneId.length > 0, "a Scheduled delivery names its drone");
       expect(status.links.self === accepted.statusUrl, "links.self is the statusUrl");
+      console.log("== the delivery in a listing");
+      try {
+        const page = await api.listDeliveryRequests({ limit: 500 });
+        expect(page.items.some((item) => item.id === accepted?.deliveryId), "the listing holds the delivery, newest first");
+      } catch (error) {
+        await report("GET list", error);
+        expect(false, "a listing answers 200");
+      }
     }
   }
 

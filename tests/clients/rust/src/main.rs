@@ -87,6 +87,7 @@ impl TypedError for GetDeliveryStatusError {
             | Self::Status401(problem)
             | Self::Status403(problem)
             | Self::Status404(problem)
+            | Self::Status410(problem)
             | Self::Status431(problem)
             | Self::Status503(problem) => Some(problem),
             Self::UnknownValue(_) => None,
@@ -328,6 +329,19 @@ async fn main() -> reqwest::Result<ExitCode> {
             status.links.param_self == accepted.status_url,
             "links.self is the statusUrl",
         );
+        println!("== the delivery in a listing");
+        match deliveries_api::list_delivery_requests(&client, None, None, None, None, Some(500), None)
+            .await
+        {
+            Ok(page) => checks.expect(
+                page.items.iter().any(|item| item.id == accepted.delivery_id),
+                "the listing holds the delivery, newest first",
+            ),
+            Err(error) => {
+                report("GET list", &error);
+                checks.expect(false, "a listing answers 200");
+            }
+        }
     }
 
     println!("== a cancelled delivery request");
