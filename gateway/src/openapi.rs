@@ -89,6 +89,26 @@ impl IntoResponses for DeliveryRefusals {
     }
 }
 
+/// The refusals of an operators' route (a JSON body, the admin scope).
+pub(crate) struct OperationRefusals;
+
+impl IntoResponses for OperationRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([
+            ("400".to_owned(), refusal("Malformed JSON or query.")),
+            (
+                "403".to_owned(),
+                refusal("The credentials lack the admin scope."),
+            ),
+            ("415".to_owned(), refusal("The body is not JSON.")),
+            (
+                "422".to_owned(),
+                refusal("The body has invalid fields; `errors` lists them."),
+            ),
+        ])
+    }
+}
+
 /// Every 4xx and 5xx answer is a problem (RFC 9457), and every 503 says when
 /// to retry: written once here for every operation, so a route's `responses`
 /// give an error status its description only. Applied by [`to_json`], to the

@@ -462,6 +462,23 @@ impl ChildApp {
     }
 }
 
+/// The sum of the samples on `{base}/metrics` (Prometheus text) whose line
+/// starts with `series` (a name, or a name and the start of its labels).
+pub async fn metric_sum(base: &str, series: &str) -> f64 {
+    let text = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| line.starts_with(series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Scrapes `{base}/metrics` twice, as a Prometheus text scraper and as an
 /// OpenMetrics one, checks that each answer parses in its format (panics
 /// naming the parser's complaint otherwise) and that both hold the same

@@ -27,7 +27,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::openapi::Refusals;
+use crate::openapi::{OperationRefusals, Refusals};
 use crate::state::AppState;
 
 /// The most ids one request may name.
@@ -118,11 +118,8 @@ pub struct RedriveAnswer {
     responses(
         (status = 200, description = "A dry run: what a redrive would do.", body = RedriveAnswer),
         (status = 202, description = "The redrives are durable in the stream.", body = RedriveAnswer),
-        (status = 400, description = "Malformed JSON or query."),
-        (status = 403, description = "The credentials lack the admin scope."),
+        OperationRefusals,
         (status = 409, description = "The gateway writes events of schema version 1, which has no later epochs (`gateway.event_schema_version`)."),
-        (status = 415, description = "The body is not JSON."),
-        (status = 422, description = "The body has invalid fields; `errors` lists them."),
         Refusals,
         (status = 503, description = "The stream or the status store is unavailable; retry after `Retry-After`."),
     ),
@@ -361,10 +358,7 @@ pub struct ResendAnswer {
     responses(
         (status = 200, description = "A dry run: what a resend would do.", body = ResendAnswer),
         (status = 202, description = "The callbacks are pending again.", body = ResendAnswer),
-        (status = 400, description = "Malformed JSON or query."),
-        (status = 403, description = "The credentials lack the admin scope."),
-        (status = 415, description = "The body is not JSON."),
-        (status = 422, description = "The body has invalid fields; `errors` lists them."),
+        OperationRefusals,
         Refusals,
         (status = 503, description = "The status store is unavailable; retry after `Retry-After`."),
     ),

@@ -17,7 +17,7 @@ use skyport_core::status::{DeliveryState, Step};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
 use skyport_runtime::config::{KafkaSettings, Millis, Settings};
 use skyport_tests::kafka::{Broker, start_group_at_the_end};
-use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
+use skyport_tests::{Client, TestApp, delivery_request, eventually, metric_sum, test_settings};
 use skyport_worker::Worker;
 use skyport_worker::workflow::Tally;
 use tokio_util::sync::CancellationToken;
@@ -625,17 +625,5 @@ pub(crate) async fn a_revocation_mid_batch_commits_the_in_flight_work_first(
 
 /// The sum of `skyport_consumer_lag_events` over the partitions on the app's `/metrics`.
 async fn lag_on_metrics(client: &Client) -> i64 {
-    let text = client
-        .http
-        .get(format!("{}/metrics", client.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|line| line.starts_with("skyport_consumer_lag_events{"))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
+    metric_sum(&client.base, "skyport_consumer_lag_events{").await as i64
 }

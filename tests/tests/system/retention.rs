@@ -13,7 +13,7 @@ use skyport_core::status::{DeliveryState, Step};
 use skyport_gateway::receipt::Receipts;
 use skyport_runtime::config::{Millis, Seconds, Settings};
 use skyport_simulator::Behaviour;
-use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
+use skyport_tests::{TestApp, delivery_request, eventually, metric_sum, test_settings};
 use time::OffsetDateTime;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -105,21 +105,12 @@ async fn settled_deliveries_go_after_their_window_and_their_status_url_answers_4
         .await;
     assert_eq!(response.status(), 410);
 
-    let metrics = app
-        .client
-        .http
-        .get(format!("{}/metrics", app.client.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let removed = metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("skyport_retention_removed_total{kind=\"status\"} "))
-        .unwrap_or_else(|| panic!("no removed count in {metrics}"));
-    assert!(removed.parse::<u64>().unwrap() >= 20, "{removed}");
+    let removed = metric_sum(
+        &app.client.base,
+        "skyport_retention_removed_total{kind=\"status\"}",
+    )
+    .await;
+    assert!(removed >= 20.0, "{removed}");
 
     // The change-feed processor goes on: a delivery after the sweeps is announced.
     app.simulator()
