@@ -345,7 +345,7 @@ fn api_key_settings_name_their_key() {
         (
             vec![
                 KEY_A,
-                "gateway.auth.api_keys.portal.scopes=[\"deliveries.admin\"]",
+                "gateway.auth.api_keys.portal.scopes=[\"deliveries.everything\"]",
             ],
             "gateway.auth.api_keys.portal.scopes.0",
         ),
