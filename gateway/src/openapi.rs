@@ -100,6 +100,16 @@ impl IntoResponses for OperationRefusals {
                 "403".to_owned(),
                 refusal("The credentials lack the admin scope."),
             ),
+            (
+                "408".to_owned(),
+                refusal(
+                    "The body did not arrive within `gateway.http.body_read_timeout_ms`; the connection is closed.",
+                ),
+            ),
+            (
+                "413".to_owned(),
+                refusal("The body, once decoded, is larger than `gateway.max_body_bytes`."),
+            ),
             ("415".to_owned(), refusal("The body is not JSON.")),
             (
                 "422".to_owned(),

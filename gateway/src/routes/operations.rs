@@ -30,8 +30,9 @@ use crate::extract::JsonBody;
 use crate::openapi::{OperationRefusals, Refusals};
 use crate::state::AppState;
 
-/// The most ids one request may name.
-const MAX_IDS: usize = 1_000;
+/// The most ids one request may name (so that a body stays well within
+/// `gateway.max_body_bytes`).
+const MAX_IDS: usize = 500;
 /// The listing's page size while an operation looks for what it acts on.
 const PAGE: usize = 500;
 /// The longest reason a redrive may give.
@@ -68,7 +69,7 @@ pub struct RedriveRequest {
     failed_until: Option<OffsetDateTime>,
     /// These deliveries (each must have failed), instead of a search.
     #[serde(default)]
-    #[schema(max_items = 1000)]
+    #[schema(schema_with = delivery_ids)]
     ids: Option<Vec<String>>,
     /// Also publish the dead-lettered events again (those dead-lettered
     /// within `failedSince` and `failedUntil`), and forget them.
@@ -78,6 +79,20 @@ pub struct RedriveRequest {
     #[serde(default)]
     #[schema(max_length = 256)]
     reason: Option<String>,
+}
+
+/// The schema of `ids`: at most [`MAX_IDS`] delivery ids.
+fn delivery_ids() -> utoipa::openapi::schema::Array {
+    let id = utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(64))
+        .pattern(Some(r"^[A-Za-z0-9._-]{1,64}$"));
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(id)
+        .max_items(Some(MAX_IDS))
+        .description(Some("Delivery ids (at most 500)."))
+        .build()
 }
 
 /// What a redrive did (or, dry, would do).
@@ -320,7 +335,7 @@ async fn redrive_dead_letters(
 pub struct ResendRequest {
     /// These deliveries' callbacks, whatever became of them.
     #[serde(default)]
-    #[schema(max_items = 1000)]
+    #[schema(schema_with = delivery_ids)]
     ids: Option<Vec<String>>,
     /// Callbacks given up on at or after this time.
     #[serde(default, with = "time::serde::rfc3339::option")]
