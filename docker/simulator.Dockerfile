@@ -13,7 +13,7 @@ COPY . .
 RUN --mount=type=cache,id=skyport-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=skyport-cargo-git,target=/usr/local/cargo/git \
     --mount=type=cache,id=skyport-target,target=/src/target \
-    cargo build --release --locked -p skyport-simulator --bin skyport-simulator \
+    cargo build --release --locked -p skyport --bin skyport-simulator \
     && install -D -m 0755 target/release/skyport-simulator /out/skyport-simulator
 
 # glibc and libgcc of Debian 12 (the builder's), no shell; uid 65532.

@@ -24,6 +24,8 @@ use super::error::CosmosOpenError;
 use super::store::CosmosStore;
 use super::throttle::no_throttle_retry;
 
+pub mod server;
+
 const GATEWAY: &str = "https://eastus.emulator.local";
 const KEY: &str = "c2t5cG9ydC1lbXVsYXRvci1rZXk=";
 
@@ -76,6 +78,8 @@ impl RequestObserver for WireRequests {
 pub struct Emulator {
     http: Arc<InMemoryEmulatorHttpClient>,
     wire: Arc<WireRequests>,
+    /// The account's one region's address: what clients connect to.
+    gateway: Url,
 }
 
 impl Emulator {
@@ -85,14 +89,37 @@ impl Emulator {
     /// # Errors
     /// [`CosmosOpenError`] when the emulator cannot be set up.
     pub fn new(throttling: bool) -> Result<Self, CosmosOpenError> {
-        let gateway = Url::parse(GATEWAY).map_err(|e| connect(Box::new(e)))?;
-        let config = VirtualAccountConfig::new(vec![VirtualRegion::new("East US", gateway)])
-            .map_err(|e| connect(Box::new(e)))?
-            .with_throttling_enabled(throttling);
+        Self::at(
+            Url::parse(GATEWAY).map_err(|e| connect(Box::new(e)))?,
+            throttling,
+        )
+    }
+
+    /// [`Emulator::new`] with its one region ("East US") at `gateway`: a
+    /// request reaches the account only when its URL has that scheme, host
+    /// and port, so an account served over HTTP names the address it is
+    /// served on ([`server::serve`]).
+    ///
+    /// # Errors
+    /// [`CosmosOpenError`] when the emulator cannot be set up.
+    pub fn at(gateway: Url, throttling: bool) -> Result<Self, CosmosOpenError> {
+        let config =
+            VirtualAccountConfig::new(vec![VirtualRegion::new("East US", gateway.clone())])
+                .map_err(|e| connect(Box::new(e)))?
+                .with_throttling_enabled(throttling);
         let wire = Arc::new(WireRequests::default());
         let http =
             Arc::new(InMemoryEmulatorHttpClient::new(config).with_request_observer(wire.clone()));
-        Ok(Self { http, wire })
+        Ok(Self {
+            http,
+            wire,
+            gateway,
+        })
+    }
+
+    /// The account key every client of the emulator may use (it checks none).
+    pub fn key() -> &'static str {
+        KEY
     }
 
     /// The document requests that reached the account so far.
@@ -132,7 +159,9 @@ impl Emulator {
             .build()
             .await
             .map_err(|e| connect(Box::new(e)))?;
-        let endpoint: AccountEndpoint = GATEWAY
+        let endpoint: AccountEndpoint = self
+            .gateway
+            .as_str()
             .parse()
             .map_err(|e: azure_data_cosmos::CosmosError| connect(Box::new(e)))?;
         CosmosClientBuilder::new()
