@@ -21,9 +21,61 @@ pub type Leases = Arc<dyn CheckpointStore + Send + Sync>;
 /// Runs the whole contract on `store`, which must be empty.
 pub async fn lease_store_contract(store: Arc<dyn LeaseStore>) {
     leases_are_written_on_their_condition(store.as_ref()).await;
-    let leases: Leases = Arc::new(LeaseCheckpointStore::new(store));
+    let leases: Leases = Arc::new(LeaseCheckpointStore::new(Arc::clone(&store)));
     racing_claims_expire_and_move(&leases).await;
     checkpoints_list_back_exactly(&leases).await;
+    each_instance_keeps_its_share_across_hubs(store).await;
+}
+
+/// Over two hubs of 4 partitions and three owners, an instance that holds the
+/// extra partition of both hubs (4, 2, 2) keeps 3 at its next renewal and
+/// hands the fourth back; it cannot claim it again, and another instance can.
+async fn each_instance_keeps_its_share_across_hubs(store: Arc<dyn LeaseStore>) {
+    let hubs = ["shares-0", "shares-1"];
+    let plain = LeaseCheckpointStore::new(Arc::clone(&store));
+    let leases = LeaseCheckpointStore::across_hubs(
+        store,
+        hubs.iter().map(|h| (*h).to_owned()).collect(),
+        Duration::from_secs(60),
+    );
+    let claim = |hub: &str, partition: usize, owner: &str, etag| Ownership {
+        event_hub_name: hub.into(),
+        ..ownership(partition, owner, etag)
+    };
+    // Claimed as the SDK balances each hub alone: a 0 and 1, b 2, c 3 in each.
+    let mut held = Vec::new();
+    for hub in hubs {
+        for (partition, owner) in [(0, "a"), (1, "a"), (2, "b"), (3, "c")] {
+            let won = plain
+                .claim_ownership(&[claim(hub, partition, owner, None)])
+                .await
+                .unwrap();
+            assert_eq!(won.len(), 1);
+            held.push(won[0].clone());
+        }
+    }
+    let renewal: Vec<Ownership> = held
+        .iter()
+        .filter(|o| o.event_hub_name == hubs[1] && o.owner_id.as_deref() == Some("a"))
+        .cloned()
+        .collect();
+    let renewed = leases.claim_ownership(&renewal).await.unwrap();
+    assert_eq!(
+        renewed.len(),
+        1,
+        "a keeps 3 of the 8 partitions: {renewed:?}"
+    );
+    let listed = leases
+        .list_ownerships(NAMESPACE, hubs[1], GROUP)
+        .await
+        .unwrap();
+    let handed_back: Vec<&Ownership> = listed.iter().filter(|o| o.owner_id.is_none()).collect();
+    assert_eq!(handed_back.len(), 1, "{listed:?}");
+    let partition: usize = handed_back[0].partition_id.parse().unwrap();
+    let again = claim(hubs[1], partition, "a", handed_back[0].etag.clone());
+    assert!(leases.claim_ownership(&[again]).await.unwrap().is_empty());
+    let by_b = claim(hubs[1], partition, "b", handed_back[0].etag.clone());
+    assert_eq!(leases.claim_ownership(&[by_b]).await.unwrap().len(), 1);
 }
 
 fn fields(value: serde_json::Value) -> LeaseFields {

@@ -8,8 +8,19 @@
 //! ownership; one with an ETag replaces it only at that version. A claim that
 //! loses is left out of the answer and never fails the whole claim (the
 //! processor stops on any error).
+//!
+//! The SDK balances each hub's partitions on its own, so over several hubs
+//! one instance can end up with the extra partition of every hub (8
+//! partitions in 2 hubs over 3 instances: 4, 2, 2). Built
+//! [`LeaseCheckpointStore::across_hubs`], the store keeps each instance
+//! within its share of all the hubs' partitions (their number over the live
+//! owners', rounded up): it leaves out a new claim past the share, and hands
+//! back (owner cleared) a partition whose renewal would keep the instance
+//! past it, which another instance then claims at its next balancing.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::error::ErrorKind;
@@ -73,11 +84,119 @@ fn io(error: LeaseError) -> azure_core::Error {
 #[derive(Debug, Clone)]
 pub struct LeaseCheckpointStore {
     leases: Arc<dyn LeaseStore>,
+    /// The hubs whose partitions are shared out together, and how long a
+    /// claim lasts unrenewed (`eventhubs.partition_expiration_ms`).
+    across: Option<(Vec<String>, Duration)>,
 }
 
 impl LeaseCheckpointStore {
+    /// A store that leaves balancing to the SDK, hub by hub.
     pub fn new(leases: Arc<dyn LeaseStore>) -> Self {
-        Self { leases }
+        Self {
+            leases,
+            across: None,
+        }
+    }
+
+    /// A store that keeps each instance within its share of the partitions
+    /// of all of `hubs`, claims lasting `expiry` unrenewed.
+    pub fn across_hubs(leases: Arc<dyn LeaseStore>, hubs: Vec<String>, expiry: Duration) -> Self {
+        Self {
+            leases,
+            across: Some((hubs, expiry)),
+        }
+    }
+
+    /// `claims` (one instance's, for one hub) cut to the instance's share of
+    /// every hub's partitions; the renewals cut are handed back. When the
+    /// ownerships cannot be listed, the claims go ahead as the SDK made them.
+    async fn within_share(
+        &self,
+        hubs: &[String],
+        expiry: Duration,
+        claims: &[Ownership],
+    ) -> Vec<Ownership> {
+        let Some(first) = claims.first() else {
+            return Vec::new();
+        };
+        let Some(me) = first.owner_id.clone().filter(|o| !o.is_empty()) else {
+            return claims.to_vec();
+        };
+        let mut records = Vec::new();
+        for hub in hubs {
+            match self
+                .list(
+                    &first.fully_qualified_namespace,
+                    hub,
+                    &first.consumer_group,
+                    OWNERSHIP,
+                )
+                .await
+            {
+                Ok(listed) => records.extend(listed),
+                Err(_) => return claims.to_vec(),
+            }
+        }
+        let now = time::OffsetDateTime::now_utc();
+        let live = |fields: &Fields, version: &LeaseVersion| {
+            fields.owner_id.as_ref().is_some_and(|o| !o.is_empty())
+                && version.modified + expiry > now
+        };
+        let mut owners: BTreeSet<&str> = records
+            .iter()
+            .filter(|(f, v)| live(f, v))
+            .filter_map(|(f, _)| f.owner_id.as_deref())
+            .collect();
+        owners.insert(&me);
+        let unrecorded = claims
+            .iter()
+            .filter(|c| {
+                !records.iter().any(|(f, _)| {
+                    f.event_hub_name == c.event_hub_name && f.partition_id == c.partition_id
+                })
+            })
+            .count();
+        let share = (records.len() + unrecorded).div_ceil(owners.len());
+        // What this instance holds and does not claim again here: its
+        // partitions of the other hubs, and any of this hub left out of the
+        // claims (held until they expire).
+        let held_apart = records
+            .iter()
+            .filter(|(f, v)| {
+                live(f, v)
+                    && f.owner_id.as_deref() == Some(me.as_str())
+                    && !claims.iter().any(|c| {
+                        c.event_hub_name == f.event_hub_name && c.partition_id == f.partition_id
+                    })
+            })
+            .count();
+        let held = |claim: &Ownership| {
+            records.iter().any(|(f, v)| {
+                live(f, v)
+                    && f.owner_id.as_deref() == Some(me.as_str())
+                    && f.event_hub_name == claim.event_hub_name
+                    && f.partition_id == claim.partition_id
+            })
+        };
+        let (renewals, new): (Vec<&Ownership>, Vec<&Ownership>) =
+            claims.iter().partition(|c| held(c));
+        let mut room = share.saturating_sub(held_apart);
+        let mut kept = Vec::with_capacity(claims.len());
+        for claim in renewals {
+            if room == 0 {
+                tracing::info!(hub = %claim.event_hub_name, partition = %claim.partition_id, share, "Handing a partition back: this instance holds more than its share of all the hubs' partitions.");
+                self.claim(&Ownership {
+                    owner_id: Some(String::new()),
+                    ..claim.clone()
+                })
+                .await;
+                continue;
+            }
+            room -= 1;
+            kept.push(claim.clone());
+        }
+        kept.extend(new.into_iter().take(room).cloned());
+        kept
     }
 
     /// Every lease of one kind in a processor group.
@@ -150,14 +269,18 @@ impl CheckpointStore for LeaseCheckpointStore {
         &self,
         ownerships: &[Ownership],
     ) -> azure_core::Result<Vec<Ownership>> {
-        let mut won = Vec::with_capacity(ownerships.len());
-        for claim in ownerships {
-            if claim.partition_id.is_empty() {
-                return Err(azure_core::Error::with_message(
-                    ErrorKind::Other,
-                    "a claim has no partition id",
-                ));
-            }
+        if ownerships.iter().any(|claim| claim.partition_id.is_empty()) {
+            return Err(azure_core::Error::with_message(
+                ErrorKind::Other,
+                "a claim has no partition id",
+            ));
+        }
+        let claims = match &self.across {
+            Some((hubs, expiry)) => self.within_share(hubs, *expiry, ownerships).await,
+            None => ownerships.to_vec(),
+        };
+        let mut won = Vec::with_capacity(claims.len());
+        for claim in &claims {
             if let Some(claimed) = self.claim(claim).await {
                 won.push(claimed);
             }

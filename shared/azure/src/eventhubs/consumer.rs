@@ -66,7 +66,11 @@ impl EventHubsConsumer {
         Self {
             settings: settings.clone(),
             consumer_group: consumer_group.to_owned(),
-            store: Arc::new(LeaseCheckpointStore::new(leases)),
+            store: Arc::new(LeaseCheckpointStore::across_hubs(
+                leases,
+                settings.hubs.clone(),
+                settings.partition_expiration_ms.duration(),
+            )),
             running: Mutex::new(None),
         }
     }
@@ -369,6 +373,10 @@ async fn run_processor(
         context.clone(),
         settings.update_interval_ms.duration(),
     );
+    // A partition's receiver that breaks (not taken over) leaves the
+    // processor's connection broken: the SDK would reopen the partition on
+    // it and fail again, so the processor is rebuilt on a new connection.
+    let broken = CancellationToken::new();
     let handout = async {
         loop {
             let client = match processor.next_partition_client().await {
@@ -388,13 +396,16 @@ async fn run_processor(
             if readers.send(reader).await.is_err() {
                 return Ended::Stopped;
             }
-            pumps.spawn_local(pump(client, partition, ownership, fed).instrument(span));
+            pumps.spawn_local(
+                pump(client, partition, ownership, fed, broken.clone()).instrument(span),
+            );
         }
     };
     tokio::select! {
         () = stop.cancelled() => Ended::Stopped,
         ended = handout => ended,
         never = owners.run() => match never {},
+        () = broken.cancelled() => Ended::Failed("a partition's receiver broke".into()),
         ran = processor.run() => match ran {
             Ok(()) => Ended::Stopped,
             Err(e) => Ended::Failed(e.to_string()),

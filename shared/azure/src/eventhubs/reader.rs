@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -15,6 +16,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::checkpoints::Checkpoints;
 
@@ -40,6 +42,13 @@ pub(crate) enum Fed {
     Event(StreamEvent, Option<String>),
     /// The partition's stream ended: taken over, or its link broke.
     Ended,
+}
+
+/// The pump's side of a partition's reader: the channel it feeds, and the
+/// flag it raises once another processor owns the partition.
+pub(crate) struct Feed {
+    events: mpsc::Sender<Fed>,
+    taken: Arc<AtomicBool>,
 }
 
 /// Who owns each of a processor's partitions, as the ownership records said
@@ -150,17 +159,27 @@ pub(crate) async fn pump(
     client: Arc<PartitionClient>,
     partition: u32,
     mut ownership: OwnershipWatch,
-    fed: mpsc::Sender<Fed>,
+    feed: Feed,
+    broken: CancellationToken,
 ) {
+    let Feed { events: fed, taken } = feed;
     {
         let mut events = client.stream_events();
         let lost = ownership.lost();
         tokio::pin!(lost);
+        // Once another processor owns the partition, the reader hands out
+        // nothing more, not even what is queued for it: the new owner reads
+        // that from the last checkpoint, and two live owners never work on
+        // the same event (the reader may be full and not reading).
+        let give_up = || {
+            taken.store(true, Ordering::Relaxed);
+            let _ = fed.try_send(Fed::Ended);
+        };
         loop {
             tokio::select! {
                 () = fed.closed() => break,
                 () = &mut lost => {
-                    let _ = fed.send(Fed::Ended).await;
+                    give_up();
                     break;
                 }
                 next = events.next() => {
@@ -175,16 +194,24 @@ pub(crate) async fn pump(
                         Some(Err(e)) => {
                             if matches!(e.kind, ErrorKind::ConsumerDisconnected(_)) {
                                 tracing::info!("The partition was taken over.");
-                            } else {
-                                tracing::warn!(error = %e, "The partition's stream failed; giving the partition back.");
+                                give_up();
+                                break;
                             }
+                            tracing::warn!(error = %e, "The partition's stream failed; giving the partition back and reconnecting.");
+                            broken.cancel();
                             Fed::Ended
                         }
                         None => Fed::Ended,
                     };
                     let ended = matches!(item, Fed::Ended);
-                    if fed.send(item).await.is_err() || ended {
-                        break;
+                    tokio::select! {
+                        sent = fed.send(item) => if sent.is_err() || ended {
+                            break;
+                        },
+                        () = &mut lost => {
+                            give_up();
+                            break;
+                        }
                     }
                 }
             }
@@ -229,6 +256,8 @@ pub(crate) struct EventHubsPartitionReader {
     context: HubContext,
     partition_id: String,
     events: mpsc::Receiver<Fed>,
+    /// Raised by the pump once another processor owns the partition.
+    taken: Arc<AtomicBool>,
     /// Each event handed out and not yet checkpointed, with the service's offset.
     handed: BTreeMap<u64, (StreamEvent, Option<String>)>,
     /// Handed out before, to hand out again (after a rewind) before what is new.
@@ -256,7 +285,7 @@ impl EventHubsPartitionReader {
         partition_id: &str,
         store: Checkpoints,
         prefetch: u32,
-    ) -> (Self, mpsc::Sender<Fed>) {
+    ) -> (Self, Feed) {
         let index = context
             .partition_ids
             .iter()
@@ -264,19 +293,21 @@ impl EventHubsPartitionReader {
             .and_then(|i| u32::try_from(i).ok())
             .unwrap_or(0);
         let (tx, rx) = mpsc::channel(usize::try_from(prefetch).unwrap_or(300).max(1));
+        let taken = Arc::new(AtomicBool::new(false));
         (
             Self {
                 partition: context.first + index,
                 context: context.clone(),
                 partition_id: partition_id.to_owned(),
                 events: rx,
+                taken: Arc::clone(&taken),
                 handed: BTreeMap::new(),
                 again: VecDeque::new(),
                 store,
                 checkpointed: None,
                 ended: false,
             },
-            tx,
+            Feed { events: tx, taken },
         )
     }
 
@@ -300,6 +331,11 @@ impl PartitionReader for EventHubsPartitionReader {
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
         if max == 0 {
             return Ok(Vec::new());
+        }
+        if self.taken.load(Ordering::Relaxed) {
+            self.ended = true;
+            self.again.clear();
+            return Err(ConsumeError::Revoked);
         }
         if !self.again.is_empty() {
             let take = max.min(self.again.len());

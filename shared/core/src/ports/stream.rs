@@ -114,10 +114,12 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
     /// [`ConsumeError::Revoked`] when the partition is no longer this
     /// reader's, and on every call after that. Kafka answers it as soon as
     /// the rebalance revokes the partition; Event Hubs once the partition's
-    /// receiver ends or its ownership record names another processor
-    /// (within one balancing interval), after handing out what it had
-    /// already received and anything rewound; the embedded log never does
-    /// (one process owns every partition).
+    /// receiver breaks (after handing out what it had already received and
+    /// anything rewound), and at once when its ownership record names
+    /// another processor (within one balancing interval) or its receiver is
+    /// taken over: what it received and did not hand out is left to the new
+    /// owner, so two live owners never work on one event. The embedded log
+    /// never does (one process owns every partition).
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError>;
 
     /// Events durable in the partition that `next_batch` has not handed out
