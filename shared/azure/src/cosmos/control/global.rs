@@ -103,6 +103,7 @@ impl Member {
             .group
             .group_ru()
             .ok_or("the group has no budget to share")?;
+        member.group.take_offer_change();
         let stored = member.items().await?;
         let previous = stored
             .iter()
@@ -112,26 +113,40 @@ impl Member {
             if let Some(previous) = previous {
                 tracing::warn!(group = %member.group.name, previous, target, "The global group's budget differs from the one its other processes use; this process's, the latest, now applies to all of them.");
             }
-            let config = Item {
-                id: CONFIG.into(),
-                group_id: member.group_id.clone(),
-                kind: Kind::Config,
-                target_ru_per_s: Some(target),
-                load_factor: None,
-                allocated_ru_per_s: None,
-                renewed_at_ms: Some(now_ms()),
-                ttl: None,
-            };
-            member.upsert(&config).await?;
+            member.agree(target).await?;
         }
         member.renew_once().await?;
         tracing::info!(group = %member.group.name, client = %member.id, share = member.group.lock().share, "Joined the global throughput control group.");
         Ok(member)
     }
 
+    /// Makes `target` the budget every process of the group uses (its config item).
+    async fn agree(&self, target: f64) -> Result<(), BoxError> {
+        let config = Item {
+            id: CONFIG.into(),
+            group_id: self.group_id.clone(),
+            kind: Kind::Config,
+            target_ru_per_s: Some(target),
+            load_factor: None,
+            allocated_ru_per_s: None,
+            renewed_at_ms: Some(now_ms()),
+            ttl: None,
+        };
+        self.upsert(&config).await?;
+        Ok(())
+    }
+
     /// Writes this process's item, reads the others', and takes the share
-    /// its load factor gives it.
+    /// its load factor gives it. When this process saw the container's offer
+    /// change the budget, the new budget becomes the group's (a process that
+    /// reads the offer later writes the same).
     async fn renew_once(&self) -> Result<(), BoxError> {
+        if self.group.take_offer_change()
+            && let Some(target) = self.group.group_ru()
+        {
+            tracing::info!(group = %self.group.name, target, "The container's offer changed the global group's budget; the group's processes take it at their next renewal.");
+            self.agree(target).await?;
+        }
         let load = self.group.take_load_factor();
         let now = now_ms();
         let own = Item {

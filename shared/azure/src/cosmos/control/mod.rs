@@ -74,6 +74,9 @@ pub(crate) struct Group {
     options: OperationOptions,
     /// False for a priority-only group, or one whose control could not start.
     controlled: AtomicBool,
+    /// The offer behind `target_fraction` changed the budget since a global
+    /// group's processes last agreed on one (their config item).
+    offer_changed: AtomicBool,
     state: Mutex<State>,
     labels: GroupLabels,
 }
@@ -109,6 +112,7 @@ impl Group {
             settings: settings.clone(),
             options,
             controlled: AtomicBool::new(group_ru.is_some() || settings.target_fraction.is_some()),
+            offer_changed: AtomicBool::new(false),
             state: Mutex::new(State {
                 budget: Budget::new(Instant::now(), group_ru.unwrap_or(0.0)),
                 group_ru,
@@ -212,12 +216,21 @@ impl Group {
     fn set_offer(&self, offer: u32) {
         let mut state = self.lock();
         state.offer = Some(offer);
-        state.group_ru = group_budget(
+        let group_ru = group_budget(
             self.settings.target_ru_per_s,
             self.settings.target_fraction,
             Some(offer),
         );
+        if group_ru != state.group_ru {
+            self.offer_changed.store(true, Ordering::Relaxed);
+        }
+        state.group_ru = group_ru;
         self.reallocate(&mut state);
+    }
+
+    /// Whether the offer changed the budget since the last call.
+    fn take_offer_change(&self) -> bool {
+        self.offer_changed.swap(false, Ordering::Relaxed)
     }
 
     /// A budget agreed with the other processes of a global group.
@@ -524,7 +537,12 @@ mod tests {
         let group = Group::new("fraction", &settings(None, Some(0.25)));
         group.set_offer(1_200);
         assert_eq!(group.report().budget, Some(300.0));
+        // A global group's processes agree on the budget again only when it changed.
+        assert!(group.take_offer_change());
+        group.set_offer(1_200);
+        assert!(!group.take_offer_change());
         group.set_offer(4_000);
+        assert!(group.take_offer_change());
         assert_eq!(group.report().budget, Some(1_000.0));
         assert_eq!(group.report().allocated, Some(1_000.0));
         // The smaller of an absolute target and the fraction.
