@@ -168,9 +168,7 @@ impl Rendering {
 /// `helm template`, then `kubernetes-validate --strict` for each supported Kubernetes version, then the
 /// objects read back through PyYAML.
 pub async fn render(values: &[&Path], set: &[&str], dir: &Path) -> Rendering {
-    let yaml = succeed("helm template", template_command(values, set, dir), dir).await;
-    let file = dir.join("rendered.yaml");
-    std::fs::write(&file, &yaml).unwrap();
+    let file = template(values, set, dir).await;
     for version in KUBERNETES_VERSIONS {
         let mut validate = Command::new(installed_tool("venv/bin/kubernetes-validate"));
         validate
@@ -183,6 +181,25 @@ pub async fn render(values: &[&Path], set: &[&str], dir: &Path) -> Rendering {
             "kubernetes-validate {version}:\n{out}"
         );
     }
+    read_back(&file, dir).await
+}
+
+/// `helm template`, the objects read back through PyYAML, unvalidated: what a
+/// test that runs the rendered configuration needs (the chart's tests validate it).
+pub async fn render_unvalidated(values: &[&Path], set: &[&str], dir: &Path) -> Rendering {
+    let file = template(values, set, dir).await;
+    read_back(&file, dir).await
+}
+
+/// `helm template` into `dir/rendered.yaml`.
+async fn template(values: &[&Path], set: &[&str], dir: &Path) -> PathBuf {
+    let yaml = succeed("helm template", template_command(values, set, dir), dir).await;
+    let file = dir.join("rendered.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    file
+}
+
+async fn read_back(file: &Path, dir: &Path) -> Rendering {
     let mut convert = python();
     convert.arg("-c").arg(
         "import json, sys, yaml\n\
@@ -190,7 +207,7 @@ pub async fn render(values: &[&Path], set: &[&str], dir: &Path) -> Rendering {
              docs = [d for d in yaml.safe_load_all(f) if d is not None]\n\
          json.dump(docs, sys.stdout)\n",
     );
-    convert.arg(&file);
+    convert.arg(file);
     let json = succeed("PyYAML to JSON", convert, dir).await;
     let objects: Vec<Value> = serde_json::from_str(&json).unwrap();
     assert!(!objects.is_empty(), "the rendering holds no object");

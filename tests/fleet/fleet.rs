@@ -1,0 +1,460 @@
+//! The fleet: the shared servers (Cosmos DB emulator, the stream's broker,
+//! the simulated services, a callback receiver), and gateways and workers as
+//! processes of the real binaries, each with its own name, any of which can
+//! be SIGKILLed or SIGTERMed and replaced.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use skyport_azure::cosmos::emulator::server::{STATS_PATH, ServedStats};
+use skyport_tests::kafka::Broker;
+use skyport_tests::metric_sum;
+use skyport_tests::webhooks::{Behaviour, Receiver};
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+use crate::servers::Server;
+use crate::shape::{Endpoints, Role, Shape, Stream, overrides};
+
+/// Kafka's topic and partitions (`ci/kafka-values.yaml` assumes 6), and
+/// Event Hubs' hubs of 4 partitions each (`ci/azure-values.yaml`).
+pub(crate) const TOPIC: &str = "deliveries";
+pub(crate) const KAFKA_PARTITIONS: u32 = 6;
+pub(crate) const HUBS: [&str; 2] = ["deliveries-0", "deliveries-1"];
+pub(crate) const HUB_PARTITIONS: u32 = 4;
+/// The callbacks' change-feed leases: one per feed range of the status
+/// container, which the emulator creates with 4 physical partitions.
+pub(crate) const LEASES: usize = 4;
+/// The series of the callbacks' change-feed processor's leases.
+const CALLBACK_LEASES: &str = "skyport_change_feed_leases_owned{processor=\"skyport-callbacks\"}";
+
+/// How a fleet starts.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) gateways: usize,
+    pub(crate) workers: usize,
+    /// The emulator answers 429 past a container's RU/s.
+    pub(crate) throttling: bool,
+    /// RU/s of each container the first process creates.
+    pub(crate) throughput: u32,
+    /// Keys on top of the shape's overrides.
+    pub(crate) keys: Vec<(&'static str, String)>,
+}
+
+impl Options {
+    pub(crate) fn new(gateways: usize, workers: usize) -> Self {
+        Self {
+            gateways,
+            workers,
+            throttling: false,
+            throughput: 100_000,
+            keys: Vec::new(),
+        }
+    }
+}
+
+/// One process of the fleet.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) name: String,
+    /// `http://ADDRESS` of its listener (the gateway's, or the worker's admin one).
+    pub(crate) base: String,
+    child: Child,
+    pub(crate) log: PathBuf,
+}
+
+impl Member {
+    /// SIGKILL: no drain, no goodbye.
+    pub(crate) async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    /// SIGTERM, then waits (at most `within`) for a clean exit.
+    pub(crate) async fn terminate(mut self, within: Duration) {
+        let pid = i32::try_from(self.child.id().unwrap()).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let exit = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not stop within {within:?}", self.name))
+            .unwrap();
+        assert!(
+            exit.success(),
+            "{} exited with {exit}; see {}",
+            self.name,
+            self.log.display()
+        );
+    }
+
+    /// The sum of the samples of `series` on its `/metrics`.
+    pub(crate) async fn metric(&self, series: &str) -> f64 {
+        metric_sum(&self.base, series).await
+    }
+
+    /// How many series `prefix` (a name and the start of its labels) it exposes.
+    pub(crate) async fn series(&self, prefix: &str) -> usize {
+        let text = reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines().filter(|l| l.starts_with(prefix)).count()
+    }
+}
+
+/// The stream's broker.
+#[derive(Debug)]
+enum StreamBroker {
+    /// tansu, a process of its own (through the test's relay).
+    Kafka(Broker),
+    /// The Event Hubs test broker, a process of its own.
+    EventHubs(Server),
+}
+
+/// A running fleet; its processes stop when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    pub(crate) stream: Stream,
+    pub(crate) dir: Logs,
+    shape: Shape,
+    keys: BTreeMap<String, String>,
+    pub(crate) cosmos: Server,
+    broker: StreamBroker,
+    pub(crate) simulator: Member,
+    pub(crate) receiver: Receiver,
+    pub(crate) gateways: Vec<Member>,
+    pub(crate) workers: Vec<Member>,
+    /// The gateways' addresses, as a load balancer sees them.
+    pub(crate) pool: Pool,
+    started: usize,
+}
+
+/// The gateways' base URLs, updated as they come and go.
+pub(crate) type Pool = Arc<RwLock<Vec<String>>>;
+
+impl Fleet {
+    pub(crate) async fn start(stream: Stream, options: &Options) -> Self {
+        let dir = Logs(tempfile::tempdir().unwrap());
+        let shape = Shape::render(stream, dir.path()).await;
+        let mut cosmos_role = vec!["cosmos"];
+        if options.throttling {
+            cosmos_role.push("--throttling");
+        }
+        let cosmos = Server::start(&cosmos_role).await;
+        let (broker, stream_address) = match stream {
+            Stream::Kafka => {
+                let broker = Broker::start(&[TOPIC], KAFKA_PARTITIONS).await;
+                let address = broker.address.clone();
+                (StreamBroker::Kafka(broker), address)
+            }
+            Stream::EventHubs => {
+                let hubs: Vec<String> = HUBS
+                    .iter()
+                    .map(|hub| format!("{hub}:{HUB_PARTITIONS}"))
+                    .collect();
+                let mut role = vec!["eventhubs"];
+                role.extend(hubs.iter().map(String::as_str));
+                let server = Server::start(&role).await;
+                let address = server.address.clone();
+                (StreamBroker::EventHubs(server), address)
+            }
+        };
+        let simulator = simulator(dir.path()).await;
+        let endpoints = Endpoints {
+            cosmos: cosmos.address.clone(),
+            stream: stream_address,
+            services: simulator.base.clone(),
+        };
+        let mut keys = overrides(stream, &endpoints);
+        keys.insert("cosmos.throughput".into(), options.throughput.to_string());
+        keys.extend(
+            options
+                .keys
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone())),
+        );
+        let receiver = Receiver::start([127, 0, 0, 1].into(), Behaviour::Accept).await;
+        let mut fleet = Self {
+            stream,
+            dir,
+            shape,
+            keys,
+            cosmos,
+            broker,
+            simulator,
+            receiver,
+            gateways: Vec::new(),
+            workers: Vec::new(),
+            pool: Pool::default(),
+            started: 0,
+        };
+        // The first process provisions the database and containers alone.
+        fleet.add(Role::Gateway).await;
+        for _ in 1..options.gateways {
+            fleet.add(Role::Gateway).await;
+        }
+        for _ in 0..options.workers {
+            fleet.add(Role::Worker).await;
+        }
+        fleet
+    }
+
+    /// Partitions of the stream in all.
+    pub(crate) fn partitions(&self) -> usize {
+        match self.stream {
+            Stream::Kafka => KAFKA_PARTITIONS as usize,
+            Stream::EventHubs => HUBS.len() * HUB_PARTITIONS as usize,
+        }
+    }
+
+    /// Starts one more process in `role`, named as its StatefulSet or
+    /// Deployment would name it, and waits until it is ready.
+    pub(crate) async fn add(&mut self, role: Role) -> &Member {
+        let name = match role {
+            Role::Gateway => format!("skyport-gateway-{}", self.started),
+            Role::Worker => format!("skyport-worker-{}", self.started),
+        };
+        self.add_named(role, name).await
+    }
+
+    /// Starts process `name` in `role` (a StatefulSet's replacement has its
+    /// predecessor's name) and waits until it is ready.
+    pub(crate) async fn add_named(&mut self, role: Role, name: String) -> &Member {
+        self.started += 1;
+        let mut keys = self.keys.clone();
+        if self.stream == Stream::Kafka && role == Role::Worker {
+            // The kafka shape's workers are a Deployment, whose pods the chart does not name.
+            keys.insert("change_feed.instance_name".into(), name.clone());
+        }
+        let args = self.shape.args(role, &name, &keys);
+        let member = spawn(role, &name, &args, self.dir.path()).await;
+        wait_ready(&member).await;
+        match role {
+            Role::Gateway => {
+                self.pool.write().unwrap().push(member.base.clone());
+                self.gateways.push(member);
+                self.gateways.last().unwrap()
+            }
+            Role::Worker => {
+                self.workers.push(member);
+                self.workers.last().unwrap()
+            }
+        }
+    }
+
+    /// Stream partitions each worker reads now.
+    pub(crate) async fn partitions_by_worker(&self) -> Vec<usize> {
+        let mut counts = Vec::new();
+        for worker in &self.workers {
+            counts.push(worker.series("skyport_events_in_flight{").await);
+        }
+        counts
+    }
+
+    /// Change-feed leases each worker owns now.
+    pub(crate) async fn leases_by_worker(&self) -> Vec<usize> {
+        let mut counts = Vec::new();
+        for worker in &self.workers {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            counts.push(worker.metric(CALLBACK_LEASES).await as usize);
+        }
+        counts
+    }
+
+    /// The sum of `series` over the workers running now.
+    pub(crate) async fn workers_metric(&self, series: &str) -> f64 {
+        let mut sum = 0.0;
+        for worker in &self.workers {
+            sum += worker.metric(series).await;
+        }
+        sum
+    }
+
+    /// Waits until every partition and every lease has an owner among the
+    /// running workers, spread within one of even; how long it took.
+    pub(crate) async fn wait_spread(&self, within: Duration) -> Duration {
+        let started = Instant::now();
+        let leases_total = LEASES;
+        loop {
+            let partitions = self.partitions_by_worker().await;
+            let leases = self.leases_by_worker().await;
+            if even(&partitions, self.partitions()) && even(&leases, leases_total) {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "not spread after {within:?}: partitions {partitions:?} of {}, leases {leases:?} of {leases_total}",
+                self.partitions()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// What reached the Cosmos DB emulator.
+    pub(crate) async fn emulator_stats(&self) -> ServedStats {
+        reqwest::get(format!(
+            "{}{}",
+            self.cosmos.address.trim_end_matches('/'),
+            STATS_PATH
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+    }
+
+    /// Stops every process and server.
+    pub(crate) async fn stop(self) {
+        for member in self.gateways.into_iter().chain(self.workers) {
+            member.kill().await;
+        }
+        self.simulator.kill().await;
+        self.receiver.stop().await;
+        match self.broker {
+            StreamBroker::Kafka(mut broker) => broker.kill(),
+            StreamBroker::EventHubs(server) => server.stop().await,
+        }
+        self.cosmos.stop().await;
+    }
+}
+
+/// The fleet's directory: the rendered configuration and each process's log.
+#[derive(Debug)]
+pub(crate) struct Logs(tempfile::TempDir);
+
+impl Logs {
+    pub(crate) fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Logs {
+    /// A scenario that failed keeps its processes' logs, and says where.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.disable_cleanup(true);
+            eprintln!("the fleet's logs: {}", self.0.path().display());
+        }
+    }
+}
+
+/// Whether `counts` (one per owner) add up to `total` and are within one of each other.
+pub(crate) fn even(counts: &[usize], total: usize) -> bool {
+    let (min, max) = (counts.iter().min(), counts.iter().max());
+    counts.iter().sum::<usize>() == total && matches!((min, max), (Some(a), Some(b)) if b - a <= 1)
+}
+
+/// The simulated services, a process of their own, answering in 5 ms.
+async fn simulator(dir: &std::path::Path) -> Member {
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_skyport-simulator"));
+    let log = dir.join("skyport-simulator.log");
+    let mut child = Command::new(binary)
+        // Remembering every resource of a scenario (the default forgets
+        // past 10,000), so that one created twice is counted as such.
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--set",
+            "simulator.latency_ms=5",
+            "--set",
+            "simulator.max_resources=100000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let base = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("simulated services listening on ") {
+                return url.to_owned();
+            }
+        }
+        panic!("the simulator exited; see {}", log.display());
+    })
+    .await
+    .unwrap();
+    Member {
+        name: "skyport-simulator".into(),
+        base,
+        child,
+        log,
+    }
+}
+
+/// Starts `name` and reads the address it listens on from its log.
+async fn spawn(role: Role, name: &str, args: &[String], dir: &std::path::Path) -> Member {
+    let log = dir.join(format!("{name}.log"));
+    let mut child = Command::new(role.binary())
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let message = match role {
+        Role::Gateway => "The gateway is listening.",
+        Role::Worker => "The worker serves /healthz",
+    };
+    let started = Instant::now();
+    let address = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(address) = text
+            .lines()
+            .filter(|l| l.contains(message))
+            .find_map(|l| field(l, "address"))
+        {
+            break address;
+        }
+        if let Some(exit) = child.try_wait().unwrap() {
+            panic!("{name} exited ({exit}) before listening:\n{text}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name} did not listen within 60 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    Member {
+        name: name.to_owned(),
+        base: format!("http://{address}"),
+        child,
+        log,
+    }
+}
+
+/// The value of the string field `name` of a JSON log line.
+fn field(line: &str, name: &str) -> Option<String> {
+    let json: serde_json::Value = serde_json::from_str(line).ok()?;
+    json["fields"][name].as_str().map(str::to_owned)
+}
+
+/// Waits until `member` answers `/readyz` with 200.
+async fn wait_ready(member: &Member) {
+    let started = Instant::now();
+    loop {
+        if let Ok(response) = reqwest::get(format!("{}/readyz", member.base)).await
+            && response.status() == 200
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} not ready within 60 s; see {}",
+            member.name,
+            member.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
