@@ -13,10 +13,9 @@ use skyport_azure::cosmos::emulator::server::{STATS_PATH, ServedStats};
 use skyport_tests::kafka::Broker;
 use skyport_tests::metric_sum;
 use skyport_tests::webhooks::{Behaviour, Receiver};
-use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
-use crate::servers::Server;
+use crate::servers::{Server, announced};
 use crate::shape::{Endpoints, Role, Shape, Stream, overrides};
 
 /// Kafka's topic and partitions (`ci/kafka-values.yaml` assumes 6), and
@@ -372,18 +371,8 @@ async fn simulator(dir: &std::path::Path) -> Member {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let base = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(url) = line.strip_prefix("simulated services listening on ") {
-                return url.to_owned();
-            }
-        }
-        panic!("the simulator exited; see {}", log.display());
-    })
-    .await
-    .unwrap();
+    let what = format!("the simulator (see {})", log.display());
+    let base = announced(&mut child, "simulated services listening on ", &what).await;
     Member {
         name: "skyport-simulator".into(),
         base,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use skyport_azure::cosmos::emulator::server::replace_throughput;
-use skyport_core::status::Step;
+use skyport_core::status::{StatusDocument, Step};
 use skyport_tests::simulator_stats;
 
 use crate::fleet::{Fleet, Member, Options, even};
@@ -85,6 +85,39 @@ async fn assert_created_once(fleet: &Fleet, count: usize) {
     }
 }
 
+/// Waits (at most `within`) until every delivery of `accepted` is terminal;
+/// asserts that each ended Scheduled and that each simulated service created
+/// each once. Their documents.
+async fn settle(
+    fleet: &Fleet,
+    clients: &Clients,
+    accepted: &[Accepted],
+    within: Duration,
+) -> Vec<StatusDocument> {
+    let documents = clients
+        .wait_terminal(&fleet.receiver, accepted, within)
+        .await;
+    assert_scheduled(&documents);
+    assert_created_once(fleet, accepted.len()).await;
+    documents
+}
+
+/// A fleet of `options` (its partitions and leases spread), with `count`
+/// requests tagged `tag` being posted at `per_s` in the background.
+async fn under_load(
+    stream: Stream,
+    options: &Options,
+    tag: &'static str,
+    count: usize,
+    per_s: u32,
+) -> (Fleet, Clients, tokio::task::JoinHandle<Vec<Accepted>>) {
+    let fleet = Fleet::start(stream, options).await;
+    fleet.wait_spread(Duration::from_secs(60)).await;
+    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver);
+    let load = post_in_background(&clients, tag, count, per_s);
+    (fleet, clients, load)
+}
+
 /// Events handled twice, over the running workers: those read again after
 /// an earlier attempt had begun them, and those whose delivery an earlier
 /// attempt had already finished.
@@ -123,12 +156,8 @@ async fn steady_state(stream: Stream) {
     let started = Instant::now();
     let accepted = clients.post("steady", COUNT, None).await;
     let posted = started.elapsed();
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, SETTLE)
-        .await;
+    settle(&fleet, &clients, &accepted, SETTLE).await;
     let terminal = started.elapsed();
-    assert_scheduled(&documents);
-    assert_created_once(&fleet, COUNT).await;
     expect_callbacks_once(&fleet.receiver, &accepted, SETTLE).await;
     let partitions = fleet.partitions_by_worker().await;
     let leases = fleet.leases_by_worker().await;
@@ -164,11 +193,9 @@ fn post_in_background(
 /// the expiry; every 202 Scheduled; replays only within the moved partitions' windows.
 async fn worker_killed(stream: Stream) {
     const COUNT: usize = 2_000;
-    let mut fleet = Fleet::start(stream, &Options::new(2, 3)).await;
-    fleet.wait_spread(Duration::from_secs(60)).await;
-    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver);
     const RATE: u32 = 200;
-    let load = post_in_background(&clients, "killed", COUNT, RATE);
+    let (mut fleet, clients, load) =
+        under_load(stream, &Options::new(2, 3), "killed", COUNT, RATE).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let victim = fleet.workers.remove(0);
     let moved = victim.series("skyport_events_in_flight{").await;
@@ -177,11 +204,7 @@ async fn worker_killed(stream: Stream) {
     victim.kill().await;
     let takeover = fleet.wait_spread(Duration::from_secs(60)).await;
     let accepted = load.await.unwrap();
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, SETTLE)
-        .await;
-    assert_scheduled(&documents);
-    assert_created_once(&fleet, COUNT).await;
+    settle(&fleet, &clients, &accepted, SETTLE).await;
     let replayed = replays(&fleet).await;
     let bound = claimed_bound(
         moved,
@@ -204,9 +227,8 @@ async fn worker_killed(stream: Stream) {
 /// Scenario 3: A gateway SIGKILLed mid-load: clients retry on the other with the same key.
 async fn gateway_killed(stream: Stream) {
     const COUNT: usize = 2_000;
-    let mut fleet = Fleet::start(stream, &Options::new(2, 3)).await;
-    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver);
-    let load = post_in_background(&clients, "gateway", COUNT, 200);
+    let (mut fleet, clients, load) =
+        under_load(stream, &Options::new(2, 3), "gateway", COUNT, 200).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The process dies at once; the load balancer notices a second later.
     let victim = fleet.gateways.remove(0);
@@ -216,13 +238,9 @@ async fn gateway_killed(stream: Stream) {
     fleet.pool.write().unwrap().retain(|b| *b != base);
     let accepted = load.await.unwrap();
     let retried = accepted.iter().filter(|a| a.attempts > 1).count();
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, SETTLE)
-        .await;
-    assert_scheduled(&documents);
+    let documents = settle(&fleet, &clients, &accepted, SETTLE).await;
     let ids: std::collections::BTreeSet<_> = documents.iter().map(|d| d.id.clone()).collect();
     assert_eq!(ids.len(), COUNT, "each key is one delivery");
-    assert_created_once(&fleet, COUNT).await;
     println!(
         "fleet {}/gateway-killed: {COUNT} accepted ({retried} retried on the other gateway with their key); \
          each key one delivery, all Scheduled; each service created each once",
@@ -234,11 +252,9 @@ async fn gateway_killed(stream: Stream) {
 /// Scenario 4: Rolling restart: each worker SIGTERMed in turn under load and replaced.
 async fn rolling_restart(stream: Stream) {
     const COUNT: usize = 3_000;
-    let mut fleet = Fleet::start(stream, &Options::new(2, 3)).await;
-    fleet.wait_spread(Duration::from_secs(60)).await;
-    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver);
     const RATE: u32 = 150;
-    let load = post_in_background(&clients, "rolling", COUNT, RATE);
+    let (mut fleet, clients, load) =
+        under_load(stream, &Options::new(2, 3), "rolling", COUNT, RATE).await;
     let mut retired_replays = 0;
     let mut claimed = 0;
     for _ in 0..3 {
@@ -257,11 +273,7 @@ async fn rolling_restart(stream: Stream) {
         claimed += fleet.partitions().div_ceil(3);
     }
     let accepted = load.await.unwrap();
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, SETTLE)
-        .await;
-    assert_scheduled(&documents);
-    assert_created_once(&fleet, COUNT).await;
+    settle(&fleet, &clients, &accepted, SETTLE).await;
     let replayed = replays(&fleet).await + retired_replays;
     let bound = claimed_bound(
         claimed,
@@ -321,11 +333,7 @@ async fn scale_out(stream: Stream) {
         done < count as f64,
         "the backlog was gone before the three workers' rate was taken"
     );
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, Duration::from_secs(600))
-        .await;
-    assert_scheduled(&documents);
-    assert_created_once(&fleet, count).await;
+    settle(&fleet, &clients, &accepted, Duration::from_secs(600)).await;
     let replayed = replays(&fleet).await;
     // The two new workers claim all but the first worker's share from it.
     let claimed = fleet.partitions() - fleet.partitions().div_ceil(3);
@@ -447,9 +455,7 @@ async fn global_throughput_control(stream: Stream) {
     options.throttling = true;
     options.throughput = 4_000;
     options.keys = group_keys(stream);
-    let mut fleet = Fleet::start(stream, &options).await;
-    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver);
-    let load = post_in_background(&clients, "control", COUNT, 100);
+    let (mut fleet, clients, load) = under_load(stream, &options, "control", COUNT, 100).await;
     let limit = Duration::from_millis(2 * THROUGHPUT_EXPIRY_MS + 10_000);
     let (settled, _, budget) = wait_allocated(&fleet, limit).await;
     // Each process takes its share from the others' load factors as of its
@@ -475,11 +481,7 @@ async fn global_throughput_control(stream: Stream) {
     victim.kill().await;
     let (retaken, each, _) = wait_allocated(&fleet, limit).await;
     let accepted = load.await.unwrap();
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, SETTLE)
-        .await;
-    assert_scheduled(&documents);
-    assert_created_once(&fleet, COUNT).await;
+    settle(&fleet, &clients, &accepted, SETTLE).await;
     println!(
         "fleet {}/global-throughput-control: budget {budget:.0} RU/s; the processes' allocations summed to it within 10 % \
          {settled:.1?} after start and, over 15 s, to {mean:.0} on average (the furthest sample {:.1} % off); a worker killed with {before:.0} RU/s: the others took \
@@ -526,11 +528,7 @@ async fn store_throttled(stream: Stream) {
         .await
         .unwrap();
     let raised = Instant::now();
-    let documents = clients
-        .wait_terminal(&fleet.receiver, &accepted, SETTLE)
-        .await;
-    assert_scheduled(&documents);
-    assert_created_once(&fleet, COUNT).await;
+    settle(&fleet, &clients, &accepted, SETTLE).await;
     let dead = fleet.workers_metric(DEAD_LETTERED).await;
     assert_eq!(dead, 0.0, "nothing dead-lettered");
     println!(

@@ -89,6 +89,26 @@ fn stopped() -> CancellationToken {
     stop
 }
 
+/// What `child` prints on its standard output after `prefix` (its address),
+/// within 30 s; `what` names it when it does not.
+///
+/// # Panics
+/// When it exits or says nothing of the kind within 30 s.
+pub(crate) async fn announced(child: &mut Child, prefix: &str, what: &str) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(address) = line.strip_prefix(prefix) {
+                return address.to_owned();
+            }
+        }
+        panic!("{what} exited before saying where it listens");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what} did not start within 30 s"))
+}
+
 /// A server started by [`Server::start`]; killed when dropped.
 #[derive(Debug)]
 pub(crate) struct Server {
@@ -111,18 +131,7 @@ impl Server {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let address = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(address) = line.strip_prefix("serving on ") {
-                    return address.to_owned();
-                }
-            }
-            panic!("the {role:?} server exited before serving");
-        })
-        .await
-        .unwrap_or_else(|_| panic!("the {role:?} server did not start within 30 s"));
+        let address = announced(&mut child, "serving on ", &format!("the {role:?} server")).await;
         Self { address, child }
     }
 
