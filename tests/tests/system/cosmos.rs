@@ -316,3 +316,54 @@ async fn deliveries_posted_on_cosmos_are_listed_once_the_listing_processor_has_r
     );
     app.app.stop().await.unwrap();
 }
+
+/// The emulator served over HTTP: a store opened at its endpoint through the
+/// SDK's own HTTP client (what a separate process does) keeps the status
+/// store contract; the server answers HTTP/1.1 and h2c (prior knowledge),
+/// counts what reached the account, and takes a ReplaceOffer through the
+/// SDK's control plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_at_the_emulator_served_over_http_keeps_the_contract() {
+    use skyport_azure::cosmos::CosmosStore;
+    use skyport_azure::cosmos::emulator::server::{self, STATS_PATH, ServedStats};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}/", listener.local_addr().unwrap());
+    let account = server::account_for(&listener, false).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(server::serve(listener, account, stop.clone()));
+    let cosmos = CosmosSettings {
+        endpoint: Some(endpoint.parse().unwrap()),
+        auth: skyport_runtime::config::CosmosAuth::Key,
+        key: Some(emulator::Emulator::key().to_owned().into()),
+        throughput: Some(1_000),
+        ..settings()
+    };
+    let store = CosmosStore::open(&cosmos, &Default::default())
+        .await
+        .unwrap();
+    status_store_contract(store.clone(), "cosmos over HTTP").await;
+    store.close().await;
+    server::replace_throughput(&endpoint, &cosmos.database, &cosmos.status_container, 4_000)
+        .await
+        .unwrap();
+    let stats_url = format!("{}{STATS_PATH}", endpoint.trim_end_matches('/'));
+    for client in [
+        reqwest::Client::new(),
+        reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap(),
+    ] {
+        let response = client.get(&stats_url).send().await.unwrap();
+        let version = response.version();
+        let stats: ServedStats = response.json().await.unwrap();
+        assert!(
+            stats.documents > 0 && stats.requests > stats.documents,
+            "{version:?}: {stats:?}"
+        );
+        assert_eq!(stats.failed, 0, "{stats:?}");
+    }
+    stop.cancel();
+    serving.await.unwrap();
+}
