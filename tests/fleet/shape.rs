@@ -97,18 +97,12 @@ impl Shape {
         name: &str,
         overrides: &BTreeMap<String, String>,
     ) -> Vec<String> {
-        let workload = self.rendering.get(
-            match self
-                .rendering
-                .all("StatefulSet")
-                .iter()
-                .any(|w| helm::name(w) == role.workload())
-            {
-                true => "StatefulSet",
-                false => "Deployment",
-            },
-            role.workload(),
-        );
+        let workload = self
+            .rendering
+            .workloads()
+            .into_iter()
+            .find(|w| helm::name(w) == role.workload())
+            .unwrap_or_else(|| panic!("the rendering has no workload {}", role.workload()));
         let mut set = BTreeMap::new();
         for env in helm::container(workload)["env"].as_array().unwrap() {
             let Some(key) = env["name"].as_str().unwrap().strip_prefix("SKYPORT__") else {
