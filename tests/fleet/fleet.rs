@@ -13,9 +13,9 @@ use skyport_azure::cosmos::emulator::server::{STATS_PATH, ServedStats};
 use skyport_tests::kafka::Broker;
 use skyport_tests::metric_sum;
 use skyport_tests::webhooks::{Behaviour, Receiver};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use crate::servers::{Server, announced};
+use crate::servers::{Server, announced, process};
 use crate::shape::{Endpoints, Role, Shape, Stream, overrides};
 
 /// Kafka's topic and partitions (`ci/kafka-values.yaml` assumes 6), and
@@ -355,7 +355,7 @@ pub(crate) fn even(counts: &[usize], total: usize) -> bool {
 async fn simulator(dir: &std::path::Path) -> Member {
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_skyport-simulator"));
     let log = dir.join("skyport-simulator.log");
-    let mut child = Command::new(binary)
+    let mut child = process(binary)
         // Remembering every resource of a scenario (the default forgets
         // past 10,000), so that one created twice is counted as such.
         .args([
@@ -368,7 +368,6 @@ async fn simulator(dir: &std::path::Path) -> Member {
         ])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let what = format!("the simulator (see {})", log.display());
@@ -384,12 +383,11 @@ async fn simulator(dir: &std::path::Path) -> Member {
 /// Starts `name` and reads the address it listens on from its log.
 async fn spawn(role: Role, name: &str, args: &[String], dir: &std::path::Path) -> Member {
     let log = dir.join(format!("{name}.log"));
-    let mut child = Command::new(role.binary())
+    let mut child = process(role.binary())
         .args(args)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,skyport_callbacks=debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let message = match role {

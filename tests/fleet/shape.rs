@@ -36,12 +36,15 @@ pub(crate) const CALLBACK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 const TRACKER_KEY: &str = "sk-fleet-tracker-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 
 /// The timings shortened so that the scenarios take seconds, not minutes
-/// (the chart's values keep the production ones): named in the README.
-pub(crate) const LEASE_EXPIRY_MS: u64 = 5_000;
+/// (the chart's values keep the production ones): named in the README. The
+/// lease and ownership expiries leave 9 s for a renewal: every lease lives in
+/// the one emulator, which copies a container's items for each change-feed
+/// read and under load can answer a renewal seconds late.
+pub(crate) const LEASE_EXPIRY_MS: u64 = 10_000;
 pub(crate) const KAFKA_SESSION_TIMEOUT_MS: u64 = 6_000;
 /// `kafka.drain_timeout_ms` must stay below the session timeout.
 const KAFKA_DRAIN_TIMEOUT_MS: u64 = 5_000;
-pub(crate) const OWNERSHIP_EXPIRY_MS: u64 = 5_000;
+pub(crate) const OWNERSHIP_EXPIRY_MS: u64 = 10_000;
 /// Not shortened: a global group's renewal and expiry are at their minimums
 /// (`cosmos.throughput_control.renew_interval_ms` 5 s, expiry 11 s).
 pub(crate) const THROUGHPUT_EXPIRY_MS: u64 = 11_000;
@@ -217,7 +220,7 @@ pub(crate) fn overrides(stream: Stream, endpoints: &Endpoints) -> BTreeMap<Strin
             // A SAS connection string instead of Entra (the broker takes any token), to the local broker.
             keys.insert("eventhubs.auth".into(), "connection_string".into());
             keys.insert("eventhubs.custom_endpoint".into(), endpoints.stream.clone());
-            keys.insert("eventhubs.update_interval_ms".into(), "500".into());
+            keys.insert("eventhubs.update_interval_ms".into(), "1000".into());
             keys.insert(
                 "eventhubs.partition_expiration_ms".into(),
                 OWNERSHIP_EXPIRY_MS.to_string(),

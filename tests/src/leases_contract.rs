@@ -24,12 +24,15 @@ pub async fn lease_store_contract(store: Arc<dyn LeaseStore>) {
     let leases: Leases = Arc::new(LeaseCheckpointStore::new(Arc::clone(&store)));
     racing_claims_expire_and_move(&leases).await;
     checkpoints_list_back_exactly(&leases).await;
-    each_instance_keeps_its_share_across_hubs(store).await;
+    each_instance_keeps_its_share_across_hubs(Arc::clone(&store)).await;
+    hubs_renewing_together_hand_back_the_excess_once(store).await;
 }
 
 /// Over two hubs of 4 partitions and three owners, an instance that holds the
 /// extra partition of both hubs (4, 2, 2) keeps 3 at its next renewal and
 /// hands the fourth back; it cannot claim it again, and another instance can.
+/// Then (3, 3, 2) a steal by the instance with 2 is refused, since it would
+/// move a partition without evening the load; one by a new instance is not.
 async fn each_instance_keeps_its_share_across_hubs(store: Arc<dyn LeaseStore>) {
     let hubs = ["shares-0", "shares-1"];
     let plain = LeaseCheckpointStore::new(Arc::clone(&store));
@@ -76,6 +79,56 @@ async fn each_instance_keeps_its_share_across_hubs(store: Arc<dyn LeaseStore>) {
     assert!(leases.claim_ownership(&[again]).await.unwrap().is_empty());
     let by_b = claim(hubs[1], partition, "b", handed_back[0].etag.clone());
     assert_eq!(leases.claim_ownership(&[by_b]).await.unwrap().len(), 1);
+    let listed = leases
+        .list_ownerships(NAMESPACE, hubs[0], GROUP)
+        .await
+        .unwrap();
+    let of_a = listed
+        .iter()
+        .find(|o| o.owner_id.as_deref() == Some("a"))
+        .unwrap();
+    let partition: usize = of_a.partition_id.parse().unwrap();
+    let by_c = claim(hubs[0], partition, "c", of_a.etag.clone());
+    assert!(
+        leases.claim_ownership(&[by_c]).await.unwrap().is_empty(),
+        "c (2 partitions) must not steal from a (3)"
+    );
+    let by_d = claim(hubs[0], partition, "d", of_a.etag.clone());
+    assert_eq!(leases.claim_ownership(&[by_d]).await.unwrap().len(), 1);
+}
+
+/// An instance holding 6 of 8 partitions over two hubs with one other owner
+/// (share 4) renews both hubs at once: it keeps 4 and hands 2 back, never
+/// both hubs cutting for the same excess.
+async fn hubs_renewing_together_hand_back_the_excess_once(store: Arc<dyn LeaseStore>) {
+    let hubs = ["together-0", "together-1"];
+    let plain = LeaseCheckpointStore::new(Arc::clone(&store));
+    let leases = LeaseCheckpointStore::across_hubs(
+        store,
+        hubs.iter().map(|h| (*h).to_owned()).collect(),
+        Duration::from_secs(60),
+    );
+    let mut renewals = [Vec::new(), Vec::new()];
+    for (hub, renewal) in hubs.iter().zip(&mut renewals) {
+        for (partition, owner) in [(0, "a"), (1, "a"), (2, "a"), (3, "b")] {
+            let won = plain
+                .claim_ownership(&[Ownership {
+                    event_hub_name: (*hub).into(),
+                    ..ownership(partition, owner, None)
+                }])
+                .await
+                .unwrap();
+            if owner == "a" {
+                renewal.extend(won);
+            }
+        }
+    }
+    let (first, second) = tokio::join!(
+        leases.claim_ownership(&renewals[0]),
+        leases.claim_ownership(&renewals[1])
+    );
+    let kept = first.unwrap().len() + second.unwrap().len();
+    assert_eq!(kept, 4, "a keeps its share of 4, handing back 2 of its 6");
 }
 
 fn fields(value: serde_json::Value) -> LeaseFields {

@@ -17,8 +17,17 @@
 //! owners', rounded up): it leaves out a new claim past the share, and hands
 //! back (owner cleared) a partition whose renewal would keep the instance
 //! past it, which another instance then claims at its next balancing.
+//!
+//! The SDK also steals within a hub to even that hub alone (an instance with
+//! none of a hub's partitions takes one from an instance with two), which
+//! moves a partition, and replays its in-flight events, without evening the
+//! load at all when the victim holds no more partitions overall. So a steal
+//! goes ahead only when the victim holds at least two more partitions of all
+//! the hubs than the thief. The instance's hubs decide one at a time, each
+//! on what the one before it left, so that two hubs renewing together never
+//! both hand a partition back for the same excess.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,6 +96,8 @@ pub struct LeaseCheckpointStore {
     /// The hubs whose partitions are shared out together, and how long a
     /// claim lasts unrenewed (`eventhubs.partition_expiration_ms`).
     across: Option<(Vec<String>, Duration)>,
+    /// Held while one hub's processor decides and writes its claims.
+    balancing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl LeaseCheckpointStore {
@@ -95,6 +106,7 @@ impl LeaseCheckpointStore {
         Self {
             leases,
             across: None,
+            balancing: Arc::default(),
         }
     }
 
@@ -104,6 +116,7 @@ impl LeaseCheckpointStore {
         Self {
             leases,
             across: Some((hubs, expiry)),
+            balancing: Arc::default(),
         }
     }
 
@@ -142,12 +155,13 @@ impl LeaseCheckpointStore {
             fields.owner_id.as_ref().is_some_and(|o| !o.is_empty())
                 && version.modified + expiry > now
         };
-        let mut owners: BTreeSet<&str> = records
-            .iter()
-            .filter(|(f, v)| live(f, v))
-            .filter_map(|(f, _)| f.owner_id.as_deref())
-            .collect();
-        owners.insert(&me);
+        let mut held_by: BTreeMap<&str, usize> = BTreeMap::new();
+        for (fields, _) in records.iter().filter(|(f, v)| live(f, v)) {
+            if let Some(owner) = fields.owner_id.as_deref() {
+                *held_by.entry(owner).or_default() += 1;
+            }
+        }
+        let owners = held_by.len() + usize::from(!held_by.contains_key(me.as_str()));
         let unrecorded = claims
             .iter()
             .filter(|c| {
@@ -156,7 +170,18 @@ impl LeaseCheckpointStore {
                 })
             })
             .count();
-        let share = (records.len() + unrecorded).div_ceil(owners.len());
+        let share = (records.len() + unrecorded).div_ceil(owners);
+        // The live owner of `claim`'s partition, if any.
+        let owner_of = |claim: &Ownership| {
+            records
+                .iter()
+                .find(|(f, v)| {
+                    live(f, v)
+                        && f.event_hub_name == claim.event_hub_name
+                        && f.partition_id == claim.partition_id
+                })
+                .and_then(|(f, _)| f.owner_id.as_deref())
+        };
         // What this instance holds and does not claim again here: its
         // partitions of the other hubs, and any of this hub left out of the
         // claims (held until they expire).
@@ -170,20 +195,12 @@ impl LeaseCheckpointStore {
                     })
             })
             .count();
-        let held = |claim: &Ownership| {
-            records.iter().any(|(f, v)| {
-                live(f, v)
-                    && f.owner_id.as_deref() == Some(me.as_str())
-                    && f.event_hub_name == claim.event_hub_name
-                    && f.partition_id == claim.partition_id
-            })
-        };
-        let (renewals, new): (Vec<&Ownership>, Vec<&Ownership>) =
-            claims.iter().partition(|c| held(c));
-        let mut room = share.saturating_sub(held_apart);
+        let (renewals, new): (Vec<&Ownership>, Vec<&Ownership>) = claims
+            .iter()
+            .partition(|c| owner_of(c) == Some(me.as_str()));
         let mut kept = Vec::with_capacity(claims.len());
         for claim in renewals {
-            if room == 0 {
+            if held_apart + kept.len() >= share {
                 tracing::info!(hub = %claim.event_hub_name, partition = %claim.partition_id, share, "Handing a partition back: this instance holds more than its share of all the hubs' partitions.");
                 self.claim(&Ownership {
                     owner_id: Some(String::new()),
@@ -192,10 +209,23 @@ impl LeaseCheckpointStore {
                 .await;
                 continue;
             }
-            room -= 1;
             kept.push(claim.clone());
         }
-        kept.extend(new.into_iter().take(room).cloned());
+        for claim in new {
+            let mine = held_apart + kept.len();
+            if mine >= share {
+                break;
+            }
+            if let Some(victim) = owner_of(claim) {
+                let theirs = held_by.get(victim).copied().unwrap_or_default();
+                if theirs <= mine + 1 {
+                    tracing::debug!(hub = %claim.event_hub_name, partition = %claim.partition_id, victim, theirs, mine, "Not stealing a partition: it would move without evening the load.");
+                    continue;
+                }
+                held_by.insert(victim, theirs - 1);
+            }
+            kept.push(claim.clone());
+        }
         kept
     }
 
@@ -275,8 +305,12 @@ impl CheckpointStore for LeaseCheckpointStore {
                 "a claim has no partition id",
             ));
         }
+        let _one_hub_at_a_time;
         let claims = match &self.across {
-            Some((hubs, expiry)) => self.within_share(hubs, *expiry, ownerships).await,
+            Some((hubs, expiry)) => {
+                _one_hub_at_a_time = self.balancing.lock().await;
+                self.within_share(hubs, *expiry, ownerships).await
+            }
             None => ownerships.to_vec(),
         };
         let mut won = Vec::with_capacity(claims.len());
