@@ -74,9 +74,10 @@ fn compression() -> CompressionLayer<SizeAbove> {
     CompressionLayer::new().compress_when(SizeAbove::new(COMPRESS_FROM_BYTES))
 }
 
-/// The probes and `/metrics`, which are never shed and need no credentials.
+/// The probes (with the reference implementation's `/api/probe`) and
+/// `/metrics`, which are never shed and need no credentials.
 fn operations() -> OpenApiRouter<AppState> {
-    admin::routes()
+    admin::routes().routes(routes!(admin::probe))
 }
 
 /// The gateway's OpenAPI document, as served at `/openapi.json`.

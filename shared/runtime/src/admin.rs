@@ -186,17 +186,43 @@ pub async fn readyz(State(admin): State<Admin>) -> Response {
             details: admin.readiness.details(),
         })
         .into_response(),
-        Err(reason) => {
-            tracing::warn!(%reason, "Answered /readyz: not ready.");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service unavailable",
-                "Unavailable",
-                reason,
-            )
-            .respond(Some(admin.retry_after_s))
-        }
+        Err(reason) => unready(&admin, "/readyz", reason),
     }
+}
+
+/// Readiness as the reference implementation's ingestion service answered
+/// it (`GET /api/probe`, its Kubernetes readiness probe), for the probes and
+/// clients written against it: the JSON string `"OK"` when ready, else what
+/// `/readyz` answers.
+#[utoipa::path(
+    get,
+    path = "/api/probe",
+    operation_id = "probe",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready to take requests.", body = String, example = json!("OK")),
+        (status = 503, description = "The stream or the status store is unavailable.",
+            headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
+    ),
+    security(()),
+)]
+pub async fn probe(State(admin): State<Admin>) -> Response {
+    match admin.readiness.check().await {
+        Ok(_) => Json("OK").into_response(),
+        Err(reason) => unready(&admin, "/api/probe", reason),
+    }
+}
+
+/// The 503 of a readiness route that found the process unready.
+fn unready(admin: &Admin, route: &str, reason: String) -> Response {
+    tracing::warn!(%reason, route, "Answered a readiness probe: not ready.");
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Service unavailable",
+        "Unavailable",
+        reason,
+    )
+    .respond(Some(admin.retry_after_s))
 }
 
 /// What a background part of the process reports to operators
@@ -225,4 +251,54 @@ async fn render_metrics(headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let (content_type, text) = metrics::global().exposition(accept);
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use serde_json::json;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Fixed(Result<Vec<String>, String>);
+
+    #[async_trait]
+    impl ReadinessCheck for Fixed {
+        async fn check(&self) -> Result<Vec<String>, String> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_reference_probe_answers_ok_when_ready_and_as_readyz_when_not() {
+        let router = |check| {
+            Router::from(routes().routes(routes!(probe))).with_state(Admin::new(Arc::new(check), 3))
+        };
+        let ask = |check: Fixed, path: &'static str| async move {
+            let response = router(check)
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let (parts, body) = response.into_parts();
+            let bytes = axum::body::to_bytes(body, 1 << 16).await.unwrap();
+            (parts, serde_json::from_slice::<Value>(&bytes).unwrap())
+        };
+        let (ready, body) = ask(Fixed(Ok(vec!["degraded".into()])), "/api/probe").await;
+        assert_eq!((ready.status, body), (StatusCode::OK, json!("OK")));
+        for path in ["/api/probe", "/readyz"] {
+            let (unready, body) = ask(Fixed(Err("the stream is down".into())), path).await;
+            assert_eq!(unready.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            assert_eq!(unready.headers[header::RETRY_AFTER], "3");
+            assert_eq!(
+                unready.headers[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+            assert_eq!(body["detail"], "the stream is down");
+        }
+    }
 }

@@ -123,6 +123,15 @@ async fn api_routes_need_credentials_and_ops_routes_do_not() {
             .unwrap();
         assert_eq!(response.status(), 200, "{path}");
     }
+    // The reference implementation's readiness route, as its probes read it.
+    let probe = anonymous
+        .http
+        .get(format!("{}/api/probe", anonymous.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 200);
+    assert_eq!(probe.json::<Value>().await.unwrap(), "OK");
     // The reports of the change-feed processor hold clients' data.
     let reports = format!("{}/admin/change-feed/dead-letters", anonymous.base);
     let response = anonymous.http.get(&reports).send().await.unwrap();

@@ -125,13 +125,15 @@ async fn a_request_beyond_the_limit_is_refused_at_once_with_retry_after() {
         .unwrap();
     assert_eq!(status.status(), 503, "a status read is shed too");
 
-    let health = client
-        .http
-        .get(format!("{}/readyz", client.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status(), 200, "the probes are never shed");
+    for probe in ["/readyz", "/api/probe"] {
+        let health = client
+            .http
+            .get(format!("{}{probe}", client.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200, "the probes are never shed: {probe}");
+    }
 
     gate.open.send_replace(true);
     for request in held {
