@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 pub mod idempotency;
 pub mod openapi;
+pub mod pacing;
 pub mod receipt;
 pub mod request_context;
 pub mod request_id;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::extract::FromRef;
@@ -18,6 +19,7 @@ use skyport_runtime::config::GatewaySettings;
 use skyport_runtime::destination::CallbackAcceptance;
 
 use crate::error::ApiError;
+use crate::pacing::Pacing;
 use crate::receipt::Receipts;
 
 /// Cloned for every request (axum's `State`, each middleware's state), so
@@ -44,7 +46,10 @@ pub struct GatewayParts {
     /// How long a reservation holds a delivery id.
     pub idempotency_retention: time::Duration,
     pub receipts: Receipts,
+    /// `Retry-After` when a request is shed or a backend is unavailable.
     pub retry_after_s: u32,
+    /// The `Retry-After` of a 202 and of a status not terminal yet.
+    pub pacing: Pacing,
     /// The schema version of the events this gateway writes.
     pub event_schema_version: u32,
     /// How long after its acceptance a delivery with no status document is
@@ -122,6 +127,7 @@ impl AppState {
             .unwrap_or(time::Duration::DAY),
             receipts: Receipts::new(&ports.receipt_key),
             retry_after_s: settings.retry_after_s,
+            pacing: Pacing::new(Duration::from_secs(u64::from(settings.retry_after_s))),
             event_schema_version: settings.event_schema_version,
             status_gone_after: settings
                 .status_gone_after

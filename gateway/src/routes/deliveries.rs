@@ -25,6 +25,7 @@ use crate::error::ApiError;
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
 use crate::openapi::{DeliveryRefusals, Refusals};
+use crate::pacing;
 use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
@@ -51,7 +52,8 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
         (status = 202, description = "Durable in the stream; poll the status URL.", body = Accepted,
             headers(
                 ("Location" = String, description = "The status URL."),
-                ("Retry-After" = u32, description = "Seconds to wait before the first poll."),
+                ("Retry-After" = u32, description = "Seconds to wait before the first poll: when deliveries have recently been taking to reach their outcome, at least 1."),
+                ("retry-after-ms" = u64, description = "The same wait in milliseconds, as Azure's long-running-operation pollers read it."),
             ),
             links(
                 ("GetStatus" = (operation_id = "getDeliveryStatus",
@@ -256,12 +258,11 @@ fn accepted(
         status_url: links.status,
         receipt,
     };
+    let wait = state.pacing.wait(accepted_at, OffsetDateTime::now_utc());
     Ok((
         StatusCode::ACCEPTED,
-        [
-            (header::LOCATION, location),
-            (header::RETRY_AFTER, HeaderValue::from(state.retry_after_s)),
-        ],
+        [(header::LOCATION, location)],
+        pacing::headers(wait),
         Json(body),
     )
         .into_response())
@@ -307,7 +308,8 @@ pub struct StatusQuery {
                 (String = "text/html", example = json!("<!DOCTYPE html><html lang=\"en\">…</html>")),
             ),
             headers(
-                ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again."),
+                ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again, from when deliveries have recently been reaching their outcome (at least 1)."),
+                ("retry-after-ms" = u64, description = "Present while the delivery is not terminal: the same wait in milliseconds, as Azure's long-running-operation pollers read it."),
                 ("Vary" = String, description = "`Accept`: the answer depends on it."),
             )),
         (status = 403, description = "The credentials lack the read scope."),
@@ -331,26 +333,29 @@ pub async fn status(
         Some(stored) => stored.document,
         None => not_yet_written(&state, id.clone(), accepted_at)?,
     };
+    state.pacing.observe(&document);
     let receipt = query.receipt.unwrap_or_default();
     let links = Links::new(&base, &id, &receipt, document.state);
     let terminal = document.state.is_terminal();
+    let wait = (!terminal).then(|| {
+        state
+            .pacing
+            .wait(document.created_at, OffsetDateTime::now_utc())
+    });
     let status = DeliveryStatus {
         document,
         terminal,
         links,
     };
     let mut response = if status_page::prefers_html(&headers) {
-        status_page::respond(&status, (!terminal).then_some(state.retry_after_s))
+        status_page::respond(&status, wait.map(pacing::seconds))
     } else {
         Json(status).into_response()
     };
-    response
-        .headers_mut()
-        .append(header::VARY, HeaderValue::from_static("accept"));
-    if !terminal {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(state.retry_after_s));
+    let response_headers = response.headers_mut();
+    response_headers.append(header::VARY, HeaderValue::from_static("accept"));
+    if let Some(wait) = wait {
+        response_headers.extend(pacing::headers(wait));
     }
     Ok(response)
 }

@@ -73,6 +73,56 @@ async fn the_status_url_answers_accepted_before_the_worker_writes_anything() {
     app.app.stop().await.unwrap();
 }
 
+/// `Retry-After` follows what deliveries recently took to reach their outcome:
+/// before any has ended it is `gateway.retry_after_s`; once the gateway has
+/// served terminal documents, a new 202 tells its client to come back when
+/// its delivery is expected to end (`retry-after-ms`), in whole seconds at
+/// least 1.
+#[tokio::test]
+async fn retry_after_follows_the_recent_time_to_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let waits = |response: &reqwest::Response| {
+        let header = |name: &str| {
+            response.headers()[name]
+                .to_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        (header("retry-after"), header("retry-after-ms"))
+    };
+    let first = app
+        .client
+        .post_raw("application/json", delivery_request(1).to_string())
+        .await;
+    assert_eq!(first.status(), 202);
+    assert_eq!(waits(&first), (1, 1_000), "nothing has ended yet");
+    let accepted = app.client.post_many(50).await;
+    let urls: Vec<String> = accepted.iter().map(|a| a.status_url.clone()).collect();
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await;
+    let took: Vec<u64> = documents
+        .iter()
+        .map(|d| u64::try_from((d.updated_at - d.created_at).whole_milliseconds()).unwrap())
+        .collect();
+    let (fastest, slowest) = (took.iter().min().unwrap(), took.iter().max().unwrap());
+    let next = app
+        .client
+        .post_raw("application/json", delivery_request(2).to_string())
+        .await;
+    assert_eq!(next.status(), 202);
+    let (seconds, millis) = waits(&next);
+    assert!(
+        millis >= fastest.saturating_sub(100).max(100) && millis <= (*slowest).max(100) + 1,
+        "retry-after-ms {millis} outside what the deliveries took ({fastest}..{slowest} ms)"
+    );
+    assert_eq!(seconds, millis.div_ceil(1_000).max(1));
+    app.app.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn poison_events_are_dead_lettered_and_the_partition_moves_on() {
     let dir = tempfile::tempdir().unwrap();
