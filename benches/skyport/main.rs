@@ -29,7 +29,10 @@
 //! 8. Time to terminal: the system of (5) fed at a fixed rate (1,000/s, then
 //!    2,000/s) for 30 s; each delivery's time from its acceptance to its
 //!    terminal status, from the timestamps of its status document (read
-//!    through the change feed once all are terminal), not by polling.
+//!    through the change feed once all are terminal), not by polling; then
+//!    1,000/s again with every request asking for a callback to a receiver
+//!    in this process, and each callback's delay after the terminal write
+//!    it announces.
 //! 9. Kafka: the gateway alone against the ceiling and end to end with the
 //!    stream on a local tansu broker (memory engine, installed as the tests
 //!    install it): Skyport's cost on Kafka, not a production broker's speed.
@@ -43,6 +46,7 @@
 //! `cargo bench --bench skyport -- ingest burst`; `-- charts` redraws the
 //! charts from `BENCHMARKS.json` and runs nothing.
 
+mod callbacks;
 mod charts;
 mod cpu;
 mod load;
@@ -109,7 +113,8 @@ struct Plan {
     end_to_end: u64,
     limited_rate: u32,
     limited_window: Duration,
-    /// The fixed rates of the time-to-terminal phase, and how long each runs.
+    /// The fixed rates of the time-to-terminal phase, each without callbacks
+    /// and then the first again with a callback per request; how long each runs.
     terminal_rates: [u32; 2],
     terminal_duration: Duration,
     drain_timeout: Duration,
@@ -719,34 +724,73 @@ impl Bench {
     /// (8): the system of [`Bench::end_to_end`] fed at each fixed rate for
     /// `plan.terminal_duration`, on a fresh store each; then every delivery's
     /// time from acceptance to its terminal status, from its status document.
+    /// Then the first rate again with every request asking for a callback,
+    /// and each callback's delay after the terminal write it announces.
     async fn time_to_terminal(&self) -> anyhow::Result<Vec<TimeToTerminal>> {
         let plan = &self.plan;
+        let runs = plan
+            .terminal_rates
+            .iter()
+            .map(|rate| (*rate, false))
+            .chain([(plan.terminal_rates[0], true)]);
         let mut rows = Vec::new();
-        for rate in plan.terminal_rates {
-            let phase = format!("time-to-terminal-{rate}");
-            eprintln!(
-                "time to terminal: {rate}/s for {} s, 5 services at 20 ms per call",
-                plan.terminal_duration.as_secs()
+        for (rate, calling_back) in runs {
+            let phase = format!(
+                "time-to-terminal-{rate}{}",
+                if calling_back { "-callbacks" } else { "" }
             );
-            let settings = self.settings(&phase, &[])?;
-            let (system, services) = self.system(&phase, 0, &[]).await?;
+            eprintln!(
+                "time to terminal: {rate}/s for {} s, 5 services at 20 ms per call{}",
+                plan.terminal_duration.as_secs(),
+                if calling_back {
+                    ", a callback each"
+                } else {
+                    ""
+                }
+            );
+            let receiver = if calling_back {
+                Some(callbacks::Receiver::start().await?)
+            } else {
+                None
+            };
+            let loopback = [("callbacks.allow", "[\"127.0.0.0/8\"]".to_owned())];
+            let settings = self.settings(&phase, &loopback)?;
+            let (system, services) = self.system(&phase, 0, &loopback).await?;
             Self::await_partitions(&phase, &system, settings.stream.partitions).await?;
-            let posted = poster::post(
-                &system.url,
-                Schedule::Rate {
-                    per_s: rate,
-                    duration: plan.terminal_duration,
-                },
-                OPEN_LOOP_CONNECTIONS,
-                Naming::Unnamed,
-                0,
-            )
-            .await?;
+            let schedule = Schedule::Rate {
+                per_s: rate,
+                duration: plan.terminal_duration,
+            };
+            let posted = match &receiver {
+                Some(receiver) => {
+                    poster::post_calling_back(
+                        &system.url,
+                        schedule,
+                        OPEN_LOOP_CONNECTIONS,
+                        &receiver.url,
+                    )
+                    .await?
+                }
+                None => {
+                    poster::post(
+                        &system.url,
+                        schedule,
+                        OPEN_LOOP_CONNECTIONS,
+                        Naming::Unnamed,
+                        0,
+                    )
+                    .await?
+                }
+            };
             let accepted = posted.status("202");
             self.drain(&system, accepted).await?;
             let mut micros = terminal_times(&system).await?;
             let terminal = micros.len() as u64;
             let failed = system.failed();
+            let mut delays = match receiver {
+                Some(receiver) => Some(Self::called_back(receiver, accepted).await?),
+                None => None,
+            };
             Self::stop(system, services).await?;
             anyhow::ensure!(
                 terminal >= accepted,
@@ -759,9 +803,25 @@ impl Bench {
                 failed,
                 accept: posted.latency,
                 terminal: Latency::of(&mut micros),
+                callback: delays.as_mut().and_then(|delays| Latency::of(delays)),
             });
         }
         Ok(rows)
+    }
+
+    /// Waits (at most a minute) until `receiver` has had `accepted`
+    /// callbacks, then stops it; their delays.
+    async fn called_back(receiver: callbacks::Receiver, accepted: u64) -> anyhow::Result<Vec<u32>> {
+        let started = Instant::now();
+        while (receiver.received() as u64) < accepted {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "{} callbacks for {accepted} accepted after 60 s",
+                receiver.received()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        receiver.stop().await
     }
 
     /// The stream on Kafka: a local tansu broker (memory engine) with

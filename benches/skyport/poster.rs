@@ -109,6 +109,8 @@ struct Job {
     naming: Naming,
     /// The number of the first request, which names its package and owner.
     first: u64,
+    /// Where each request asks for its callback: this URL, then `/bench-N`.
+    callback: Option<String>,
 }
 
 /// Posts distinct delivery requests to `url` from another process, over at
@@ -123,13 +125,38 @@ pub(crate) async fn post(
     naming: Naming,
     first: u64,
 ) -> anyhow::Result<Posted> {
-    let job = Job {
+    run_job(Job {
         url: url.to_owned(),
         schedule,
         connections,
         naming,
         first,
-    };
+        callback: None,
+    })
+    .await
+}
+
+/// As [`post`], unnamed, each request asking for a callback at `callback`
+/// (then `/bench-N`).
+pub(crate) async fn post_calling_back(
+    url: &str,
+    schedule: Schedule,
+    connections: u32,
+    callback: &str,
+) -> anyhow::Result<Posted> {
+    run_job(Job {
+        url: url.to_owned(),
+        schedule,
+        connections,
+        naming: Naming::Unnamed,
+        first: 0,
+        callback: Some(callback.to_owned()),
+    })
+    .await
+}
+
+/// Runs `job` in another process (this binary with `--post`).
+async fn run_job(job: Job) -> anyhow::Result<Posted> {
     let args = vec!["--post".to_owned(), serde_json::to_string(&job)?];
     tokio::task::spawn_blocking(move || crate::rerun(&args, "the poster"))
         .await
@@ -198,9 +225,16 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
                     }
                 };
                 let n = job.first + n;
-                let body = BODY
+                let mut body = BODY
                     .replace("\"pkg-1\"", &format!("\"pkg-{n}\""))
                     .replace("\"owner-1\"", &format!("\"owner-{n}\""));
+                if let Some(callback) = &job.callback {
+                    body = body.replacen(
+                        '{',
+                        &format!("{{\"callbackUrl\":\"{callback}/bench-{n}\","),
+                        1,
+                    );
+                }
                 let mut post = client
                     .post(&job.url)
                     .header("content-type", "application/json")

@@ -179,6 +179,10 @@ impl LeaseLoop {
                 return self.stop_in_flight(held, in_flight).await;
             }
             let mut wait = None;
+            // Taken before the read: once it has caught up, a change written
+            // after it wakes the wait (where the source can tell).
+            let seen = self.source.version();
+            let mut caught_up = false;
             if in_flight.len() < self.settings.max_batches_in_flight {
                 match self.read(&range, next.as_deref()).await {
                     Ok(page) if page.changes.is_empty() && page.skipped > 0 => {
@@ -205,6 +209,7 @@ impl LeaseLoop {
                         if in_flight.is_empty() {
                             next = Some(page.continuation);
                         }
+                        caught_up = true;
                         wait = Some(self.settings.poll_interval);
                     }
                     Ok(page) => {
@@ -244,6 +249,7 @@ impl LeaseLoop {
                     () = lost.cancelled() => {}
                     () = tokio::time::sleep(wait) => {}
                     () = done.notified(), if !in_flight.is_empty() => {}
+                    () = self.written_since(seen), if caught_up => {}
                 }
             }
         }
@@ -256,6 +262,15 @@ impl LeaseLoop {
             let _ = task.await;
         }
         self.why_stopped(held).await
+    }
+
+    /// Resolves once the source has a change written after it was at
+    /// `seen`; never when it cannot tell (the loop then polls).
+    async fn written_since(&self, seen: Option<u64>) {
+        match seen {
+            Some(seen) => self.source.changed_since(seen).await,
+            None => std::future::pending().await,
+        }
     }
 
     async fn read(&self, range: &FeedRange, from: Option<&str>) -> Result<ChangePage, BoxError> {

@@ -57,6 +57,20 @@ impl ChangeSource for EmbeddedStore {
         Ok(vec![FeedRange::full()])
     }
 
+    /// The last change number committed: a reader that caught up is woken
+    /// by the commit of the next status write, not by its poll interval.
+    fn version(&self) -> Option<u64> {
+        Some(*self.changes.borrow())
+    }
+
+    async fn changed_since(&self, seen: u64) {
+        let mut changes = self.changes.clone();
+        // An error means the committer stopped: nothing more will change.
+        if changes.wait_for(|last| *last != seen).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     async fn read(
         &self,
         _range: &FeedRange,

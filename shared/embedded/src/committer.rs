@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::faults::Faults;
 use crate::group_commit;
@@ -197,19 +197,25 @@ struct Committer {
     db: Arc<Database>,
     max_batch: usize,
     faults: Faults,
+    /// The last change number committed, for the change feed's readers.
+    changes: watch::Sender<u64>,
 }
 
 /// Starts the committer thread; it stops when every sender of `ops` is gone and the queue is empty.
+/// Each commit that writes a status document publishes its last change
+/// number on `changes`.
 pub(crate) fn spawn(
     db: Arc<Database>,
     ops: mpsc::Receiver<Op>,
     max_batch: usize,
     faults: Faults,
+    changes: watch::Sender<u64>,
 ) -> std::io::Result<JoinHandle<()>> {
     let committer = Committer {
         db,
         max_batch: max_batch.max(1),
         faults,
+        changes,
     };
     std::thread::Builder::new()
         .name("skyport-committer".into())
@@ -247,11 +253,13 @@ impl Committer {
         self.faults.check().map_err(redb::Error::Io)?;
         let txn = self.db.begin_write()?;
         let mut results = Vec::with_capacity(batch.len());
+        let txn_changes;
         {
             let mut tables = Tables::open(&txn)?;
             // Every status write takes the next number; a document's earlier
             // entry goes, so the sequence holds each document once.
-            let mut next_change = tables.changes.last()?.map_or(1, |(seq, _)| seq.value() + 1);
+            let first_change = tables.changes.last()?.map_or(1, |(seq, _)| seq.value() + 1);
+            let mut next_change = first_change;
             let now_ms = unix_ms(OffsetDateTime::now_utc());
             for op in batch {
                 results.push(match &op.kind {
@@ -345,8 +353,12 @@ impl Committer {
                     }
                 });
             }
+            txn_changes = (next_change > first_change).then_some(next_change - 1);
         }
         txn.commit()?;
+        if let Some(last) = txn_changes {
+            self.changes.send_replace(last);
+        }
         Ok(results)
     }
 }

@@ -87,6 +87,8 @@ pub struct EmbeddedStore {
     committer: Mutex<Option<JoinHandle<()>>>,
     /// Reads of the database on the blocking pool at once (see [`Self::blocking`]).
     readers: Semaphore,
+    /// The last change number committed (the change feed's version).
+    pub(crate) changes: watch::Receiver<u64>,
 }
 
 /// At most this many database reads run at once. A read can wait for a
@@ -156,12 +158,12 @@ impl EmbeddedStore {
             faults.clone(),
         )?;
         let (ops, rx) = mpsc::channel(settings.queue_capacity);
-        let committer = committer::spawn(Arc::clone(&db), rx, settings.max_batch, faults).map_err(
-            |source| OpenError::Storage {
+        let (changed, changes) = watch::channel(0);
+        let committer = committer::spawn(Arc::clone(&db), rx, settings.max_batch, faults, changed)
+            .map_err(|source| OpenError::Storage {
                 path: path.clone(),
                 source: Box::new(source),
-            },
-        )?;
+            })?;
         tracing::info!(path = %path.display(), partitions, "Opened the embedded store.");
         Ok(Arc::new(Self {
             db,
@@ -172,6 +174,7 @@ impl EmbeddedStore {
             stats,
             committer: Mutex::new(Some(committer)),
             readers: Semaphore::new(MAX_CONCURRENT_READS),
+            changes,
         }))
     }
 

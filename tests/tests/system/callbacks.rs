@@ -177,6 +177,38 @@ async fn on_the_embedded_store_every_terminal_status_is_called_back_signed() {
     every_terminal_status_reaches_its_callback(app, receiver).await;
 }
 
+/// On the embedded store a status write wakes the change-feed processor: with
+/// a poll interval of a minute, every callback still arrives within seconds
+/// of its delivery's terminal write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_embedded_store_a_status_write_wakes_the_callbacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(LOOPBACK, Behaviour::Accept).await;
+    let mut settings = callback_settings(dir.path(), &["127.0.0.0/8"]);
+    settings.change_feed.poll_interval_ms = Millis::new(60_000);
+    let app = TestApp::spawn_with(settings).await;
+    let urls = post_with_callbacks(&app.client, 20, None, |n| {
+        receiver.url("127.0.0.1", &format!("w{n}"))
+    })
+    .await;
+    let documents = app
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(30))
+        .await;
+    eventually("every callback", Duration::from_secs(15), || async {
+        (receiver.received().len() >= urls.len()).then_some(())
+    })
+    .await;
+    let latest_write = documents.iter().map(|d| d.updated_at).max().unwrap();
+    let arrived = time::OffsetDateTime::now_utc();
+    assert!(
+        arrived - latest_write < time::Duration::seconds(15),
+        "the callbacks came {} after the last terminal write, as if polled",
+        arrived - latest_write
+    );
+    app.app.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_cosmos_db_every_terminal_status_is_called_back_signed() {
     let dir = tempfile::tempdir().unwrap();

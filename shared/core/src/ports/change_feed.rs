@@ -152,6 +152,21 @@ pub trait ChangeSource: std::fmt::Debug + Send + Sync + 'static {
         Ok(page)
     }
 
+    /// A number that moves with every change this source makes readable,
+    /// when the source can tell (the embedded store's commits); `None`, the
+    /// default, leaves its readers to poll.
+    fn version(&self) -> Option<u64> {
+        None
+    }
+
+    /// Resolves once [`ChangeSource::version`] is no longer `seen` (at once
+    /// if it moved already); never, the default, for a source that cannot
+    /// tell.
+    async fn changed_since(&self, seen: u64) {
+        let _ = seen;
+        std::future::pending::<()>().await;
+    }
+
     /// How many changes of `range` after `from` are not read yet (the
     /// estimator's figure: the store's sequence numbers, so a document
     /// written twice counts twice).
