@@ -124,7 +124,8 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// Names the field of a data error: serde reports a missing field at its
+/// Names the field of a data error: serde reports a missing field, and one
+/// given twice (`dropoffLocation` and its alias `dropOffLocation`), at its
 /// parent's path, with the field's name in backticks.
 fn field_error(path: &str, error: &serde_json::Error) -> FieldError {
     let message = error.to_string();
@@ -132,8 +133,9 @@ fn field_error(path: &str, error: &serde_json::Error) -> FieldError {
         .rsplit_once(" at line ")
         .map_or(message.as_str(), |(m, _)| m)
         .to_owned();
-    let named = message
-        .strip_prefix("missing field `")
+    let named = ["missing field `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
         .and_then(|rest| rest.split('`').next());
     let parent = if path == "." { "" } else { path };
     let field = match named {

@@ -33,25 +33,37 @@ pub const MAX_WEIGHT_KG: f64 = 100.0;
 /// Text fields must hold something besides whitespace and no control
 /// characters: their `pattern` says so, and [`DeliveryRequest::validate`] checks it.
 pub struct DeliveryRequest {
-    /// Client-chosen id; the gateway generates one when absent. Posting the
-    /// same id again returns the same delivery (a different body is a 409).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
-    )]
-    #[schema(nullable = false, pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
+    /// Client-chosen id; the gateway generates one when absent (or `null`,
+    /// as the reference implementation's clients send it). Posting the same
+    /// id again returns the same delivery (a different body is a 409).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = true, pattern = r"^[A-Za-z0-9._-]{1,64}$", max_length = 64)]
     pub delivery_id: Option<String>,
     #[schema(schema_with = text::<256>)]
     pub owner_id: String,
     #[schema(schema_with = text::<256>)]
     pub pickup_location: String,
-    #[serde(with = "time::serde::rfc3339")]
+    /// RFC 3339, or milliseconds since 1970-01-01T00:00:00Z (as the
+    /// reference implementation's Java clients send a `Date`); answered in
+    /// RFC 3339.
+    #[serde(
+        serialize_with = "time::serde::rfc3339::serialize",
+        deserialize_with = "instant"
+    )]
+    #[schema(schema_with = pickup_time_schema)]
     pub pickup_time: OffsetDateTime,
-    /// Must be later than `pickupTime`.
-    #[serde(with = "time::serde::rfc3339")]
+    /// Must be later than `pickupTime`; RFC 3339 or milliseconds since the
+    /// epoch, as `pickupTime`.
+    #[serde(
+        serialize_with = "time::serde::rfc3339::serialize",
+        deserialize_with = "instant"
+    )]
+    #[schema(schema_with = deadline_schema)]
     pub deadline: OffsetDateTime,
-    #[schema(schema_with = text::<256>)]
+    /// Also accepted as `dropOffLocation`, the reference implementation's
+    /// spelling (one of the two, not both).
+    #[serde(alias = "dropOffLocation")]
+    #[schema(schema_with = dropoff_schema)]
     pub dropoff_location: String,
     #[serde(default)]
     pub expedited: bool,
@@ -98,12 +110,9 @@ pub struct PackageInfo {
     /// Kilograms.
     #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
     pub weight: f64,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
-    )]
-    #[schema(schema_with = text::<64>)]
+    /// Absent or `null` when the package has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = nullable_text::<64>)]
     pub tag: Option<String>,
 }
 
@@ -182,6 +191,106 @@ impl DeliveryRequest {
     }
 }
 
+/// The earliest and latest instants a request may name, as milliseconds
+/// since the epoch: what RFC 3339's four-digit years can say.
+const EARLIEST_MS: i64 = -62_167_219_200_000;
+const LATEST_MS: i64 = 253_402_300_799_999;
+
+/// An instant in RFC 3339, or in milliseconds since 1970-01-01T00:00:00Z.
+fn instant<'de, D>(deserializer: D) -> Result<OffsetDateTime, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Instant {
+        Text(String),
+        Millis(i64),
+        /// A whole number written with a fraction (`7763841288.0`) is still
+        /// an integer to JSON Schema.
+        Float(f64),
+    }
+    let invalid = || {
+        serde::de::Error::custom(
+            "expected an RFC 3339 date-time or milliseconds since 1970-01-01T00:00:00Z",
+        )
+    };
+    match Instant::deserialize(deserializer).map_err(|_: D::Error| invalid())? {
+        Instant::Text(text) => {
+            OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339)
+                .map_err(serde::de::Error::custom)
+        }
+        Instant::Millis(ms) if (EARLIEST_MS..=LATEST_MS).contains(&ms) => {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+                .map_err(serde::de::Error::custom)
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+        Instant::Float(ms)
+            if ms.fract() == 0.0 && (EARLIEST_MS as f64..=LATEST_MS as f64).contains(&ms) =>
+        {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms as i64) * 1_000_000)
+                .map_err(serde::de::Error::custom)
+        }
+        Instant::Float(ms) if ms.fract() != 0.0 => Err(invalid()),
+        Instant::Millis(_) | Instant::Float(_) => Err(serde::de::Error::custom(
+            "milliseconds since the epoch out of range (years 0000 to 9999)",
+        )),
+    }
+}
+
+fn pickup_time_schema() -> utoipa::openapi::Object {
+    instant_schema(
+        "RFC 3339, or milliseconds since 1970-01-01T00:00:00Z (as the reference \
+         implementation's Java clients send a `Date`); answered in RFC 3339.",
+    )
+}
+
+fn deadline_schema() -> utoipa::openapi::Object {
+    instant_schema(
+        "Must be later than `pickupTime`; RFC 3339, or milliseconds since \
+         1970-01-01T00:00:00Z; answered in RFC 3339.",
+    )
+}
+
+fn dropoff_schema() -> utoipa::openapi::Object {
+    let mut schema = text::<256>();
+    schema.description = Some(
+        "Also accepted as `dropOffLocation`, the reference implementation's spelling \
+         (one of the two, not both)."
+            .to_owned(),
+    );
+    schema
+}
+
+/// The schema of an instant described by `description`: an RFC 3339
+/// date-time, which is how the API answers and what its clients send. The
+/// milliseconds the reference implementation's clients send are accepted
+/// too, as the description and `x-also-accepts` say, and left out of the
+/// type, so that the clients generated from the document keep a date-time.
+fn instant_schema(description: &str) -> utoipa::openapi::Object {
+    use utoipa::openapi::extensions::ExtensionsBuilder;
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+        .description(Some(description))
+        .extensions(Some(
+            ExtensionsBuilder::new()
+                .add(
+                    "x-also-accepts",
+                    serde_json::json!({
+                        "type": "integer",
+                        "format": "int64",
+                        "minimum": EARLIEST_MS,
+                        "maximum": LATEST_MS,
+                        "description": "Milliseconds since 1970-01-01T00:00:00Z."
+                    }),
+                )
+                .build(),
+        ))
+        .build()
+}
+
 /// An optional field that, when present, has a value: `null` is refused
 /// rather than read as absent, as the OpenAPI document says.
 fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
@@ -214,8 +323,23 @@ fn check_id(errors: &mut Vec<FieldError>, field: &str, id: &str) {
 /// [`check_text`] checks, as a JSON-schema pattern (something besides
 /// whitespace, and no C0, DEL or C1 control character).
 fn text<const MAX: usize>() -> utoipa::openapi::Object {
+    text_of::<MAX>(utoipa::openapi::Type::String.into())
+}
+
+/// [`text`], or `null`.
+fn nullable_text<const MAX: usize>() -> utoipa::openapi::Object {
+    use utoipa::openapi::Type;
+    text_of::<MAX>(utoipa::openapi::schema::SchemaType::from_iter([
+        Type::String,
+        Type::Null,
+    ]))
+}
+
+fn text_of<const MAX: usize>(
+    types: utoipa::openapi::schema::SchemaType,
+) -> utoipa::openapi::Object {
     utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::Type::String)
+        .schema_type(types)
         .min_length(Some(1))
         .max_length(Some(MAX))
         .pattern(Some(
@@ -317,7 +441,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn an_optional_field_may_be_absent_but_not_null() {
+    fn an_absent_id_or_tag_may_be_null_but_a_callback_url_may_not() {
         let mut json = serde_json::to_value(sample("d-1")).expect("serialize");
         json.as_object_mut().expect("object").remove("deliveryId");
         assert_eq!(
@@ -326,13 +450,75 @@ pub(crate) mod tests {
                 .delivery_id,
             None
         );
-        for field in ["deliveryId", "callbackUrl"] {
-            let mut with_null = json.clone();
-            with_null[field] = serde_json::Value::Null;
-            assert!(serde_json::from_value::<DeliveryRequest>(with_null).is_err());
-        }
-        json["packageInfo"]["tag"] = serde_json::Value::Null;
+        let mut with_nulls = json.clone();
+        with_nulls["deliveryId"] = serde_json::Value::Null;
+        with_nulls["packageInfo"]["tag"] = serde_json::Value::Null;
+        let parsed = serde_json::from_value::<DeliveryRequest>(with_nulls).expect("null is absent");
+        assert_eq!((parsed.delivery_id, parsed.package_info.tag), (None, None));
+        json["callbackUrl"] = serde_json::Value::Null;
         assert!(serde_json::from_value::<DeliveryRequest>(json).is_err());
+    }
+
+    /// A body as the reference implementation's Java clients send it
+    /// (Jackson's default serialization of its `ExternalDelivery`) is the
+    /// same request as Skyport's own spelling of it.
+    #[test]
+    fn the_reference_implementations_spelling_is_the_same_request() {
+        let mut own = sample("d-1");
+        own.delivery_id = None;
+        own.package_info.tag = None;
+        let reference = serde_json::json!({
+            "deliveryId": null,
+            "ownerId": "owner-1",
+            "pickupLocation": "47.64,-122.13",
+            "dropOffLocation": "47.61,-122.20",
+            "pickupTime": 1_795_255_200_000_i64,
+            "deadline": "2026-11-21T12:00:00Z",
+            "confirmationRequired": "Picture",
+            "packageInfo": {"packageId": "pkg-d-1", "size": "Small", "weight": 2.5, "tag": null}
+        });
+        let parsed: DeliveryRequest = serde_json::from_value(reference).expect("accepted");
+        assert_eq!(parsed, own);
+        assert_eq!(parsed.validate(), Ok(()));
+        let written = serde_json::to_value(&parsed).expect("serialize");
+        assert_eq!(written["pickupTime"], "2026-11-21T10:00:00Z");
+        assert_eq!(written["dropoffLocation"], "47.61,-122.20");
+        assert!(written.get("dropOffLocation").is_none());
+    }
+
+    #[test]
+    fn instants_out_of_range_fractional_or_spelled_twice_are_refused() {
+        let json = serde_json::to_value(sample("d-1")).expect("serialize");
+        for (field, value) in [
+            ("pickupTime", serde_json::json!(LATEST_MS + 1)),
+            ("pickupTime", serde_json::json!(EARLIEST_MS - 1)),
+            ("deadline", serde_json::json!(1.5)),
+            ("deadline", serde_json::json!(1.0e300)),
+            ("deadline", serde_json::json!("LineOfDeadlyZombiatedPeople")),
+            ("deadline", serde_json::json!(true)),
+        ] {
+            let mut bad = json.clone();
+            bad[field] = value.clone();
+            assert!(
+                serde_json::from_value::<DeliveryRequest>(bad).is_err(),
+                "{field}: {value}"
+            );
+        }
+        for edge in [
+            serde_json::json!(EARLIEST_MS),
+            serde_json::json!(LATEST_MS),
+            serde_json::json!(7_763_841_288.0),
+        ] {
+            let mut ok = json.clone();
+            ok["pickupTime"] = edge.clone();
+            assert!(
+                serde_json::from_value::<DeliveryRequest>(ok).is_ok(),
+                "{edge}"
+            );
+        }
+        let mut twice = json;
+        twice["dropOffLocation"] = "47.61,-122.20".into();
+        assert!(serde_json::from_value::<DeliveryRequest>(twice).is_err());
     }
 
     #[test]

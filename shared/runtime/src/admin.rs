@@ -200,7 +200,7 @@ pub async fn readyz(State(admin): State<Admin>) -> Response {
     operation_id = "probe",
     tag = "operations",
     responses(
-        (status = 200, description = "Ready to take requests.", body = String, example = json!("OK")),
+        (status = 200, description = "Ready to take requests.", body = String, content_type = "application/json", example = json!("OK")),
         (status = 503, description = "The stream or the status store is unavailable.",
             headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
     ),

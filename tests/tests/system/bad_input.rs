@@ -85,6 +85,26 @@ fn cases() -> Vec<Case> {
             "pickupTime",
         ),
         invalid(
+            "the reference implementation's own test deadline",
+            &with(|b| b["deadline"] = json!("LineOfDeadlyZombiatedPeople")),
+            "deadline",
+        ),
+        invalid(
+            "pickupTime past year 9999 in milliseconds",
+            &with(|b| b["pickupTime"] = json!(253_402_300_800_000_i64)),
+            "pickupTime",
+        ),
+        invalid(
+            "a null weight",
+            &with(|b| b["packageInfo"]["weight"] = json!(null)),
+            "packageInfo.weight",
+        ),
+        invalid(
+            "both spellings of dropoffLocation",
+            &with(|b| b["dropOffLocation"] = json!("47.61,-122.20")),
+            "dropoffLocation",
+        ),
+        invalid(
             "unknown package size",
             &with(|b| b["packageInfo"]["size"] = json!("Huge")),
             "packageInfo.size",

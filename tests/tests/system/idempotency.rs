@@ -163,3 +163,47 @@ async fn a_malformed_idempotency_key_is_a_400_problem() {
     }
     app.app.stop().await.unwrap();
 }
+
+/// A body shaped as the reference implementation's Java clients send it
+/// (Jackson's default serialization of its `ExternalDelivery`:
+/// `dropOffLocation`, `pickupTime` in epoch milliseconds, `null` for the
+/// absent `deliveryId` and `tag`, no `expedited`) is accepted and runs to
+/// Scheduled; Skyport's own spelling of the same request, retried under the
+/// same `Idempotency-Key`, is the same delivery, not a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_implementations_body_is_the_same_delivery_as_skyports_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let reference = serde_json::json!({
+        "deliveryId": null,
+        "ownerId": "owner-java",
+        "pickupLocation": "47.6423,-122.1368",
+        "dropOffLocation": "47.6101,-122.2015",
+        "pickupTime": 1_893_492_000_000_i64,
+        "deadline": "2030-01-01T12:00:00Z",
+        "confirmationRequired": "None",
+        "packageInfo": {"packageId": "package-java", "size": "Medium", "weight": 4.0, "tag": null}
+    });
+    let first = post_with_key(&app.client, "java-1", &reference).await;
+    assert_eq!(first.status(), 202);
+    let first: Accepted = first.json().await.unwrap();
+    let own = serde_json::json!({
+        "ownerId": "owner-java",
+        "pickupLocation": "47.6423,-122.1368",
+        "dropoffLocation": "47.6101,-122.2015",
+        "pickupTime": "2030-01-01T10:00:00Z",
+        "deadline": "2030-01-01T12:00:00Z",
+        "expedited": false,
+        "packageInfo": {"packageId": "package-java", "size": "Medium", "weight": 4.0}
+    });
+    let again = post_with_key(&app.client, "java-1", &own).await;
+    assert_eq!(again.status(), 202, "{}", again.text().await.unwrap());
+    let again: Accepted = again.json().await.unwrap();
+    assert_eq!(again.delivery_id, first.delivery_id);
+    let documents = app
+        .client
+        .wait_for_terminal(&[first.status_url], Duration::from_secs(60))
+        .await;
+    assert_eq!(documents[0].state, DeliveryState::Scheduled);
+    app.app.stop().await.unwrap();
+}

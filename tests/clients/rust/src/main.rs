@@ -128,7 +128,7 @@ fn delivery_request(weight: f64) -> DeliveryRequest {
     let pickup_time =
         DateTime::parse_from_rfc3339("2030-01-01T10:00:00Z").expect("an RFC 3339 literal");
     let mut package = PackageInfo::new(format!("pkg-{unique:x}"), PackageSize::Large, weight);
-    package.tag = Some("rust-client".to_owned());
+    package.tag = Some(Some("rust-client".to_owned()));
     let mut request = DeliveryRequest::new(
         pickup_time + TimeDelta::hours(2),
         "47.6101,-122.2015".to_owned(),
@@ -137,7 +137,8 @@ fn delivery_request(weight: f64) -> DeliveryRequest {
         "47.6423,-122.1368".to_owned(),
         pickup_time,
     );
-    request.delivery_id = Some(format!("rs-{unique}"));
+    // Nullable fields are an Option of an Option: `Some(None)` sends `null`.
+    request.delivery_id = Some(Some(format!("rs-{unique}")));
     request.expedited = Some(false);
     request.confirmation_required = Some(ConfirmationType::Voice);
     request
@@ -162,7 +163,7 @@ async fn post(
     configuration: &Configuration,
     request: DeliveryRequest,
 ) -> Option<Accepted> {
-    let delivery_id = request.delivery_id.clone();
+    let delivery_id = request.delivery_id.clone().flatten();
     let result = deliveries_api::create_delivery_request(configuration, request, None).await;
     if let Err(error) = &result {
         report("POST", error);
