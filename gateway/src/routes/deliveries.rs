@@ -5,14 +5,17 @@
 //! carries a signed receipt, so a status read before the worker has written
 //! anything still answers Accepted, never 404.
 
+use std::fmt::Write as _;
+
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use skyport_core::event::{CancellationRequested, DeliveryRequested, Event};
-use skyport_core::ports::Reserved;
+use skyport_core::ports::{ETag, Reserved};
 use skyport_core::request::{DeliveryRequest, FieldError, is_valid_id};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::{telemetry, trace_span};
@@ -300,7 +303,11 @@ pub struct StatusQuery {
     path = "/api/deliveryrequests/{id}/status",
     operation_id = "getDeliveryStatus",
     tag = "deliveries",
-    params(DeliveryPath, StatusQuery),
+    params(
+        DeliveryPath,
+        StatusQuery,
+        ("If-None-Match" = Option<String>, Header, description = "Entity tags of copies the client holds (or `*`): when one is current the answer is 304 without a body."),
+    ),
     responses(
         (status = 200, description = "The delivery's status: JSON, or a page for a browser (one whose `Accept` names `text/html` above JSON).",
             content(
@@ -311,6 +318,13 @@ pub struct StatusQuery {
                 ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again, from when deliveries have recently been reaching their outcome (at least 1)."),
                 ("retry-after-ms" = u64, description = "Present while the delivery is not terminal: the same wait in milliseconds, as Azure's long-running-operation pollers read it."),
                 ("Vary" = String, description = "`Accept`: the answer depends on it."),
+                ("ETag" = String, description = "The version of this answer: it changes with every write of the delivery's status (`\"accepted\"` until the worker has written one)."),
+            )),
+        (status = 304, description = "The copy named in `If-None-Match` is current.",
+            headers(
+                ("ETag" = String, description = "The current version."),
+                ("Retry-After" = u32, description = "Present while the delivery is not terminal, as on a 200."),
+                ("retry-after-ms" = u64, description = "Present while the delivery is not terminal, as on a 200."),
             )),
         (status = 403, description = "The credentials lack the read scope."),
         DeliveryRefusals,
@@ -329,11 +343,13 @@ pub async fn status(
     let (id, query) = id_and_query(path, query)?;
     let base = state.base_url(&headers)?;
     let accepted_at = verified(&state, &id, &query)?;
-    let document = match state.status.get(&id).await? {
-        Some(stored) => stored.document,
-        None => not_yet_written(&state, id.clone(), accepted_at)?,
+    let (document, version) = match state.status.get(&id).await? {
+        Some(stored) => (stored.document, Some(stored.etag)),
+        None => (not_yet_written(&state, id.clone(), accepted_at)?, None),
     };
     state.pacing.observe(&document);
+    let html = status_page::prefers_html(&headers);
+    let etag = entity_tag(version.as_ref(), html);
     let receipt = query.receipt.unwrap_or_default();
     let links = Links::new(&base, &id, &receipt, document.state);
     let terminal = document.state.is_terminal();
@@ -347,13 +363,16 @@ pub async fn status(
         terminal,
         links,
     };
-    let mut response = if status_page::prefers_html(&headers) {
+    let mut response = if none_match(&headers, &etag) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else if html {
         status_page::respond(&status, wait.map(pacing::seconds))
     } else {
         Json(status).into_response()
     };
     let response_headers = response.headers_mut();
     response_headers.append(header::VARY, HeaderValue::from_static("accept"));
+    response_headers.insert(header::ETAG, etag);
     if let Some(wait) = wait {
         response_headers.extend(pacing::headers(wait));
     }
@@ -404,6 +423,43 @@ fn not_yet_written(
         }
         _ => Ok(StatusDocument::accepted(id, accepted_at)),
     }
+}
+
+/// The status resource's entity tag: its stored document's version, hashed
+/// into a tag HTTP can carry, or `"accepted"` while the worker has written
+/// nothing (so it changes with the first write); the page a browser gets is
+/// another representation, with a tag of its own.
+fn entity_tag(version: Option<&ETag>, html: bool) -> HeaderValue {
+    let opaque = version.map_or_else(
+        || "accepted".to_owned(),
+        |version| {
+            let digest = Sha256::digest(version.0.as_bytes());
+            digest[..12]
+                .iter()
+                .fold(String::from("v"), |mut tag, byte| {
+                    let _ = write!(tag, "{byte:02x}");
+                    tag
+                })
+        },
+    );
+    let suffix = if html { "-html" } else { "" };
+    HeaderValue::from_str(&format!("\"{opaque}{suffix}\""))
+        .unwrap_or_else(|_| HeaderValue::from_static("\"accepted\""))
+}
+
+/// Whether `If-None-Match` names `etag` (or is `*`), compared weakly as RFC
+/// 9110 asks of a GET: the client's copy is current.
+fn none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+    let Ok(ours) = etag.to_str() else {
+        return false;
+    };
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .any(|theirs| theirs == "*" || theirs.trim_start_matches("W/") == ours)
 }
 
 fn unknown(id: &str) -> ApiError {

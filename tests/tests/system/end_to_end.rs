@@ -60,6 +60,13 @@ async fn the_status_url_answers_accepted_before_the_worker_writes_anything() {
         let response = app.client.status(&accepted.status_url).await;
         assert_eq!(response.status(), 200);
         assert!(response.headers().contains_key("retry-after"));
+        if accepted.delivery_id != first.delivery_id {
+            assert_eq!(
+                response.headers()["etag"],
+                "\"accepted\"",
+                "nothing written yet"
+            );
+        }
         let document: skyport_core::status::StatusDocument = response.json().await.unwrap();
         states.push(document.state);
     }
@@ -120,6 +127,62 @@ async fn retry_after_follows_the_recent_time_to_terminal() {
         "retry-after-ms {millis} outside what the deliveries took ({fastest}..{slowest} ms)"
     );
     assert_eq!(seconds, millis.div_ceil(1_000).max(1));
+    app.app.stop().await.unwrap();
+}
+
+/// Every status answer carries an `ETag` that changes with each write of the
+/// delivery's status; a GET naming the current one in `If-None-Match` is a
+/// 304 without a body, and the page a browser gets has a tag of its own.
+#[tokio::test]
+async fn a_status_read_is_conditional_on_its_etag() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let accepted = app.client.post_delivery(&delivery_request(1)).await;
+    app.client
+        .wait_for_terminal(
+            std::slice::from_ref(&accepted.status_url),
+            Duration::from_secs(60),
+        )
+        .await;
+    let url = format!(
+        "{}{}",
+        app.client.base,
+        &accepted.status_url[accepted.status_url.find("/api/").unwrap()..]
+    );
+    let get = |if_none_match: Option<&str>, accept: &str| {
+        let mut request = app.client.http.get(&url).header("accept", accept);
+        if let Some(tags) = if_none_match {
+            request = request.header("if-none-match", tags);
+        }
+        request.send()
+    };
+    let first = get(None, "application/json").await.unwrap();
+    assert_eq!(first.status(), 200);
+    let etag = first.headers()["etag"].to_str().unwrap().to_owned();
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && etag != "\"accepted\"",
+        "{etag}"
+    );
+    for current in [
+        etag.clone(),
+        format!("W/{etag}"),
+        format!("\"other\", {etag}"),
+        "*".to_owned(),
+    ] {
+        let response = get(Some(&current), "application/json").await.unwrap();
+        assert_eq!(response.status(), 304, "If-None-Match: {current}");
+        assert_eq!(response.headers()["etag"], etag.as_str());
+        assert!(response.bytes().await.unwrap().is_empty());
+    }
+    let stale = get(Some("\"accepted\""), "application/json").await.unwrap();
+    assert_eq!(stale.status(), 200);
+    let page = get(None, "text/html").await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_ne!(
+        page.headers()["etag"],
+        etag.as_str(),
+        "the page is another representation"
+    );
     app.app.stop().await.unwrap();
 }
 

@@ -211,6 +211,7 @@ async fn poll_until_terminal(
             configuration,
             &accepted.delivery_id,
             &accepted.receipt,
+            None,
         )
         .await
         {
@@ -331,11 +332,21 @@ async fn main() -> reqwest::Result<ExitCode> {
             "links.self is the statusUrl",
         );
         println!("== the delivery in a listing");
-        match deliveries_api::list_delivery_requests(&client, None, None, None, None, Some(500), None)
-            .await
+        match deliveries_api::list_delivery_requests(
+            &client,
+            None,
+            None,
+            None,
+            None,
+            Some(500),
+            None,
+        )
+        .await
         {
             Ok(page) => checks.expect(
-                page.items.iter().any(|item| item.id == accepted.delivery_id),
+                page.items
+                    .iter()
+                    .any(|item| item.id == accepted.delivery_id),
                 "the listing holds the delivery, newest first",
             ),
             Err(error) => {
@@ -392,7 +403,8 @@ async fn main() -> reqwest::Result<ExitCode> {
     }
 
     println!("== a malformed receipt");
-    let result = deliveries_api::get_delivery_status(&client, "rs-unknown", "not-a-receipt").await;
+    let result =
+        deliveries_api::get_delivery_status(&client, "rs-unknown", "not-a-receipt", None).await;
     expect_problem(
         &mut checks,
         result,
