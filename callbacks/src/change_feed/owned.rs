@@ -179,8 +179,13 @@ impl LeaseLoop {
                 return self.stop_in_flight(held, in_flight).await;
             }
             let mut wait = None;
-            // Taken before the read: once it has caught up, a change written
-            // after it wakes the wait (where the source can tell).
+            // Taken before the read: once it has caught up with nothing in
+            // flight, a change written after it wakes the wait (where the
+            // source can tell). While batches are in flight (a slow or down
+            // receiver) the changes gather for the poll interval or the end
+            // of a batch instead: read as each is written, a page a change
+            // each would fill `max_batches_in_flight` with a few callbacks
+            // and hold back every later one.
             let seen = self.source.version();
             let mut caught_up = false;
             if in_flight.len() < self.settings.max_batches_in_flight {
@@ -209,7 +214,7 @@ impl LeaseLoop {
                         if in_flight.is_empty() {
                             next = Some(page.continuation);
                         }
-                        caught_up = true;
+                        caught_up = in_flight.is_empty();
                         wait = Some(self.settings.poll_interval);
                     }
                     Ok(page) => {
