@@ -128,6 +128,7 @@ impl Backends {
             status,
             dead_letters,
             idempotency,
+            changes: store.changes(),
             receipt_key,
         };
         Ok(Self {

@@ -17,25 +17,24 @@ pub mod request_context;
 pub mod request_id;
 pub mod routes;
 pub mod state;
+pub mod waiting;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::middleware;
 use axum::routing::get;
-use skyport_core::ports::{Diagnostics, Ports};
+use skyport_core::ports::{ChangeSource, Diagnostics, Ports};
 use skyport_runtime::config::GatewaySettings;
 use skyport_runtime::destination::CallbackAcceptance;
 use skyport_runtime::http::Server;
 use skyport_runtime::{admin, dashboard};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower::limit::GlobalConcurrencyLimitLayer;
-use tower::{BoxError, ServiceBuilder};
+use tower::ServiceBuilder;
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::SizeAbove;
 use utoipa::OpenApi;
@@ -48,6 +47,7 @@ use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::routes::{deliveries, listing, operations};
 pub use crate::state::AppState;
+use crate::waiting::Waiters;
 
 /// The API's routes, each with its part of the OpenAPI document.
 fn deliveries() -> OpenApiRouter<AppState> {
@@ -98,7 +98,11 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// `/metrics` never do). The dashboard is served when `settings.dashboard`
 /// says so (resolved from the profile by [`skyport_runtime::config::Settings::gateway_settings`]).
 pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -> Router {
-    let retry_after_s = state.retry_after_s;
+    let admission = waiting::Admission::new(
+        settings.max_in_flight,
+        settings.max_waiting,
+        state.retry_after_s,
+    );
     let mut api = deliveries();
     let mut reports = admin::reports();
     if settings.dashboard == Some(true) {
@@ -127,16 +131,11 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     };
     // The body first, so that a slow one never holds a slot; the load limit
     // next, so that a request refused for load costs no credential check.
+    // One admission for all routes: a route layer is applied to each route.
     let api = api.route_layer(
         ServiceBuilder::new()
             .layer(middleware::from_fn_with_state(limits, body::read))
-            .layer(HandleErrorLayer::new(move |_: BoxError| async move {
-                ApiError::Overloaded { retry_after_s }
-            }))
-            .load_shed()
-            // Global: a route layer is applied to each route, and a plain
-            // concurrency limit would give each method and path its own.
-            .layer(GlobalConcurrencyLimitLayer::new(settings.max_in_flight)),
+            .layer(middleware::from_fn_with_state(admission, waiting::admit)),
     );
     let (routes, spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(api)
@@ -177,6 +176,10 @@ pub struct Gateway {
     listener: TcpListener,
     router: Router,
     server: Server,
+    /// What wakes the status reads that wait.
+    waiters: Arc<Waiters>,
+    changes: Arc<dyn ChangeSource>,
+    wait_poll_interval: std::time::Duration,
 }
 
 impl Gateway {
@@ -200,14 +203,14 @@ impl Gateway {
         let listener = TcpListener::bind(settings.listen)
             .await
             .map_err(bind_error)?;
+        let state = AppState::new(ports, settings, callbacks, diagnostics);
         Ok(Self {
             listener,
-            router: router(
-                AppState::new(ports, settings, callbacks, diagnostics),
-                auth,
-                settings,
-            ),
+            waiters: Arc::clone(&state.waiters),
+            router: router(state, auth, settings),
             server: Server::new(&settings.http, settings.shutdown_grace_period_ms.duration()),
+            changes: Arc::clone(&ports.changes),
+            wait_poll_interval: settings.wait_poll_interval_ms.duration(),
         })
     }
 
@@ -222,9 +225,20 @@ impl Gateway {
     /// Serves until `shutdown` is cancelled, then lets in-flight requests
     /// finish for at most the grace period.
     pub async fn serve(self, shutdown: CancellationToken) {
+        let following = shutdown.child_token();
+        let follower = tokio::spawn(waiting::follow(
+            self.waiters,
+            self.changes,
+            self.wait_poll_interval,
+            following.clone(),
+        ));
         self.server
             .serve(self.listener, self.router, shutdown)
             .await;
+        following.cancel();
+        if let Err(e) = follower.await {
+            tracing::warn!(error = %e, "The change-feed follower of waiting status reads panicked.");
+        }
     }
 }
 

@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::request_id::{CURRENT, REQUEST_ID};
+use crate::waiting::Held;
 
 /// A label for `method` from a fixed set, so that odd methods cannot grow the series.
 fn method_label(method: &Method) -> &'static str {
@@ -122,7 +123,9 @@ pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
     });
     let status = response.status();
     let elapsed = started.elapsed();
-    if route.starts_with("/api/") {
+    // A read that waited for a change is slow by request, not by load.
+    let held = response.extensions().get::<Held>().is_some();
+    if route.starts_with("/api/") && !held {
         foreground::global().record(elapsed);
     }
     let seconds = elapsed.as_secs_f64();
@@ -148,7 +151,11 @@ pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
         .get_or_create(&RouteLabels {
             route,
             method,
-            class: RouteLabels::class_of(status.as_u16()),
+            class: if held {
+                RouteLabels::HELD
+            } else {
+                RouteLabels::class_of(status.as_u16())
+            },
         })
         .observe(seconds);
     response

@@ -21,6 +21,7 @@ use skyport_runtime::destination::CallbackAcceptance;
 use crate::error::ApiError;
 use crate::pacing::Pacing;
 use crate::receipt::Receipts;
+use crate::waiting::Waiters;
 
 /// Cloned for every request (axum's `State`, each middleware's state), so
 /// one reference count rather than a copy of each field.
@@ -61,6 +62,8 @@ pub struct GatewayParts {
     pub admin: Admin,
     /// Whether a request's `callbackUrl` is taken.
     pub callbacks: CallbackAcceptance,
+    /// The status reads waiting for a change.
+    pub waiters: Arc<Waiters>,
 }
 
 impl FromRef<AppState> for Admin {
@@ -138,6 +141,7 @@ impl AppState {
                 .map(|url| url.as_str().trim_end_matches('/').to_owned()),
             admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
             callbacks,
+            waiters: Arc::default(),
         }))
     }
 

@@ -4,8 +4,9 @@ openapi/openapi.json by openapi-python-client (tests/tests/system/openapi_client
     openapi-python-client generate --path openapi/openapi.json --meta none --output-path DIR/skyport_client
     PYTHONPATH=DIR python tests/clients/python_driver.py http://127.0.0.1:8080
 
-Posts a delivery request, polls its status (getDeliveryStatus with the id and
-receipt of the 202) until it is terminal and Scheduled, cancels another one,
+Posts a delivery request, reads its status (getDeliveryStatus with the id and
+receipt of the 202, held with wait=10 and If-None-Match naming the copy it
+has) until it is terminal and Scheduled, cancels another one,
 and checks that a bad body (422) and a malformed receipt (404) come back as
 the client's typed Problem. SKYPORT_API_KEY, when set, is sent as X-API-Key
 (and a request without it must be a 401 Problem with WWW-Authenticate).
@@ -25,6 +26,7 @@ from skyport_client.api.deliveries import (
     get_delivery_status,
     list_delivery_requests,
 )
+from skyport_client.types import UNSET
 from skyport_client.models import (
     Accepted,
     ConfirmationType,
@@ -37,6 +39,7 @@ from skyport_client.models import (
 )
 
 POLL_TIMEOUT_S = 60.0
+WAIT_S = 10
 POLL_INTERVAL_S = 0.1
 
 mismatches: list[str] = []
@@ -106,14 +109,25 @@ def post(client, request: DeliveryRequest) -> Accepted | None:
 
 
 def poll_until_terminal(client, accepted: Accepted, cancelled: bool = False) -> DeliveryStatus | None:
-    """Polls until the status is terminal; with `cancelled`, a Scheduled one is
-    polled on, as a cancelled Scheduled delivery is undone and then Cancelled."""
+    """Reads until the status is terminal, each read held until the status
+    differs from the copy it names; with `cancelled`, a Scheduled one is read
+    on, as a cancelled Scheduled delivery is undone and then Cancelled."""
     deadline = time.monotonic() + POLL_TIMEOUT_S
     seen: list[str] = []
+    etag = UNSET
+    reads = 0
     while True:
         response = get_delivery_status.sync_detailed(
-            accepted.delivery_id, client=client, receipt=accepted.receipt
+            accepted.delivery_id, client=client, receipt=accepted.receipt, wait=WAIT_S, if_none_match=etag
         )
+        reads += 1
+        if response.status_code == 304:
+            expect(response.headers.get("etag") == etag, "a 304 names the copy held")
+            if time.monotonic() > deadline:
+                expect(False, f"the delivery is terminal within {POLL_TIMEOUT_S} s")
+                return None
+            continue
+        etag = response.headers.get("etag", UNSET)
         status = response.parsed
         if response.status_code != 200 or not isinstance(status, DeliveryStatus):
             print(f"GET status -> {response.status_code.value} {response.content.decode()}")
@@ -123,15 +137,19 @@ def poll_until_terminal(client, accepted: Accepted, cancelled: bool = False) -> 
             seen.append(status.state.value)
         if status.terminal and not (cancelled and status.state == DeliveryState.SCHEDULED):
             print(f"GET status -> 200 {response.content.decode()}")
-            print(f"states seen: {' -> '.join(seen)}")
+            print(f"states seen: {' -> '.join(seen)}, in {reads} held read(s)")
             expect("retry-after" not in response.headers, "a terminal status has no Retry-After")
+            expect(reads <= len(seen) + 1, f"each held read answered a change ({reads} reads, {len(seen)} states)")
             return status
         if not status.terminal and "retry-after" not in response.headers:
             expect(False, f"a {status.state.value} (not terminal) status has Retry-After")
         if time.monotonic() > deadline:
             expect(False, f"the delivery is terminal within {POLL_TIMEOUT_S} s (still {status.state.value})")
             return None
-        time.sleep(POLL_INTERVAL_S)
+        if status.terminal:
+            # A Scheduled delivery being cancelled: a terminal status is
+            # answered at once, so wait before reading again.
+            time.sleep(POLL_INTERVAL_S)
 
 
 def expect_problem(response, status: int, code: str, what: str) -> Problem | None:

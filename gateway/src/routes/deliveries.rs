@@ -32,6 +32,7 @@ use crate::pacing;
 use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
+use crate::waiting::{self, Hold};
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
@@ -298,6 +299,13 @@ pub struct StatusQuery {
 /// a Failed one says which step failed and why (`failure`). A browser gets
 /// the same status as a page (state, the steps on a timeline, the failure,
 /// the callback), reloading itself while the delivery is in flight.
+///
+/// With a wait (`Prefer: wait=N` or `?wait=N`, N from 1 to 30 seconds) the
+/// read is held until the delivery is terminal, its status differs from the
+/// client's copy (the one `If-None-Match` names, else the one current when
+/// the read arrived) or N seconds pass, and answers the status then: no
+/// blind polling, and a held read takes no place among
+/// `gateway.max_in_flight`.
 #[utoipa::path(
     get,
     path = "/api/deliveryrequests/{id}/status",
@@ -306,7 +314,9 @@ pub struct StatusQuery {
     params(
         DeliveryPath,
         StatusQuery,
-        ("If-None-Match" = Option<String>, Header, description = "Entity tags of copies the client holds (or `*`): when one is current the answer is 304 without a body."),
+        WaitQuery,
+        ("If-None-Match" = Option<String>, Header, description = "Entity tags of copies the client holds (or `*`): when one is current the answer is 304 without a body. With a wait, the read is held while one of them is current."),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): hold the read up to N seconds (at most 30) until the delivery is terminal or its status differs from the client's copy, as `?wait=N` does. Past `gateway.max_waiting` held reads, the answer is immediate."),
     ),
     responses(
         (status = 200, description = "The delivery's status: JSON, or a page for a browser (one whose `Accept` names `text/html` above JSON).",
@@ -336,20 +346,62 @@ pub struct StatusQuery {
 )]
 pub async fn status(
     State(state): State<AppState>,
+    hold: Option<Extension<Hold>>,
     headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<StatusQuery>, QueryRejection>,
+    wait: Result<Query<WaitQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
+    let Query(wait) = wait.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if wait
+        .wait
+        .is_some_and(|s| !(1..=waiting::MAX_WAIT_S).contains(&u64::from(s)))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "wait must be whole seconds from 1 to {}",
+            waiting::MAX_WAIT_S
+        )));
+    }
     let base = state.base_url(&headers)?;
     let accepted_at = verified(&state, &id, &query)?;
-    let (document, version) = match state.status.get(&id).await? {
-        Some(stored) => (stored.document, Some(stored.etag)),
-        None => (not_yet_written(&state, id.clone(), accepted_at)?, None),
-    };
-    state.pacing.observe(&document);
     let html = status_page::prefers_html(&headers);
-    let etag = entity_tag(version.as_ref(), html);
+    // Registered before the first read, so that no write after it goes unseen.
+    let mut held = hold.map(|Extension(hold)| {
+        (
+            state.waiters.watch(&id),
+            tokio::time::Instant::now() + hold.wait,
+        )
+    });
+    let mut at_arrival = None;
+    let (document, etag) = loop {
+        let (document, version) = match state.status.get(&id).await? {
+            Some(stored) => (stored.document, Some(stored.etag)),
+            None => (not_yet_written(&state, id.clone(), accepted_at)?, None),
+        };
+        let etag = entity_tag(version.as_ref(), html);
+        let Some((watch, until)) = held.as_mut() else {
+            break (document, etag);
+        };
+        // The client's copy: the one it names, else the one it would have
+        // been answered at arrival.
+        let unchanged = if headers.contains_key(header::IF_NONE_MATCH) {
+            none_match(&headers, &etag)
+        } else {
+            *at_arrival.get_or_insert_with(|| etag.clone()) == etag
+        };
+        if document.state.is_terminal() || !unchanged {
+            break (document, etag);
+        }
+        if tokio::time::timeout_at(*until, watch.changed())
+            .await
+            .is_err()
+        {
+            break (document, etag);
+        }
+    };
+    drop(held);
+    state.pacing.observe(&document);
     let receipt = query.receipt.unwrap_or_default();
     let links = Links::new(&base, &id, &receipt, document.state);
     let terminal = document.state.is_terminal();
@@ -377,6 +429,18 @@ pub async fn status(
         response_headers.extend(pacing::headers(wait));
     }
     Ok(response)
+}
+
+/// How long a status read may wait for a change.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// Seconds to hold the read until the delivery is terminal or its
+    /// status differs from the client's copy (the one `If-None-Match`
+    /// names, else the one current when the read arrived); the same as
+    /// `Prefer: wait=N`, which it wins over.
+    #[param(minimum = 1, maximum = 30)]
+    wait: Option<u32>,
 }
 
 /// The delivery id of the path (404 when it cannot be one) and the query.

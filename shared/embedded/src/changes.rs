@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable};
 use serde_json::Value;
 use skyport_core::ports::{
-    Change, ChangeDeadLetter, ChangeFeedError, ChangePage, ChangeSource, DeadLetterError,
-    FeedRange, StartFrom,
+    Change, ChangeDeadLetter, ChangeFeedError, ChangePage, ChangeSource, ChangedIds,
+    DeadLetterError, FeedRange, StartFrom,
 };
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -93,6 +93,52 @@ impl ChangeSource for EmbeddedStore {
     ) -> Result<ChangePage, ChangeFeedError> {
         self.read_changes(from, start, max_items, Some(format!("\"{field}\":")))
             .await
+    }
+
+    /// Reads the sequence alone, never a document.
+    async fn read_ids(
+        &self,
+        _range: &FeedRange,
+        from: Option<&str>,
+        start: StartFrom,
+        max_items: u32,
+    ) -> Result<ChangedIds, ChangeFeedError> {
+        let after = sequence(from)?;
+        let db = Arc::clone(&self.db);
+        let limit = usize::try_from(max_items.max(1)).unwrap_or(usize::MAX);
+        self.blocking(move || -> Result<_, redb::Error> {
+            let txn = db.begin_read()?;
+            let changes = match txn.open_table(STATUS_CHANGES) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    return Ok(ChangedIds {
+                        ids: Vec::new(),
+                        continuation: after.unwrap_or(0).to_string(),
+                        more: false,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let after = match (after, start) {
+                (Some(after), _) => after,
+                (None, StartFrom::Now) => changes.last()?.map_or(0, |(seq, _)| seq.value()),
+                (None, StartFrom::Beginning | StartFrom::Time(_)) => 0,
+            };
+            let mut ids = Vec::new();
+            let mut last = after;
+            for entry in changes.range(after + 1..)?.take(limit) {
+                let (seq, id) = entry?;
+                last = seq.value();
+                ids.push(id.value().to_owned());
+            }
+            Ok(ChangedIds {
+                more: ids.len() >= limit,
+                ids,
+                continuation: last.to_string(),
+            })
+        })
+        .await
+        .map_err(unavailable)
     }
 
     async fn pending(

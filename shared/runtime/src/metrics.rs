@@ -54,10 +54,16 @@ pub struct RouteLabels {
     pub method: &'static str,
     /// The answer's status class (`2xx`, `4xx`, `5xx`…): a POST's `2xx` is
     /// its 202, so an accepted request's latency is apart from a refusal's.
+    /// A status read that was allowed to wait for a change is
+    /// [`RouteLabels::HELD`] whatever its status.
     pub class: &'static str,
 }
 
 impl RouteLabels {
+    /// The class of a status read held waiting for a change (`Prefer:
+    /// wait`): its time is the wait it asked for, not the gateway's speed.
+    pub const HELD: &'static str = "held";
+
     /// The class of `status`: `1xx` to `5xx`.
     pub fn class_of(status: u16) -> &'static str {
         match status {
@@ -119,6 +125,7 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_duration: Histograms<RouteLabels>,
     pub http_connections: Gauge,
+    pub http_held: Gauge,
     pub http_connections_closed: Family<ClosedLabels, Counter>,
     pub publish_batch_events: Histograms<StreamLabels>,
     pub publish_duration: Histograms<StreamLabels>,
@@ -153,6 +160,12 @@ impl Metrics {
             "http_connections",
             "HTTP connections open now on the process's listeners",
             http_connections.clone(),
+        );
+        let http_held = Gauge::default();
+        registry.register(
+            "http_requests_held",
+            "Status reads held now waiting for a change of their delivery (Prefer: wait), at most gateway.max_waiting",
+            http_held.clone(),
         );
         let http_connections_closed = Family::default();
         registry.register(
@@ -190,6 +203,7 @@ impl Metrics {
             http_requests,
             http_duration,
             http_connections,
+            http_held,
             http_connections_closed,
             publish_batch_events,
             publish_duration,

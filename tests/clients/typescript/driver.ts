@@ -3,8 +3,8 @@
 // (tests/tests/system/openapi_clients.rs does this in a temporary directory, then
 // `tsc -p DIR` and `node DIR/out/driver.js BASE_URL`).
 //
-// Posts a delivery request, polls its status (getDeliveryStatus with the id and
-// receipt of the 202) until it is terminal and Scheduled, cancels another one,
+// Posts a delivery request, reads its status (getDeliveryStatus with the id and
+// receipt of the 202, held with `Prefer: wait=10`) until it is terminal and Scheduled, cancels another one,
 // and checks that a bad body (422) and a malformed receipt (404) surface as the
 // client's ResponseError carrying a typed Problem. SKYPORT_API_KEY, when set,
 // is sent as X-API-Key (and a request without it must be a 401 Problem with
@@ -30,6 +30,7 @@ import {
 } from "./generated";
 
 const POLL_TIMEOUT_MS = 60_000;
+const WAIT_S = 10;
 const POLL_INTERVAL_MS = 100;
 
 const mismatches: string[] = [];
@@ -102,7 +103,12 @@ async function pollUntilTerminal(
   for (;;) {
     let response;
     try {
-      response = await api.getDeliveryStatusRaw({ id: accepted.deliveryId, receipt: accepted.receipt });
+      // Held until the status differs from the one current when the read arrived.
+      response = await api.getDeliveryStatusRaw({
+        id: accepted.deliveryId,
+        receipt: accepted.receipt,
+        prefer: `wait=${WAIT_S}`,
+      });
     } catch (error) {
       await report("GET status", error);
       expect(false, "the status of an accepted delivery answers 200");
@@ -131,7 +137,11 @@ async function pollUntilTerminal(
       expect(false, `the delivery is terminal within ${POLL_TIMEOUT_MS} ms (still ${status.state})`);
       return undefined;
     }
-    await new Promise((resolve) => setTimeout(resolve, POLL_INTERVAL_MS));
+    if (status.terminal) {
+      // A Scheduled delivery being cancelled: a terminal status is answered
+      // at once, so wait before reading again.
+      await new Promise((resolve) => setTimeout(resolve, POLL_INTERVAL_MS));
+    }
   }
 }
 

@@ -37,3 +37,4 @@ mod rolling_upgrade;
 mod slow_clients;
 mod stream_contract;
 mod throughput_control;
+mod waiting;

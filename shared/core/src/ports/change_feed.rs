@@ -88,6 +88,17 @@ pub struct ChangePage {
     pub skipped: usize,
 }
 
+/// The ids of the documents changed in a range after a position
+/// ([`ChangeSource::read_ids`]), and the position after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedIds {
+    pub ids: Vec<String>,
+    /// Where the next read of this range starts.
+    pub continuation: String,
+    /// Whether the read stopped at `max_items`, with more to read.
+    pub more: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeFeedError {
     #[error("the change feed cannot be read")]
@@ -150,6 +161,28 @@ pub trait ChangeSource: std::fmt::Debug + Send + Sync + 'static {
         });
         page.skipped += read - page.changes.len();
         Ok(page)
+    }
+
+    /// As [`ChangeSource::read`], for a reader that needs only to know which
+    /// documents changed. A source that can tell without reading the
+    /// documents overrides this.
+    ///
+    /// # Errors
+    /// As [`ChangeSource::read`].
+    async fn read_ids(
+        &self,
+        range: &FeedRange,
+        from: Option<&str>,
+        start: StartFrom,
+        max_items: u32,
+    ) -> Result<ChangedIds, ChangeFeedError> {
+        let page = self.read(range, from, start, max_items).await?;
+        let read = page.changes.len() + page.skipped;
+        Ok(ChangedIds {
+            more: read >= usize::try_from(max_items).unwrap_or(usize::MAX),
+            ids: page.changes.into_iter().map(|change| change.id).collect(),
+            continuation: page.continuation,
+        })
     }
 
     /// A number that moves with every change this source makes readable,

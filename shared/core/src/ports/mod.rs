@@ -17,7 +17,7 @@ mod stream;
 use std::sync::Arc;
 
 pub use self::change_feed::{
-    Change, ChangeFeedError, ChangePage, ChangeSource, FeedRange, LEASE_CONTINUATION,
+    Change, ChangeFeedError, ChangePage, ChangeSource, ChangedIds, FeedRange, LEASE_CONTINUATION,
     LEASE_RETIRED, RANGE_LEASE_PREFIX, StartFrom,
 };
 pub use self::dead_letters::{ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore};
@@ -43,6 +43,8 @@ pub struct Ports {
     pub dead_letters: Arc<dyn DeadLetterStore>,
     /// Where retried requests find the delivery they made (beside the status).
     pub idempotency: Arc<dyn IdempotencyStore>,
+    /// The change feed of the status documents.
+    pub changes: Arc<dyn ChangeSource>,
     /// The key that signs status receipts: the configured one, else the one
     /// the embedded store keeps. A secret: never printed.
     pub receipt_key: Arc<[u8]>,
@@ -56,6 +58,7 @@ impl std::fmt::Debug for Ports {
             .field("status", &self.status)
             .field("dead_letters", &self.dead_letters)
             .field("idempotency", &self.idempotency)
+            .field("changes", &self.changes)
             .finish_non_exhaustive()
     }
 }

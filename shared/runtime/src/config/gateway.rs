@@ -36,6 +36,15 @@ pub struct GatewaySettings {
     /// Requests handled at once; one more is refused at once with 503 and
     /// `Retry-After` instead of queueing behind them.
     pub max_in_flight: usize,
+    /// Status reads held at once waiting for a change (`Prefer: wait=N` or
+    /// `?wait=N`); they do not count against `max_in_flight`. One more is
+    /// answered at once, as if it had not asked to wait.
+    pub max_waiting: usize,
+    /// How often the gateway reads a Cosmos DB change feed from "now" while
+    /// status reads wait on it (each read of each feed range is charged
+    /// RUs; nothing is read while nobody waits). The embedded store wakes
+    /// waiting reads on its status write instead.
+    pub wait_poll_interval_ms: Millis,
     /// Who may call the `/api` routes.
     pub auth: AuthSettings,
     /// What the listener allows a connection (timeouts, head size, connections).
@@ -72,6 +81,8 @@ impl Default for GatewaySettings {
             event_schema_version: skyport_core::event::SCHEMA_VERSION,
             status_gone_after: None,
             max_in_flight: 4096,
+            max_waiting: 10_000,
+            wait_poll_interval_ms: Millis::new(200),
             auth: AuthSettings::default(),
             http: HttpSettings::default(),
             dashboard: None,
@@ -91,6 +102,11 @@ impl GatewaySettings {
             "must be from 1 to 2592000 (30 days)",
         );
         checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        checks.at_least(
+            self.wait_poll_interval_ms.count(),
+            10,
+            "wait_poll_interval_ms",
+        );
         let reads = skyport_core::event::READS;
         checks.check(
             reads.contains(&self.event_schema_version),

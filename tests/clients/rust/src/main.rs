@@ -8,8 +8,8 @@
 //!     --manifest-path tests/clients/rust/Cargo.toml -- http://127.0.0.1:8080
 //! ```
 //!
-//! Posts a delivery request, polls its status (getDeliveryStatus with the id and
-//! receipt of the 202) until it is terminal and Scheduled, cancels another one,
+//! Posts a delivery request, reads its status (getDeliveryStatus with the id and
+//! receipt of the 202, held with `wait`) until it is terminal and Scheduled, cancels another one,
 //! and checks that a bad body (422) and a malformed receipt (404) fail with the
 //! client's typed error carrying a Problem. SKYPORT_API_KEY, when set, is sent
 //! as X-API-Key (and a request without it must fail with a 401 Problem). Prints
@@ -36,6 +36,8 @@ use skyport_client::models::{
 
 const POLL_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a status read is held for a change (under the client's 10 s timeout).
+const WAIT_S: i32 = 5;
 
 /// The checks made so far: each prints a line, and those that failed are kept.
 #[derive(Default)]
@@ -211,6 +213,9 @@ async fn poll_until_terminal(
             configuration,
             &accepted.delivery_id,
             &accepted.receipt,
+            // Held until the status differs from the one current at arrival.
+            Some(WAIT_S),
+            None,
             None,
         )
         .await
@@ -244,7 +249,11 @@ async fn poll_until_terminal(
             );
             return None;
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        if status.terminal {
+            // A Scheduled delivery being cancelled: a terminal status is
+            // answered at once, so wait before reading again.
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
     }
 }
 
@@ -404,7 +413,8 @@ async fn main() -> reqwest::Result<ExitCode> {
 
     println!("== a malformed receipt");
     let result =
-        deliveries_api::get_delivery_status(&client, "rs-unknown", "not-a-receipt", None).await;
+        deliveries_api::get_delivery_status(&client, "rs-unknown", "not-a-receipt", None, None, None)
+            .await;
     expect_problem(
         &mut checks,
         result,
