@@ -12,6 +12,7 @@ pub mod extract;
 pub mod idempotency;
 pub mod openapi;
 pub mod pacing;
+pub mod prefer;
 pub mod receipt;
 pub mod request_context;
 pub mod request_id;

@@ -62,6 +62,9 @@ pub struct GatewayParts {
     pub admin: Admin,
     /// Whether a request's `callbackUrl` is taken.
     pub callbacks: CallbackAcceptance,
+    /// Whether every status answers as a long-running operation
+    /// (`gateway.respond_async`).
+    pub respond_async: bool,
     /// The status reads waiting for a change.
     pub waiters: Arc<Waiters>,
 }
@@ -141,6 +144,7 @@ impl AppState {
                 .map(|url| url.as_str().trim_end_matches('/').to_owned()),
             admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
             callbacks,
+            respond_async: settings.respond_async,
             waiters: Arc::default(),
         }))
     }

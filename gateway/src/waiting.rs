@@ -26,43 +26,10 @@ use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
-
-/// The longest wait a status read may ask for.
-pub const MAX_WAIT_S: u64 = 30;
-
-/// The header a client states its preferences in (RFC 7240).
-pub const PREFER: &str = "prefer";
+use crate::prefer;
 
 /// How many changed ids one read of a range hands over.
 const PAGE: u32 = 1000;
-
-/// The wait a `?wait=` value asks for: whole seconds from 1 to [`MAX_WAIT_S`].
-pub fn wait_from_query(value: &str) -> Option<Duration> {
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|s| (1..=MAX_WAIT_S).contains(s))
-        .map(Duration::from_secs)
-}
-
-/// The wait a `Prefer` header asks for: its `wait` preference in whole
-/// seconds, at least 1 and at most [`MAX_WAIT_S`] (a longer one is
-/// shortened, as RFC 7240 lets a server do); malformed preferences are
-/// ignored, as the RFC asks.
-fn wait_from_prefer(value: &str) -> Option<Duration> {
-    value
-        .split(',')
-        .filter_map(|preference| {
-            let preference = preference.split(';').next()?.trim();
-            let (name, seconds) = preference.split_once('=')?;
-            if !name.trim().eq_ignore_ascii_case("wait") {
-                return None;
-            }
-            let seconds = seconds.trim().trim_matches('"').parse::<u64>().ok()?;
-            (seconds >= 1).then(|| Duration::from_secs(seconds.min(MAX_WAIT_S)))
-        })
-        .next()
-}
 
 /// How long `request` asks to be held: a GET with `?wait=N` (which wins)
 /// or `Prefer: wait=N`.
@@ -71,14 +38,9 @@ fn requested_wait(request: &Request) -> Option<Duration> {
         return None;
     }
     if let Ok(Query(WaitParameter { wait: Some(wait) })) = Query::try_from_uri(request.uri()) {
-        return wait_from_query(&wait);
+        return prefer::wait_from_query(&wait);
     }
-    request
-        .headers()
-        .get_all(PREFER)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .find_map(wait_from_prefer)
+    prefer::wait(request.headers())
 }
 
 /// The `wait` of a query, as it came.
@@ -356,27 +318,6 @@ async fn catch_up(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_wait_is_whole_seconds_from_1_to_30_in_the_query_and_shortened_in_prefer() {
-        assert_eq!(wait_from_query("5"), Some(Duration::from_secs(5)));
-        assert_eq!(wait_from_query("30"), Some(Duration::from_secs(30)));
-        for refused in ["0", "31", "-1", "1.5", "", "five"] {
-            assert_eq!(wait_from_query(refused), None, "{refused}");
-        }
-        assert_eq!(wait_from_prefer("wait=10"), Some(Duration::from_secs(10)));
-        assert_eq!(
-            wait_from_prefer("respond-async, wait=120"),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            wait_from_prefer("Wait = \"3\"; x=y"),
-            Some(Duration::from_secs(3))
-        );
-        for ignored in ["wait=0", "wait=soon", "respond-async", "handling=lenient"] {
-            assert_eq!(wait_from_prefer(ignored), None, "{ignored}");
-        }
-    }
 
     #[tokio::test]
     async fn a_watch_wakes_on_its_ids_write_and_its_registration_ends_with_it() {

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -21,7 +21,7 @@ use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::{telemetry, trace_span};
 use time::OffsetDateTime;
 use tracing::Instrument;
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Principal;
 use crate::error::ApiError;
@@ -29,12 +29,16 @@ use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
 use crate::openapi::{DeliveryRefusals, Refusals};
 use crate::pacing;
+use crate::prefer;
 use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
-use crate::waiting::{self, Hold};
+use crate::waiting::Hold;
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// Where an Azure long-running-operation poller reads the operation's status.
+const OPERATION_LOCATION: &str = "operation-location";
 
 /// The header that makes a POST safe to retry.
 const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
@@ -50,6 +54,8 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
     params(
         ("Idempotency-Key" = Option<String>, Header, max_length = 255, pattern = r"^[\x21-\x7E]{1,255}$",
             description = "Makes a retry safe: the same key (for the same client) returns the same delivery and status URL; reusing it with another body is a 409. Keys are remembered for `gateway.idempotency_retention_s` (24 h by default)."),
+        ("Prefer" = Option<String>, Header,
+            description = "`respond-async` (RFC 7240): answer as the start of an Azure long-running operation, with `Operation-Location` naming a status URL that answers 202 while the delivery runs and 200 with `status` Succeeded, Failed or Canceled once it is over."),
     ),
     request_body(content = DeliveryRequest, content_type = "application/json"),
     responses(
@@ -58,6 +64,8 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before the first poll: when deliveries have recently been taking to reach their outcome, at least 1."),
                 ("retry-after-ms" = u64, description = "The same wait in milliseconds, as Azure's long-running-operation pollers read it."),
+                ("Operation-Location" = String, description = "With `Prefer: respond-async` (or `gateway.respond_async`): the status URL with `respond=async`, which answers 202 while the delivery runs."),
+                ("Preference-Applied" = String, description = "`respond-async` when `Operation-Location` is given."),
             ),
             links(
                 ("GetStatus" = (operation_id = "getDeliveryStatus",
@@ -96,6 +104,10 @@ pub async fn create(
         )]));
     }
     let base = state.base_url(&headers)?;
+    let reply = Reply {
+        base,
+        respond_async: state.respond_async || prefer::respond_async(&headers),
+    };
     // With auth off every caller is the same client.
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
@@ -104,7 +116,7 @@ pub async fn create(
         let id = uuid::Uuid::new_v4().to_string();
         let event = requested(&headers, &id, now, key, principal.as_deref(), request);
         publish(&state, event).await?;
-        return accepted(&state, &base, id, DeliveryState::Accepted, now);
+        return accepted(&state, &reply, id, DeliveryState::Accepted, now);
     };
     let id = name.delivery_id().to_owned();
     let reservation = name.reservation(
@@ -124,7 +136,7 @@ pub async fn create(
                 }
                 return Err(e);
             }
-            accepted(&state, &base, id, DeliveryState::Accepted, now)
+            accepted(&state, &reply, id, DeliveryState::Accepted, now)
         }
         Reserved::Existing(held) if held.fingerprint == reservation.fingerprint => {
             // A retry. Once the worker has written a status the event is surely
@@ -147,7 +159,7 @@ pub async fn create(
                     DeliveryState::Accepted
                 }
             };
-            accepted(&state, &base, id, current, held.accepted_at)
+            accepted(&state, &reply, id, current, held.accepted_at)
         }
         Reserved::Existing(_) => Err(ApiError::Conflict(name.conflict())),
     }
@@ -232,7 +244,11 @@ pub async fn cancel(
             publish(&state, event).await?;
         }
     }
-    accepted(&state, &base, id, current, accepted_at)
+    let reply = Reply {
+        base,
+        respond_async: false,
+    };
+    accepted(&state, &reply, id, current, accepted_at)
 }
 
 async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
@@ -244,18 +260,42 @@ async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// How a 202 is answered: the base of its URLs, and whether as the start of
+/// a long-running operation.
+struct Reply {
+    base: String,
+    /// `Operation-Location` names the status URL that answers 202 while the
+    /// delivery runs (`Prefer: respond-async`, or `gateway.respond_async`).
+    respond_async: bool,
+}
+
 /// The 202 of a request that is now durable in the stream.
 fn accepted(
     state: &AppState,
-    base: &str,
+    reply: &Reply,
     id: String,
     status: DeliveryState,
     accepted_at: OffsetDateTime,
 ) -> Result<Response, ApiError> {
     let receipt = state.receipts.sign(&id, accepted_at);
-    let links = Links::new(base, &id, &receipt, status);
-    let location =
-        HeaderValue::from_str(&links.status).map_err(|e| ApiError::Internal(Box::new(e)))?;
+    let links = Links::new(&reply.base, &id, &receipt, status);
+    let header_value =
+        |url: &str| HeaderValue::from_str(url).map_err(|e| ApiError::Internal(Box::new(e)));
+    let location = header_value(&links.status)?;
+    let operation = if reply.respond_async {
+        vec![
+            (
+                HeaderName::from_static(OPERATION_LOCATION),
+                header_value(&format!("{}&respond=async", links.status))?,
+            ),
+            (
+                HeaderName::from_static(prefer::PREFERENCE_APPLIED),
+                HeaderValue::from_static("respond-async"),
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
     let body = Accepted {
         delivery_id: id,
         status,
@@ -266,6 +306,7 @@ fn accepted(
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, location)],
+        AppendHeaders(operation),
         pacing::headers(wait),
         Json(body),
     )
@@ -314,7 +355,7 @@ pub struct StatusQuery {
     params(
         DeliveryPath,
         StatusQuery,
-        WaitQuery,
+        ReadQuery,
         ("If-None-Match" = Option<String>, Header, description = "Entity tags of copies the client holds (or `*`): when one is current the answer is 304 without a body. With a wait, the read is held while one of them is current."),
         ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): hold the read up to N seconds (at most 30) until the delivery is terminal or its status differs from the client's copy, as `?wait=N` does. Past `gateway.max_waiting` held reads, the answer is immediate."),
     ),
@@ -329,6 +370,13 @@ pub struct StatusQuery {
                 ("retry-after-ms" = u64, description = "Present while the delivery is not terminal: the same wait in milliseconds, as Azure's long-running-operation pollers read it."),
                 ("Vary" = String, description = "`Accept`: the answer depends on it."),
                 ("ETag" = String, description = "The version of this answer: it changes with every write of the delivery's status (`\"accepted\"` until the worker has written one)."),
+            )),
+        (status = 202, description = "With `respond=async` (the `Operation-Location` of a POST made with `Prefer: respond-async`) or `gateway.respond_async`: the delivery is still running (`status` NotStarted or Running). Poll again after `Retry-After`.",
+            body = DeliveryStatus,
+            headers(
+                ("Retry-After" = u32, description = "Seconds to wait before polling again (at least 1)."),
+                ("retry-after-ms" = u64, description = "The same wait in milliseconds."),
+                ("ETag" = String, description = "The version of this answer."),
             )),
         (status = 304, description = "The copy named in `If-None-Match` is current.",
             headers(
@@ -350,17 +398,17 @@ pub async fn status(
     headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<StatusQuery>, QueryRejection>,
-    wait: Result<Query<WaitQuery>, QueryRejection>,
+    read: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
-    let Query(wait) = wait.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    if wait
+    let Query(read) = read.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if read
         .wait
-        .is_some_and(|s| !(1..=waiting::MAX_WAIT_S).contains(&u64::from(s)))
+        .is_some_and(|s| !(1..=prefer::MAX_WAIT_S).contains(&u64::from(s)))
     {
         return Err(ApiError::BadRequest(format!(
             "wait must be whole seconds from 1 to {}",
-            waiting::MAX_WAIT_S
+            prefer::MAX_WAIT_S
         )));
     }
     let base = state.base_url(&headers)?;
@@ -411,16 +459,23 @@ pub async fn status(
             .wait(document.created_at, OffsetDateTime::now_utc())
     });
     let status = DeliveryStatus {
+        status: document.state.into(),
         document,
         terminal,
         links,
+    };
+    // A long-running operation's poller reads a 202 as "still running".
+    let running = if terminal || !(read.respond_async() || state.respond_async) {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
     };
     let mut response = if none_match(&headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else if html {
         status_page::respond(&status, wait.map(pacing::seconds))
     } else {
-        Json(status).into_response()
+        (running, Json(status)).into_response()
     };
     let response_headers = response.headers_mut();
     response_headers.append(header::VARY, HeaderValue::from_static("accept"));
@@ -431,16 +486,37 @@ pub async fn status(
     Ok(response)
 }
 
-/// How long a status read may wait for a change.
+/// How a status read is answered: how long it may wait for a change, and
+/// whether it answers as a long-running operation.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct WaitQuery {
+pub struct ReadQuery {
     /// Seconds to hold the read until the delivery is terminal or its
     /// status differs from the client's copy (the one `If-None-Match`
     /// names, else the one current when the read arrived); the same as
     /// `Prefer: wait=N`, which it wins over.
     #[param(minimum = 1, maximum = 30)]
     wait: Option<u32>,
+    /// `async`: answer 202 while the delivery runs and 200 once it is
+    /// terminal, as Azure's long-running-operation pollers expect. The
+    /// `Operation-Location` of a POST made with `Prefer: respond-async`
+    /// carries it.
+    #[param(inline)]
+    respond: Option<Respond>,
+}
+
+impl ReadQuery {
+    fn respond_async(&self) -> bool {
+        self.respond == Some(Respond::Async)
+    }
+}
+
+/// How a status read answers a delivery still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Respond {
+    /// 202 while the delivery runs.
+    Async,
 }
 
 /// The delivery id of the path (404 when it cannot be one) and the query.

@@ -38,7 +38,34 @@ pub struct DeliveryStatus {
     pub document: StatusDocument,
     /// Whether the state is final (Scheduled, Failed or Cancelled): stop polling.
     pub terminal: bool,
+    /// The state as an Azure long-running operation's status, for the
+    /// pollers that read it (Azure SDKs, Logic Apps).
+    pub status: OperationStatus,
     pub links: Links,
+}
+
+/// A delivery's state as the status of an Azure long-running operation
+/// (Microsoft REST API guidelines): NotStarted while Accepted, Running while
+/// Processing, and Succeeded, Failed or Canceled once it is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum OperationStatus {
+    NotStarted,
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl From<DeliveryState> for OperationStatus {
+    fn from(state: DeliveryState) -> Self {
+        match state {
+            DeliveryState::Accepted => Self::NotStarted,
+            DeliveryState::Processing => Self::Running,
+            DeliveryState::Scheduled => Self::Succeeded,
+            DeliveryState::Failed => Self::Failed,
+            DeliveryState::Cancelled => Self::Canceled,
+        }
+    }
 }
 
 /// One delivery in a listing: its status document, whether it is over and,

@@ -310,6 +310,7 @@ mod tests {
         document.attempt = 1;
         DeliveryStatus {
             terminal: state.is_terminal(),
+            status: state.into(),
             document,
             links: Links {
                 status: "http://example/status".into(),

@@ -28,6 +28,7 @@ mod kafka;
 mod kafka_live;
 mod listing;
 mod load_shedding;
+mod long_running;
 mod markdown_links;
 mod native_libraries;
 mod openapi_clients;

@@ -45,6 +45,10 @@ pub struct GatewaySettings {
     /// RUs; nothing is read while nobody waits). The embedded store wakes
     /// waiting reads on its status write instead.
     pub wait_poll_interval_ms: Millis,
+    /// Whether every delivery's status answers as an Azure long-running
+    /// operation (202 while it runs, `Operation-Location` on the POST), as
+    /// a POST with `Prefer: respond-async` asks for one delivery.
+    pub respond_async: bool,
     /// Who may call the `/api` routes.
     pub auth: AuthSettings,
     /// What the listener allows a connection (timeouts, head size, connections).
@@ -83,6 +87,7 @@ impl Default for GatewaySettings {
             max_in_flight: 4096,
             max_waiting: 10_000,
             wait_poll_interval_ms: Millis::new(200),
+            respond_async: false,
             auth: AuthSettings::default(),
             http: HttpSettings::default(),
             dashboard: None,

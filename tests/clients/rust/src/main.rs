@@ -166,7 +166,7 @@ async fn post(
     request: DeliveryRequest,
 ) -> Option<Accepted> {
     let delivery_id = request.delivery_id.clone().flatten();
-    let result = deliveries_api::create_delivery_request(configuration, request, None).await;
+    let result = deliveries_api::create_delivery_request(configuration, request, None, None).await;
     if let Err(error) = &result {
         report("POST", error);
     }
@@ -215,6 +215,7 @@ async fn poll_until_terminal(
             &accepted.receipt,
             // Held until the status differs from the one current at arrival.
             Some(WAIT_S),
+            None,
             None,
             None,
         )
@@ -391,7 +392,7 @@ async fn main() -> reqwest::Result<ExitCode> {
 
     println!("== a bad request: weight -1");
     let result =
-        deliveries_api::create_delivery_request(&client, delivery_request(-1.0), None).await;
+        deliveries_api::create_delivery_request(&client, delivery_request(-1.0), None, None).await;
     if let Some(problem) = expect_problem(
         &mut checks,
         result,
@@ -412,9 +413,16 @@ async fn main() -> reqwest::Result<ExitCode> {
     }
 
     println!("== a malformed receipt");
-    let result =
-        deliveries_api::get_delivery_status(&client, "rs-unknown", "not-a-receipt", None, None, None)
-            .await;
+    let result = deliveries_api::get_delivery_status(
+        &client,
+        "rs-unknown",
+        "not-a-receipt",
+        None,
+        None,
+        None,
+        None,
+    )
+    .await;
     expect_problem(
         &mut checks,
         result,
@@ -427,7 +435,8 @@ async fn main() -> reqwest::Result<ExitCode> {
         println!("== no credentials");
         let anonymous = configuration(base_url, None)?;
         let result =
-            deliveries_api::create_delivery_request(&anonymous, delivery_request(2.5), None).await;
+            deliveries_api::create_delivery_request(&anonymous, delivery_request(2.5), None, None)
+                .await;
         expect_problem(
             &mut checks,
             result,
