@@ -44,6 +44,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// `If-Match` named a version that is not the current one.
+    #[error("{0}")]
+    PreconditionFailed(String),
     /// The resource existed and was removed (its retention passed).
     #[error("{0}")]
     Gone(String),
@@ -106,6 +109,11 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden", "Forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "Not found", "NotFound"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "Conflict", "Conflict"),
+            Self::PreconditionFailed(_) => (
+                StatusCode::PRECONDITION_FAILED,
+                "Precondition failed",
+                "PreconditionFailed",
+            ),
             Self::Gone(_) => (StatusCode::GONE, "Gone", "Gone"),
             Self::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,

@@ -46,7 +46,7 @@ use crate::auth::Auth;
 use crate::body::BodyLimits;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
-use crate::routes::{deliveries, listing, operations};
+use crate::routes::{deliveries, listing, operations, reschedule};
 pub use crate::state::AppState;
 use crate::waiting::Waiters;
 
@@ -54,7 +54,7 @@ use crate::waiting::Waiters;
 fn deliveries() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(deliveries::create))
-        .routes(routes!(deliveries::cancel))
+        .routes(routes!(deliveries::cancel, reschedule::reschedule))
         .routes(routes!(operations::redrive))
         .routes(routes!(operations::resend))
         .merge(

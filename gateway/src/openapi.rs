@@ -222,6 +222,11 @@ pub fn to_json(openapi: &utoipa::openapi::OpenApi) -> String {
         .unwrap_or_else(|e| unreachable!("an OpenAPI document always serializes: {e}"));
     camel_case_links(&mut document);
     add_webhooks(&mut document);
+    // A patch that changes nothing is refused (utoipa 5 does not model
+    // `minProperties` on a struct).
+    if let Some(reschedule) = document.pointer_mut("/components/schemas/Reschedule") {
+        reschedule["minProperties"] = json!(1);
+    }
     let mut json = serde_json::to_string_pretty(&document)
         .unwrap_or_else(|e| unreachable!("a JSON value always serializes: {e}"));
     json.push('\n');

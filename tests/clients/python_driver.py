@@ -6,7 +6,7 @@ openapi/openapi.json by openapi-python-client (tests/tests/system/openapi_client
 
 Posts a delivery request, reads its status (getDeliveryStatus with the id and
 receipt of the 202, held with wait=10 and If-None-Match naming the copy it
-has) until it is terminal and Scheduled, cancels another one,
+has) until it is terminal and Scheduled, reschedules it (PATCH with If-Match), cancels another one,
 and checks that a bad body (422) and a malformed receipt (404) come back as
 the client's typed Problem. SKYPORT_API_KEY, when set, is sent as X-API-Key
 (and a request without it must be a 401 Problem with WWW-Authenticate).
@@ -25,10 +25,12 @@ from skyport_client.api.deliveries import (
     create_delivery_request,
     get_delivery_status,
     list_delivery_requests,
+    reschedule_delivery_request,
 )
 from skyport_client.types import UNSET
 from skyport_client.models import (
     Accepted,
+    ChangeOutcome,
     ConfirmationType,
     DeliveryRequest,
     DeliveryState,
@@ -36,6 +38,7 @@ from skyport_client.models import (
     PackageInfo,
     PackageSize,
     Problem,
+    Reschedule,
 )
 
 POLL_TIMEOUT_S = 60.0
@@ -152,6 +155,45 @@ def poll_until_terminal(client, accepted: Accepted, cancelled: bool = False) -> 
             time.sleep(POLL_INTERVAL_S)
 
 
+def reschedule(client, accepted: Accepted) -> None:
+    """Moves a Scheduled delivery an hour later (If-Match: the ETag read),
+    reads until its revision is 1, and checks that a stale If-Match is a 412."""
+    current = get_delivery_status.sync_detailed(accepted.delivery_id, client=client, receipt=accepted.receipt)
+    etag = current.headers.get("etag", "")
+    pickup = datetime.datetime(2030, 1, 1, 11, 0, tzinfo=datetime.UTC)
+    later = Reschedule(pickup_time=pickup, deadline=pickup + datetime.timedelta(hours=2))
+    response = reschedule_delivery_request.sync_detailed(
+        accepted.delivery_id, client=client, receipt=accepted.receipt, body=later, if_match=etag
+    )
+    print(f"PATCH -> {response.status_code.value} {response.content.decode()}")
+    expect(response.status_code == 202, "a reschedule is accepted with 202")
+    expect(isinstance(response.parsed, Accepted), "the reschedule's body parses as Accepted")
+    deadline = time.monotonic() + POLL_TIMEOUT_S
+    while True:
+        read = get_delivery_status.sync_detailed(
+            accepted.delivery_id, client=client, receipt=accepted.receipt, wait=WAIT_S, if_none_match=etag
+        )
+        if read.status_code == 200 and isinstance(read.parsed, DeliveryStatus) and read.parsed.revision == 1:
+            status = read.parsed
+            break
+        if read.status_code == 200:
+            etag = read.headers.get("etag", "")
+        if time.monotonic() > deadline:
+            expect(False, f"the reschedule is applied within {POLL_TIMEOUT_S} s")
+            return
+    print(f"rescheduled: revision {status.revision}, changes {[c.to_dict() for c in status.changes]}")
+    expect(status.state == DeliveryState.SCHEDULED, "a rescheduled delivery stays Scheduled")
+    expect(
+        len(status.changes) == 1 and status.changes[0].outcome == ChangeOutcome.APPLIED,
+        "its history holds the change, applied",
+    )
+    expect(status.request.pickup_time == pickup, "its request has the new pickup time")
+    response = reschedule_delivery_request.sync_detailed(
+        accepted.delivery_id, client=client, receipt=accepted.receipt, body=later, if_match=current.headers.get("etag", "")
+    )
+    expect_problem(response, 412, "PreconditionFailed", "PATCH with a stale If-Match")
+
+
 def expect_problem(response, status: int, code: str, what: str) -> Problem | None:
     print(
         f"{what} -> {response.status_code.value} {response.headers.get('content-type')!r} "
@@ -192,6 +234,8 @@ def main() -> int:
                 expect(response.status_code == 200, "a listing answers 200")
                 listed = [item.id for item in response.parsed.items] if response.parsed else []
                 expect(accepted.delivery_id in listed, "the listing holds the delivery, newest first")
+                print("== the delivery rescheduled")
+                reschedule(client, accepted)
 
         print("== a cancelled delivery request")
         accepted = post(client, delivery_request(1.0))

@@ -9,6 +9,8 @@ rejections are not failures of `positive_data_acceptance`; any other reason
 for rejecting a schema-valid body still is. Likewise a listing's `cursor`
 is opaque: only one the API gave out is valid, which no schema can state,
 so a 400 that says the cursor is not one of those is the server being right.
+So is a 412 to a PATCH whose `If-Match` does not name the status's current
+`ETag`: only a tag the API gave out can, which no schema can state either.
 
 And the other way: `pickupTime` and `deadline` are RFC 3339 date-times in the
 schema (what the generated clients send), and milliseconds since the epoch
@@ -65,14 +67,17 @@ def milliseconds_where_a_date_time_goes(case) -> bool:
 @schemathesis.hook
 def filter_failure(context, failure, case, response) -> bool:
     """Keeps every failure except a 422 whose only reasons are rules the schema
-    cannot state, a 400 refusing a cursor the API never gave out, and a body
-    accepted with milliseconds for a time field."""
+    cannot state, a 400 refusing a cursor the API never gave out, a 412 to an
+    If-Match the API never gave out, and a body accepted with milliseconds for
+    a time field."""
     if isinstance(failure, AcceptedNegativeData):
         return not milliseconds_where_a_date_time_goes(case)
     if not isinstance(failure, RejectedPositiveData):
         return True
     if response.status_code == 400:
         return not foreign_cursor(response)
+    if response.status_code == 412:
+        return "If-Match" not in (case.headers or {})
     if response.status_code != 422:
         return True
     try:

@@ -251,7 +251,7 @@ pub async fn cancel(
     accepted(&state, &reply, id, current, accepted_at)
 }
 
-async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
+pub(super) async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
     let span = trace_span!("publish", otel.kind = "producer");
     let outbound = event
         .outbound_as(state.event_schema_version)
@@ -262,15 +262,15 @@ async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
 
 /// How a 202 is answered: the base of its URLs, and whether as the start of
 /// a long-running operation.
-struct Reply {
-    base: String,
+pub(super) struct Reply {
+    pub(super) base: String,
     /// `Operation-Location` names the status URL that answers 202 while the
     /// delivery runs (`Prefer: respond-async`, or `gateway.respond_async`).
-    respond_async: bool,
+    pub(super) respond_async: bool,
 }
 
 /// The 202 of a request that is now durable in the stream.
-fn accepted(
+pub(super) fn accepted(
     state: &AppState,
     reply: &Reply,
     id: String,
@@ -329,7 +329,7 @@ pub struct StatusQuery {
     /// The receipt from the status URL (also in the 202 body). Without the
     /// right one the delivery is not found.
     #[param(required = true)]
-    receipt: Option<String>,
+    pub(super) receipt: Option<String>,
 }
 
 /// Reads a delivery's status.
@@ -520,7 +520,7 @@ pub enum Respond {
 }
 
 /// The delivery id of the path (404 when it cannot be one) and the query.
-fn id_and_query(
+pub(super) fn id_and_query(
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<(String, StatusQuery), ApiError> {
@@ -534,7 +534,11 @@ fn id_and_query(
 }
 
 /// When `id` was accepted, according to the query's receipt; 404 without a valid one.
-fn verified(state: &AppState, id: &str, query: &StatusQuery) -> Result<OffsetDateTime, ApiError> {
+pub(super) fn verified(
+    state: &AppState,
+    id: &str,
+    query: &StatusQuery,
+) -> Result<OffsetDateTime, ApiError> {
     query
         .receipt
         .as_deref()
@@ -546,7 +550,7 @@ fn verified(state: &AppState, id: &str, query: &StatusQuery) -> Result<OffsetDat
 /// may still be queued, else gone, since its document has outlived the
 /// retention (`store.status_retention_s`; the worker starts every delivery
 /// within `worker.allow_backlog_to_ms`).
-fn not_yet_written(
+pub(super) fn not_yet_written(
     state: &AppState,
     id: String,
     accepted_at: OffsetDateTime,
@@ -569,7 +573,7 @@ fn not_yet_written(
 /// into a tag HTTP can carry, or `"accepted"` while the worker has written
 /// nothing (so it changes with the first write); the page a browser gets is
 /// another representation, with a tag of its own.
-fn entity_tag(version: Option<&ETag>, html: bool) -> HeaderValue {
+pub(super) fn entity_tag(version: Option<&ETag>, html: bool) -> HeaderValue {
     let opaque = version.map_or_else(
         || "accepted".to_owned(),
         |version| {
@@ -602,11 +606,11 @@ fn none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
         .any(|theirs| theirs == "*" || theirs.trim_start_matches("W/") == ours)
 }
 
-fn unknown(id: &str) -> ApiError {
+pub(super) fn unknown(id: &str) -> ApiError {
     ApiError::NotFound(format!("no delivery request {id} is known"))
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
         return Ok(None);
     };
@@ -624,7 +628,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// The `traceparent` the event carries: the current span's when spans are
 /// exported, else the caller's well-formed one, passed on.
-fn traceparent(headers: &HeaderMap) -> Option<String> {
+pub(super) fn traceparent(headers: &HeaderMap) -> Option<String> {
     telemetry::traceparent_or(caller_traceparent(headers))
 }
 

@@ -3,5 +3,6 @@
 pub mod deliveries;
 pub mod listing;
 pub mod operations;
+pub mod reschedule;
 pub mod resources;
 pub mod status_page;

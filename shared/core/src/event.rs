@@ -11,6 +11,8 @@
 //!   delivery request its `epoch` (its attempt epoch: 0 until a redrive
 //!   starts the next) and, for a redrive, why (`redrive`). A version 1 reader ignores the fields it does not know, but
 //!   refuses a version 2 envelope as a whole.
+//! - 3: `DeliveryRescheduled`, a client's change of a delivery's times and
+//!   places. The other events are as in version 2.
 //!
 //! The rollout rule: a build reads every version in [`READS`] and writes the
 //! one it is told (`gateway.event_schema_version`); every worker must read a
@@ -24,11 +26,11 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::ports::{EventProperties, OutboundEvent};
-use crate::request::DeliveryRequest;
+use crate::request::{DeliveryRequest, Reschedule};
 use crate::status::QueuedRedrive;
 
 /// The newest schema version, the one this build writes unless told otherwise.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// The versions this build reads.
 pub const READS: RangeInclusive<u32> = 1..=SCHEMA_VERSION;
 
@@ -44,6 +46,25 @@ pub fn content_type(version: u32) -> String {
 pub enum Event {
     DeliveryRequested(Box<DeliveryRequested>),
     CancellationRequested(CancellationRequested),
+    DeliveryRescheduled(DeliveryRescheduled),
+}
+
+/// A client asked to change a delivery's times or places (version 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRescheduled {
+    pub delivery_id: String,
+    /// The change's own id: a retried PATCH carries the same one, so the
+    /// worker applies it once.
+    pub change_id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    pub changes: Reschedule,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Who asked (with auth on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// A client asked to cancel a delivery.
@@ -164,6 +185,7 @@ fn as_version_1(mut event: Event) -> Event {
             e.redrive = None;
         }
         Event::CancellationRequested(e) => e.principal = None,
+        Event::DeliveryRescheduled(_) => {}
     }
     event
 }
@@ -174,6 +196,7 @@ impl Event {
         match self {
             Self::DeliveryRequested(e) => &e.delivery_id,
             Self::CancellationRequested(e) => &e.delivery_id,
+            Self::DeliveryRescheduled(e) => &e.delivery_id,
         }
     }
 
@@ -193,6 +216,7 @@ impl Event {
         let (traceparent, idempotency_key) = match self {
             Self::DeliveryRequested(e) => (e.traceparent.clone(), e.idempotency_key.clone()),
             Self::CancellationRequested(e) => (e.traceparent.clone(), None),
+            Self::DeliveryRescheduled(e) => (e.traceparent.clone(), None),
         };
         Ok(OutboundEvent {
             key: self.delivery_id().to_owned(),
@@ -219,6 +243,13 @@ impl Event {
     pub fn encode_as(&self, version: u32) -> Result<Vec<u8>, EncodeError> {
         if !READS.contains(&version) {
             return Err(EncodeError::UnsupportedVersion(version));
+        }
+        if version < 3 && matches!(self, Self::DeliveryRescheduled(_)) {
+            return Err(EncodeError::NeedsVersion {
+                what: "a reschedule",
+                needs: 3,
+                asked: version,
+            });
         }
         let event = if version == 1 {
             if let Self::DeliveryRequested(e) = self
@@ -259,6 +290,12 @@ impl Event {
             .ok_or(DecodeError::UnsupportedVersion(version))?;
         let envelope: EnvelopeIn = serde_json::from_slice(bytes)
             .map_err(|source| DecodeError::Invalid { version, source })?;
+        if version < 3 && matches!(envelope.event, Self::DeliveryRescheduled(_)) {
+            return Err(DecodeError::Invalid {
+                version,
+                source: serde::de::Error::custom("DeliveryRescheduled is an event of version 3"),
+            });
+        }
         Ok(if version == 1 {
             as_version_1(envelope.event)
         } else {
@@ -295,7 +332,7 @@ mod tests {
     #[test]
     fn the_envelope_names_its_schema_version() {
         let json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
-        assert_eq!(json["schemaVersion"], 2);
+        assert_eq!(json["schemaVersion"], 3);
         assert_eq!(json["deliveryId"], "d-1");
         assert_eq!(json["type"], "DeliveryRequested");
         assert_eq!(json["principal"], "portal");
@@ -337,8 +374,8 @@ mod tests {
             Err(EncodeError::NeedsVersion { needs: 2, .. })
         ));
         assert!(matches!(
-            event.encode_as(3),
-            Err(EncodeError::UnsupportedVersion(3))
+            event.encode_as(4),
+            Err(EncodeError::UnsupportedVersion(4))
         ));
         let read = Event::decode(&event.encode()).expect("decode");
         assert_eq!(read, event);
@@ -357,6 +394,36 @@ mod tests {
         });
         assert_eq!(Event::decode(&event.encode()).expect("decode"), event);
         assert_eq!(event.delivery_id(), "d-1");
+    }
+
+    #[test]
+    fn a_reschedule_is_an_event_of_version_3() {
+        let event = Event::DeliveryRescheduled(DeliveryRescheduled {
+            delivery_id: "d-1".into(),
+            change_id: "c-1".into(),
+            requested_at: datetime!(2026-11-21 10:00 UTC),
+            changes: Reschedule {
+                pickup_time: Some(datetime!(2026-11-21 11:00 UTC)),
+                dropoff_location: Some("47.6,-122.2".into()),
+                ..Reschedule::default()
+            },
+            traceparent: None,
+            principal: None,
+        });
+        assert_eq!(Event::decode(&event.encode()).expect("decode"), event);
+        assert_eq!(event.delivery_id(), "d-1");
+        assert!(matches!(
+            event.encode_as(2),
+            Err(EncodeError::NeedsVersion { needs: 3, .. })
+        ));
+        let mut json: serde_json::Value = serde_json::from_slice(&event.encode()).expect("json");
+        assert_eq!(json["changes"]["pickupTime"], "2026-11-21T11:00:00Z");
+        json["schemaVersion"] = 2.into();
+        let bytes = serde_json::to_vec(&json).expect("bytes");
+        assert!(matches!(
+            Event::decode(&bytes),
+            Err(DecodeError::Invalid { version: 2, .. })
+        ));
     }
 
     #[test]
@@ -379,11 +446,11 @@ mod tests {
     #[test]
     fn an_unknown_version_is_refused() {
         let mut json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
-        json["schemaVersion"] = 3.into();
+        json["schemaVersion"] = 4.into();
         let bytes = serde_json::to_vec(&json).expect("bytes");
         assert!(matches!(
             Event::decode(&bytes),
-            Err(DecodeError::UnsupportedVersion(3))
+            Err(DecodeError::UnsupportedVersion(4))
         ));
     }
 

@@ -191,6 +191,134 @@ impl DeliveryRequest {
     }
 }
 
+/// A reschedule: a JSON merge patch (RFC 7396) of a delivery request's
+/// times and places, and of nothing else. Each field given replaces the
+/// request's; none may be removed (`null`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"pickupTime": "2026-11-21T11:00:00Z", "deadline": "2026-11-21T13:00:00Z"}))]
+pub struct Reschedule {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "optional_rfc3339",
+        deserialize_with = "some_instant"
+    )]
+    #[schema(schema_with = pickup_time_schema)]
+    pub pickup_time: Option<OffsetDateTime>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "optional_rfc3339",
+        deserialize_with = "some_instant"
+    )]
+    #[schema(schema_with = deadline_schema)]
+    pub deadline: Option<OffsetDateTime>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(schema_with = text::<256>)]
+    pub pickup_location: Option<String>,
+    #[serde(
+        default,
+        alias = "dropOffLocation",
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(schema_with = dropoff_schema)]
+    pub dropoff_location: Option<String>,
+}
+
+impl Reschedule {
+    /// Checks what the patch alone can show: text fields, a deadline after a
+    /// pickup time given beside it, and that it changes something.
+    ///
+    /// # Errors
+    /// Every field that breaks a rule.
+    pub fn validate(&self) -> Result<(), Vec<FieldError>> {
+        let mut errors = Vec::new();
+        if self.fields().is_empty() {
+            errors.push(FieldError::new(
+                "",
+                "the patch changes nothing: give pickupTime, deadline, pickupLocation or dropoffLocation",
+            ));
+        }
+        if let Some(location) = &self.pickup_location {
+            check_text(&mut errors, "pickupLocation", location, MAX_TEXT_LEN);
+        }
+        if let Some(location) = &self.dropoff_location {
+            check_text(&mut errors, "dropoffLocation", location, MAX_TEXT_LEN);
+        }
+        if let (Some(pickup), Some(deadline)) = (self.pickup_time, self.deadline)
+            && deadline <= pickup
+        {
+            errors.push(FieldError::new("deadline", "must be later than pickupTime"));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The names of the fields the patch gives.
+    pub fn fields(&self) -> Vec<String> {
+        [
+            ("pickupTime", self.pickup_time.is_some()),
+            ("deadline", self.deadline.is_some()),
+            ("pickupLocation", self.pickup_location.is_some()),
+            ("dropoffLocation", self.dropoff_location.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, given)| *given)
+        .map(|(name, _)| name.to_owned())
+        .collect()
+    }
+
+    /// `request` with the patch applied.
+    ///
+    /// # Errors
+    /// The rules the patched request breaks (a deadline no longer after the
+    /// pickup time).
+    pub fn apply(&self, request: &DeliveryRequest) -> Result<DeliveryRequest, Vec<FieldError>> {
+        let mut patched = request.clone();
+        if let Some(at) = self.pickup_time {
+            patched.pickup_time = at;
+        }
+        if let Some(at) = self.deadline {
+            patched.deadline = at;
+        }
+        if let Some(location) = &self.pickup_location {
+            patched.pickup_location.clone_from(location);
+        }
+        if let Some(location) = &self.dropoff_location {
+            patched.dropoff_location.clone_from(location);
+        }
+        patched.validate()?;
+        Ok(patched)
+    }
+}
+
+#[allow(
+    clippy::ref_option,
+    reason = "serde's serialize_with passes a reference to the field"
+)]
+fn optional_rfc3339<S: serde::Serializer>(
+    at: &Option<OffsetDateTime>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    time::serde::rfc3339::option::serialize(at, serializer)
+}
+
+fn some_instant<'de, D>(deserializer: D) -> Result<Option<OffsetDateTime>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    instant(deserializer).map(Some)
+}
+
 /// The earliest and latest instants a request may name, as milliseconds
 /// since the epoch: what RFC 3339's four-digit years can say.
 const EARLIEST_MS: i64 = -62_167_219_200_000;

@@ -32,11 +32,12 @@ impl DeliveryState {
     ///
     /// Processing may follow Processing (a replayed event starts a new attempt);
     /// nothing goes back to Accepted; of the terminal states only Scheduled
-    /// moves on, to Cancelled.
+    /// moves on: to Cancelled, or to Scheduled again when a reschedule
+    /// updated its bookings (a new revision).
     pub fn can_become(self, next: Self) -> bool {
         match self {
             Self::Accepted | Self::Processing => next != Self::Accepted,
-            Self::Scheduled => next == Self::Cancelled,
+            Self::Scheduled => matches!(next, Self::Scheduled | Self::Cancelled),
             Self::Failed | Self::Cancelled => false,
         }
     }
@@ -164,9 +165,56 @@ pub struct StatusDocument {
     /// A redrive queued for this delivery and not yet begun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redrive: Option<QueuedRedrive>,
-    /// The request as it was accepted, so that a redrive can run it again.
+    /// The request as it was accepted, with the reschedules applied since,
+    /// so that a redrive can run it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<DeliveryRequest>,
+    /// How many reschedules changed the delivery: 0 as it was requested.
+    #[serde(default)]
+    pub revision: u32,
+    /// The reschedules asked for, in the order they were handled, each
+    /// with what became of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ChangeRecord>,
+}
+
+/// A reschedule (`PATCH`) and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeRecord {
+    /// The change's id (a retried PATCH carries the same one).
+    pub change_id: String,
+    /// When the client asked.
+    #[serde(with = "time::serde::rfc3339")]
+    pub requested_at: OffsetDateTime,
+    /// When the worker decided.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The fields the patch gave.
+    pub fields: Vec<String>,
+    pub outcome: ChangeOutcome,
+    /// The revision the change made (when applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u32>,
+    /// Why it was refused or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Who asked (with auth on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+}
+
+/// What became of a reschedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum ChangeOutcome {
+    /// The new values hold: the steps still to run used them, or the
+    /// bookings made were updated.
+    Applied,
+    /// Not applied: the delivery had ended Failed or Cancelled, or the
+    /// patched request broke a rule (a deadline before the pickup).
+    Refused,
+    /// A service refused the update; the previous booking stands.
+    Failed,
 }
 
 /// An attempt epoch after the first: a Failed delivery moves on only into a
@@ -282,6 +330,8 @@ impl StatusDocument {
             epochs: Vec::new(),
             redrive: None,
             request: None,
+            revision: 0,
+            changes: Vec::new(),
         }
     }
 
@@ -314,11 +364,11 @@ mod tests {
     }
 
     #[test]
-    fn scheduled_only_moves_on_to_cancelled() {
+    fn scheduled_only_moves_on_to_cancelled_or_a_new_revision() {
         for to in ALL {
             assert_eq!(
                 Scheduled.can_become(to),
-                to == Cancelled,
+                matches!(to, Scheduled | Cancelled),
                 "Scheduled -> {to:?}"
             );
         }

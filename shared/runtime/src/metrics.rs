@@ -163,7 +163,7 @@ impl Metrics {
         );
         let http_held = Gauge::default();
         registry.register(
-            "http_requests_held",
+            "http_held_requests",
             "Status reads held now waiting for a change of their delivery (Prefer: wait), at most gateway.max_waiting",
             http_held.clone(),
         );

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::store::PutOutcome;
+use crate::store::{PutOutcome, UpdateOutcome};
 use skyport_core::status::Step;
 
 use crate::state::{ServiceCounters, ServiceState, Services, SimulatorStats};
@@ -43,12 +43,14 @@ pub(crate) fn router(services: SimState) -> Router {
         )
         .route(
             "/delivery/api/deliveries/{id}",
-            put(put_delivery).delete(delete_delivery),
+            put(put_delivery)
+                .delete(delete_delivery)
+                .patch(patch_delivery),
         )
         .route("/thirdparty/api/assessments/{id}", put(put_assessment))
         .route(
             "/drone/api/bookings/{id}",
-            put(put_booking).delete(delete_booking),
+            put(put_booking).delete(delete_booking).patch(patch_booking),
         )
         .route_layer(middleware::from_fn(traced))
         .route("/_sim/stats", get(stats))
@@ -202,6 +204,64 @@ async fn put_booking(
             json!({ "deliveryId": delivery_id, "droneId": format!("drone-{drone}") })
         },
     ))
+}
+
+async fn patch_delivery(
+    State(services): State<SimState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Outcome {
+    update(&services, Step::Delivery, path, &headers, body).await
+}
+
+async fn patch_booking(
+    State(services): State<SimState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Outcome {
+    update(&services, Step::Drone, path, &headers, body).await
+}
+
+/// A reschedule: sets the body's fields on an existing resource, once per
+/// idempotency key; 404 when there is none (it was never made, or undone).
+async fn update(
+    services: &Services,
+    service: Step,
+    path: Result<Path<String>, PathRejection>,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Outcome {
+    let state = admit(services, service).await?;
+    let Path(id) = path.map_err(Problem::bad_path)?;
+    let key = idempotency_key(headers)?;
+    let fields = object(body)?;
+    if state.behaviour().rejected_ids.contains(&id) {
+        ServiceCounters::bump(&state.counters.rejected);
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Rejected",
+            "Rejected",
+            format!("the simulated service refuses {id}"),
+        ));
+    }
+    match state.store.update(&id, key, &fields) {
+        UpdateOutcome::Updated(body) => {
+            ServiceCounters::bump(&state.counters.updated);
+            Ok(json_response(StatusCode::OK, body))
+        }
+        UpdateOutcome::Replayed(body) => {
+            ServiceCounters::bump(&state.counters.replayed);
+            Ok(json_response(StatusCode::OK, body))
+        }
+        UpdateOutcome::Missing => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "NotFound",
+            format!("no {} resource {id}", service.as_str()),
+        )),
+    }
 }
 
 async fn delete_package(

@@ -156,8 +156,11 @@ pub struct ServiceStats {
     pub injected_failures: u64,
     /// DELETEs that removed an existing resource.
     pub deleted: u64,
-    /// PUTs refused with 422 because the id is in `rejected_ids`.
+    /// PUTs and PATCHes refused with 422 because the id is in `rejected_ids`.
     pub rejected: u64,
+    /// PATCHes (reschedules) applied, once per idempotency key.
+    #[serde(default)]
+    pub updated: u64,
 }
 
 #[derive(Default)]
@@ -169,6 +172,7 @@ pub(crate) struct ServiceCounters {
     pub(crate) injected_failures: AtomicU64,
     pub(crate) deleted: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    pub(crate) updated: AtomicU64,
 }
 
 impl ServiceCounters {
@@ -187,6 +191,7 @@ impl ServiceCounters {
             injected_failures: read(&self.injected_failures),
             deleted: read(&self.deleted),
             rejected: read(&self.rejected),
+            updated: read(&self.updated),
         }
     }
 }

@@ -32,14 +32,25 @@ struct Record {
     idempotency_key: Option<String>,
     /// The digest of the request's canonical JSON (object keys sorted).
     request: u128,
-    /// Serialized once at creation so replays cost a reference-count bump, not a re-encode.
+    /// Serialized once at creation (and at each update) so replays cost a
+    /// reference-count bump, not a re-encode.
     response: Bytes,
+    /// The idempotency keys of the updates applied, so that a retried
+    /// update is applied once.
+    updates: Vec<String>,
 }
 
 pub(super) enum PutOutcome {
     Created(Bytes),
     Replayed(Bytes),
     Conflict,
+}
+
+pub(super) enum UpdateOutcome {
+    Updated(Bytes),
+    /// The update under this key was applied before: the resource as it is.
+    Replayed(Bytes),
+    Missing,
 }
 
 impl Record {
@@ -56,6 +67,13 @@ impl Record {
 impl Shard {
     fn get(&self, id: &str) -> Option<&Record> {
         self.newer.get(id).or_else(|| self.older.get(id))
+    }
+
+    fn get_mut(&mut self, id: &str) -> Option<&mut Record> {
+        match self.newer.get_mut(id) {
+            Some(record) => Some(record),
+            None => self.older.get_mut(id),
+        }
     }
 
     fn insert(&mut self, id: String, record: Record) {
@@ -111,9 +129,36 @@ impl Store {
                 idempotency_key,
                 request,
                 response: response.clone(),
+                updates: Vec::new(),
             },
         );
         PutOutcome::Created(response)
+    }
+
+    /// Sets `fields` on resource `id`, once per `idempotency_key`.
+    pub(super) fn update(
+        &self,
+        id: &str,
+        idempotency_key: Option<String>,
+        fields: &serde_json::Map<String, Value>,
+    ) -> UpdateOutcome {
+        let mut shard = self.shard(id);
+        let Some(record) = shard.get_mut(id) else {
+            return UpdateOutcome::Missing;
+        };
+        if let Some(key) = &idempotency_key
+            && record.updates.contains(key)
+        {
+            return UpdateOutcome::Replayed(record.response.clone());
+        }
+        let mut resource: serde_json::Map<String, Value> =
+            serde_json::from_slice(&record.response).unwrap_or_default();
+        for (name, value) in fields {
+            resource.insert(name.clone(), value.clone());
+        }
+        record.response = Bytes::from(Value::Object(resource).to_string());
+        record.updates.extend(idempotency_key);
+        UpdateOutcome::Updated(record.response.clone())
     }
 
     /// Removes `id`; returns whether it existed.

@@ -124,6 +124,51 @@ async fn creating_then_replaying_counts_one_created_and_one_replayed() {
 }
 
 #[tokio::test]
+async fn an_update_changes_a_booking_once_per_key_and_a_missing_one_is_a_404() {
+    let (simulator, addr) = start(SimulatorOptions::default()).await;
+    let path = "/drone/api/bookings/d1";
+    let booked = send(
+        addr,
+        "PUT",
+        path,
+        Some("d1:drone"),
+        r#"{"pickupTime":"10:00"}"#,
+    )
+    .await;
+    assert_eq!(booked.status, 201);
+    let drone = booked.json()["droneId"].clone();
+    let patch = r#"{"pickupTime":"11:00"}"#;
+    let first = send(addr, "PATCH", path, Some("d1:drone:r1"), patch).await;
+    let again = send(addr, "PATCH", path, Some("d1:drone:r1"), patch).await;
+    assert_eq!((first.status, again.status), (200, 200));
+    assert_eq!(first.json()["pickupTime"], "11:00");
+    assert_eq!(
+        first.json()["droneId"],
+        drone,
+        "the same drone stays booked"
+    );
+    assert_eq!(first.json(), again.json());
+    let replayed = send(
+        addr,
+        "PUT",
+        path,
+        Some("d1:drone"),
+        r#"{"pickupTime":"10:00"}"#,
+    )
+    .await;
+    assert_eq!(
+        replayed.json()["pickupTime"],
+        "11:00",
+        "the booking as it is now"
+    );
+    let missing = send(addr, "PATCH", "/drone/api/bookings/none", Some("k"), patch).await;
+    assert_eq!(missing.status, 404);
+    let stats = simulator.stats();
+    assert_eq!(stats.drone.updated, 1);
+    assert_eq!(stats.drone.replayed, 2);
+}
+
+#[tokio::test]
 async fn an_identical_body_without_a_key_is_a_replay() {
     let (simulator, addr) = start(SimulatorOptions::default()).await;
     let body = json!({ "pickup": "A", "dropoff": "B" }).to_string();

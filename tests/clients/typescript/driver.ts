@@ -4,7 +4,8 @@
 // `tsc -p DIR` and `node DIR/out/driver.js BASE_URL`).
 //
 // Posts a delivery request, reads its status (getDeliveryStatus with the id and
-// receipt of the 202, held with `Prefer: wait=10`) until it is terminal and Scheduled, cancels another one,
+// receipt of the 202, held with `Prefer: wait=10`) until it is terminal and Scheduled,
+// reschedules it (PATCH with If-Match), cancels another one,
 // and checks that a bad body (422) and a malformed receipt (404) surface as the
 // client's ResponseError carrying a typed Problem. SKYPORT_API_KEY, when set,
 // is sent as X-API-Key (and a request without it must be a 401 Problem with
@@ -14,6 +15,7 @@ import { randomUUID } from "node:crypto";
 
 import {
   type Accepted,
+  ChangeOutcome,
   Configuration,
   ConfirmationType,
   DeliveriesApi,
@@ -145,6 +147,43 @@ async function pollUntilTerminal(
   }
 }
 
+// Moves a Scheduled delivery an hour later (If-Match: the ETag read), reads
+// until its revision is 1, and checks that a stale If-Match is a 412.
+async function reschedule(api: DeliveriesApi, accepted: Accepted): Promise<void> {
+  const ids = { id: accepted.deliveryId, receipt: accepted.receipt };
+  const current = await api.getDeliveryStatusRaw(ids);
+  const etag = current.raw.headers.get("etag") ?? "";
+  const pickupTime = new Date("2030-01-01T11:00:00Z");
+  const later = { pickupTime, deadline: new Date("2030-01-01T13:00:00Z") };
+  try {
+    const patched = await api.rescheduleDeliveryRequestRaw({ ...ids, reschedule: later, ifMatch: etag });
+    const body: unknown = await patched.raw.clone().json();
+    console.log(`PATCH -> ${patched.raw.status} ${JSON.stringify(body)}`);
+    expect(patched.raw.status === 202, "a reschedule is accepted with 202");
+    expect(typeof body === "object" && body !== null && instanceOfAccepted(body), "the reschedule's body is an Accepted");
+  } catch (error) {
+    await report("PATCH", error);
+    expect(false, "a reschedule is accepted with 202");
+    return;
+  }
+  const deadline = Date.now() + POLL_TIMEOUT_MS;
+  let status = await api.getDeliveryStatus({ ...ids, prefer: `wait=${WAIT_S}` });
+  while (status.revision !== 1 && Date.now() < deadline) {
+    status = await api.getDeliveryStatus({ ...ids, prefer: `wait=${WAIT_S}` });
+  }
+  console.log(`rescheduled: revision ${status.revision}, changes ${JSON.stringify(status.changes)}`);
+  expect(status.revision === 1, "the reschedule makes revision 1");
+  expect(status.state === DeliveryState.Scheduled, "a rescheduled delivery stays Scheduled");
+  expect(status.changes?.[0]?.outcome === ChangeOutcome.Applied, "its history holds the change, applied");
+  expect(status.request?.pickupTime.getTime() === pickupTime.getTime(), "its request has the new pickup time");
+  await expectProblem(
+    api.rescheduleDeliveryRequest({ ...ids, reschedule: later, ifMatch: etag }),
+    412,
+    "PreconditionFailed",
+    "PATCH with a stale If-Match",
+  );
+}
+
 /** Prints a failed call: the problem of a ResponseError, or the error itself. */
 async function report(what: string, error: unknown): Promise<void> {
   if (error instanceof ResponseError) {
@@ -219,6 +258,8 @@ async function main(): Promise<number> {
         await report("GET list", error);
         expect(false, "a listing answers 200");
       }
+      console.log("== the delivery rescheduled");
+      await reschedule(api, accepted);
     }
   }
 

@@ -33,6 +33,7 @@ mod markdown_links;
 mod native_libraries;
 mod openapi_clients;
 mod redrive;
+mod reschedule;
 mod retention;
 mod rolling_upgrade;
 mod slow_clients;

@@ -135,7 +135,7 @@ async fn a_held_read_answers_when_its_wait_ends_and_takes_no_place_among_those_i
             .unwrap();
         let held = metrics
             .lines()
-            .find_map(|line| line.strip_prefix("skyport_http_requests_held "))
+            .find_map(|line| line.strip_prefix("skyport_http_held_requests "))
             .and_then(|count| count.parse::<u64>().ok());
         held.filter(|held| *held >= 40)
     })

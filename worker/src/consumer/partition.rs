@@ -163,13 +163,15 @@ impl Partition {
         let abandon = abandon.clone();
         let stop = shutdown.clone();
         let offset = event.offset;
+        // In the partition's order, before any of the events read runs.
+        let admitted = context.workflow.admit(&event);
         let handle = self.tasks.spawn(async move {
             let workflow = &context.workflow;
             let outcome = if panics >= MAX_PANICS {
                 let reason = format!("processing the event panicked {panics} times");
                 workflow.give_up(&event, reason, &abandon).await
             } else if context.intake.admit(&stop, &abandon).await {
-                workflow.process(&event, &abandon).await
+                workflow.process(&event, admitted, &abandon).await
             } else {
                 // An event still waiting for a rate-limit slot when the worker
                 // stops gives up at once: it has done nothing, and is read again.

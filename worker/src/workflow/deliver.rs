@@ -16,7 +16,9 @@ use std::sync::atomic::Ordering;
 use crate::metrics;
 use skyport_core::event::DeliveryRequested;
 use skyport_core::ports::Versioned;
-use skyport_core::status::{DeliveryState, Failure, StatusDocument, StepOutcome, StepResult};
+use skyport_core::status::{
+    ChangeOutcome, ChangeRecord, DeliveryState, Failure, StatusDocument, StepOutcome, StepResult,
+};
 use skyport_runtime::trace_span;
 use time::OffsetDateTime;
 use tokio::time::Instant;
@@ -46,9 +48,12 @@ struct Seen {
 }
 
 impl Workflow {
+    /// Runs `request`, which carries the reschedules `merged` records (read
+    /// before it started: see [`Workflow::with_pending`]).
     pub(super) async fn deliver(
         &self,
         request: &DeliveryRequested,
+        merged: &[ChangeRecord],
         abandon: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
@@ -61,7 +66,7 @@ impl Workflow {
         let mut processing_due = Some(Instant::now() + self.processing_after);
         if self.processing_after.is_zero() {
             processing_due = None;
-            seen = self.mark_processing(request, abandon).await?;
+            seen = self.mark_processing(request, merged, abandon).await?;
         }
         let mut progress = Progress::default();
         let mut outcomes = Vec::with_capacity(ORDER.len());
@@ -109,7 +114,7 @@ impl Workflow {
                     answer = answer.as_mut().instrument(span.clone()) => break answer,
                     () = tokio::time::sleep_until(due) => {
                         processing_due = None;
-                        seen = self.mark_processing(request, abandon).await?;
+                        seen = self.mark_processing(request, merged, abandon).await?;
                     }
                 }
             };
@@ -175,6 +180,7 @@ impl Workflow {
                 replayed = next.attempt > 1;
                 Self::describe(&mut next, request);
             }
+            Self::record_changes(&mut next, merged);
             next.state = state;
             next.steps.clone_from(&outcomes);
             next.drone_id.clone_from(&progress.drone_id);
@@ -218,6 +224,7 @@ impl Workflow {
     async fn mark_processing(
         &self,
         request: &DeliveryRequested,
+        merged: &[ChangeRecord],
         abandon: &CancellationToken,
     ) -> Result<Seen, Interrupted> {
         let (counted, current) = self
@@ -237,6 +244,7 @@ impl Workflow {
                 next.state = DeliveryState::Processing;
                 next.attempt += 1;
                 Self::describe(&mut next, request);
+                Self::record_changes(&mut next, merged);
                 next.updated_at = OffsetDateTime::now_utc();
                 Decision::Write(next, true)
             })
@@ -247,7 +255,8 @@ impl Workflow {
         Ok(Seen { current, counted })
     }
 
-    /// What the request tells the document: its package, callback and trace.
+    /// What the request tells the document: its package, callback and trace,
+    /// and the request itself unless reschedules changed the document's.
     fn describe(document: &mut StatusDocument, request: &DeliveryRequested) {
         document.package_id = Some(request.request.package_info.package_id.clone());
         document
@@ -256,7 +265,29 @@ impl Workflow {
         document.traceparent.clone_from(&request.traceparent);
         document.owner_id = Some(request.request.owner_id.clone());
         document.principal.clone_from(&request.principal);
-        document.request = Some(request.request.clone());
+        if document.changes.is_empty() {
+            document.request = Some(request.request.clone());
+        }
+    }
+
+    /// Records the reschedules the steps ran with (`merged`) that the
+    /// document lacks, each applied one a revision.
+    fn record_changes(document: &mut StatusDocument, merged: &[ChangeRecord]) {
+        for record in merged {
+            if document
+                .changes
+                .iter()
+                .any(|known| known.change_id == record.change_id)
+            {
+                continue;
+            }
+            let mut record = record.clone();
+            if record.outcome == ChangeOutcome::Applied {
+                document.revision += 1;
+                record.revision = Some(document.revision);
+            }
+            document.changes.push(record);
+        }
     }
 
     /// `current` with what the request tells it, for a document this

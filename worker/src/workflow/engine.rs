@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::metrics::{self, OutcomeLabels};
-use skyport_core::event::Event;
+use skyport_core::event::{DecodeError, Event};
 use skyport_core::ports::{DeadLetterStore, StreamEvent};
 use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
@@ -16,6 +16,8 @@ use tracing::Instrument;
 use super::cancellations::Cancellations;
 use super::outcome::{Outcome, Tally};
 use super::redrive::{Begin, Pacer};
+use super::reschedule::Handled;
+use super::reschedules::{Reschedules, Turn};
 use super::retry::RetryPolicy;
 use super::status::StatusWriter;
 use crate::resilience::client::ServiceClient;
@@ -53,6 +55,27 @@ pub struct Workflow {
     pub(super) processing_after: Duration,
     /// How far apart redrives start.
     pub(super) redrives: Pacer,
+    /// The deliveries' events whose order matters, and the reschedules read.
+    pub(super) reschedules: Arc<Reschedules>,
+}
+
+/// An event as it was read: decoded, with its place among its delivery's
+/// events. Taken in the partition's order, before the event runs.
+#[derive(Debug)]
+pub struct Admitted {
+    event: Result<Event, DecodeError>,
+    turn: Option<Turn>,
+    reschedules: Arc<Reschedules>,
+}
+
+impl Drop for Admitted {
+    /// A reschedule not handled (given up, abandoned) is no longer pending:
+    /// it is read again, or dead-lettered.
+    fn drop(&mut self) {
+        if let Ok(Event::DeliveryRescheduled(reschedule)) = &self.event {
+            self.reschedules.handled(reschedule);
+        }
+    }
 }
 
 impl Workflow {
@@ -73,6 +96,28 @@ impl Workflow {
             tally: Arc::default(),
             processing_after,
             redrives: Pacer::new(redrive_per_s),
+            reschedules: Arc::default(),
+        }
+    }
+
+    /// Decodes `event` and gives it its place among its delivery's events;
+    /// called as events are read, in the partition's order.
+    pub fn admit(&self, event: &StreamEvent) -> Admitted {
+        let decoded = Event::decode(&event.payload);
+        let turn = match &decoded {
+            Ok(Event::DeliveryRequested(request)) => {
+                Some(self.reschedules.turn(&request.delivery_id))
+            }
+            Ok(Event::DeliveryRescheduled(reschedule)) => {
+                self.reschedules.read(reschedule);
+                Some(self.reschedules.turn(&reschedule.delivery_id))
+            }
+            Ok(Event::CancellationRequested(_)) | Err(_) => None,
+        };
+        Admitted {
+            event: decoded,
+            turn,
+            reschedules: Arc::clone(&self.reschedules),
         }
     }
 
@@ -80,9 +125,18 @@ impl Workflow {
         Arc::clone(&self.tally)
     }
 
-    /// Runs the workflow for `event`; `abandon` gives it up (only at shutdown).
-    pub async fn process(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
-        let outcome = self.run(event, abandon).await;
+    /// Runs the workflow for `event`, admitted as [`Workflow::admit`] read
+    /// it; `abandon` gives it up (only at shutdown).
+    pub async fn process(
+        &self,
+        event: &StreamEvent,
+        mut admitted: Admitted,
+        abandon: &CancellationToken,
+    ) -> Outcome {
+        if let Some(turn) = admitted.turn.as_mut() {
+            turn.come().await;
+        }
+        let outcome = self.run(event, &admitted, abandon).await;
         self.record(outcome)
     }
 
@@ -104,6 +158,8 @@ impl Workflow {
             Outcome::Failed => (&self.tally.failed, "failed"),
             Outcome::Cancelled => (&self.tally.cancelled, "cancelled"),
             Outcome::CancelRequested => (&self.tally.cancel_requested, "cancel_requested"),
+            Outcome::Rescheduled => (&self.tally.rescheduled, "rescheduled"),
+            Outcome::RescheduleRefused => (&self.tally.reschedules_refused, "reschedule_refused"),
             Outcome::AlreadyTerminal => (&self.tally.replayed, "already_terminal"),
             Outcome::DeadLettered => (&self.tally.dead_lettered, "dead_lettered"),
             Outcome::Abandoned => (&self.tally.abandoned, "abandoned"),
@@ -117,8 +173,13 @@ impl Workflow {
         outcome
     }
 
-    async fn run(&self, event: &StreamEvent, abandon: &CancellationToken) -> Outcome {
-        let result = match Event::decode(&event.payload) {
+    async fn run(
+        &self,
+        event: &StreamEvent,
+        admitted: &Admitted,
+        abandon: &CancellationToken,
+    ) -> Outcome {
+        let result = match &admitted.event {
             Ok(Event::DeliveryRequested(request)) => {
                 let span = event_span(
                     "DeliveryRequested",
@@ -128,11 +189,12 @@ impl Workflow {
                 );
                 let _running = self.cancellations.run(&request.delivery_id);
                 async {
-                    if request.epoch > 0 && self.begin_epoch(&request, abandon).await? != Begin::Run
+                    if request.epoch > 0 && self.begin_epoch(request, abandon).await? != Begin::Run
                     {
                         return Ok(Outcome::AlreadyTerminal);
                     }
-                    self.deliver(&request, abandon).await
+                    let (request, merged) = self.with_pending(request);
+                    self.deliver(&request, &merged, abandon).await
                 }
                 .instrument(span)
                 .await
@@ -144,7 +206,22 @@ impl Workflow {
                     event,
                     cancel.traceparent.as_deref(),
                 );
-                self.cancel(&cancel, abandon).instrument(span).await
+                self.cancel(cancel, abandon).instrument(span).await
+            }
+            Ok(Event::DeliveryRescheduled(reschedule)) => {
+                let span = event_span(
+                    "DeliveryRescheduled",
+                    &reschedule.delivery_id,
+                    event,
+                    reschedule.traceparent.as_deref(),
+                );
+                match self.reschedule(reschedule, abandon).instrument(span).await {
+                    Ok(Handled::Done(outcome)) => Ok(outcome),
+                    Ok(Handled::GiveUp(reason)) => {
+                        return self.dead_letter(event, reason, abandon).await;
+                    }
+                    Err(interrupted) => Err(interrupted),
+                }
             }
             Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
         };

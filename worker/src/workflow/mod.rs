@@ -7,6 +7,10 @@
 //! A redrive: a delivery request of a later attempt epoch, begun on a Failed
 //! delivery ([`redrive`]).
 //!
+//! A reschedule: applied in its delivery's stream order ([`reschedules`]);
+//! before the steps run they use the new values, after Scheduled the
+//! Delivery and Drone bookings are updated ([`reschedule`]).
+//!
 //! Invariant: an event counts as completed only once its status write (or its
 //! dead letter) is durable. Replays are safe: each call is keyed by the
 //! delivery id and its epoch (PUT by id, `Idempotency-Key:
@@ -22,10 +26,12 @@ mod deliver;
 mod engine;
 mod outcome;
 mod redrive;
+mod reschedule;
+mod reschedules;
 mod retry;
 pub mod status;
 pub mod steps;
 
-pub use self::engine::Workflow;
+pub use self::engine::{Admitted, Workflow};
 pub use self::outcome::{Outcome, Tally};
 pub use self::retry::{Interrupted, RetryPolicy};

@@ -12,6 +12,11 @@ pub enum Outcome {
     Cancelled,
     /// A running delivery was flagged; it cancels itself at its next step.
     CancelRequested,
+    /// A reschedule applied: the bookings hold the new times and places.
+    Rescheduled,
+    /// A reschedule refused (the delivery had ended otherwise, or the new
+    /// values break a rule) or failed (a service refused the update).
+    RescheduleRefused,
     /// A replay of a delivery whose terminal state was already recorded.
     AlreadyTerminal,
     DeadLettered,
@@ -45,6 +50,8 @@ pub struct Tally {
     pub failed: AtomicU64,
     pub cancelled: AtomicU64,
     pub cancel_requested: AtomicU64,
+    pub rescheduled: AtomicU64,
+    pub reschedules_refused: AtomicU64,
     /// Events of deliveries that an earlier attempt had already started or finished.
     pub replayed: AtomicU64,
     pub dead_lettered: AtomicU64,
@@ -58,11 +65,13 @@ impl std::fmt::Display for Tally {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         write!(
             f,
-            "scheduled={} failed={} cancelled={} cancel_requested={} replayed={} dead_lettered={} abandoned={} nacked={}",
+            "scheduled={} failed={} cancelled={} cancel_requested={} rescheduled={} reschedules_refused={} replayed={} dead_lettered={} abandoned={} nacked={}",
             get(&self.scheduled),
             get(&self.failed),
             get(&self.cancelled),
             get(&self.cancel_requested),
+            get(&self.rescheduled),
+            get(&self.reschedules_refused),
             get(&self.replayed),
             get(&self.dead_lettered),
             get(&self.abandoned),

@@ -30,8 +30,8 @@ use skyport_client::apis::deliveries_api::{
 };
 use skyport_client::apis::{Error, ResponseContent};
 use skyport_client::models::{
-    Accepted, ConfirmationType, DeliveryRequest, DeliveryState, DeliveryStatus, PackageInfo,
-    PackageSize, Problem,
+    Accepted, ChangeOutcome, ConfirmationType, DeliveryRequest, DeliveryState, DeliveryStatus,
+    PackageInfo, PackageSize, Problem, Reschedule,
 };
 
 const POLL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -258,6 +258,70 @@ async fn poll_until_terminal(
     }
 }
 
+/// Moves a Scheduled delivery an hour later and reads until its revision is 1.
+async fn reschedule(checks: &mut Checks, configuration: &Configuration, accepted: &Accepted) {
+    let pickup_time =
+        DateTime::parse_from_rfc3339("2030-01-01T11:00:00Z").expect("an RFC 3339 literal");
+    let mut later = Reschedule::new();
+    later.pickup_time = Some(pickup_time);
+    later.deadline = Some(pickup_time + TimeDelta::hours(2));
+    let result = deliveries_api::reschedule_delivery_request(
+        configuration,
+        &accepted.delivery_id,
+        &accepted.receipt,
+        later,
+        None,
+        Some("rust-driver-move"),
+    )
+    .await;
+    if let Err(error) = &result {
+        report("PATCH", error);
+    }
+    checks.expect(
+        result.is_ok_and(|answer| answer.delivery_id == accepted.delivery_id),
+        "a reschedule is accepted (the client returns the delivery's Accepted)",
+    );
+    let deadline = Instant::now() + POLL_TIMEOUT;
+    loop {
+        let read = deliveries_api::get_delivery_status(
+            configuration,
+            &accepted.delivery_id,
+            &accepted.receipt,
+            Some(WAIT_S),
+            None,
+            None,
+            None,
+        )
+        .await;
+        match read {
+            Ok(status) if status.revision == Some(1) => {
+                println!("rescheduled: {:?}", status.changes);
+                checks.expect(
+                    status.state == DeliveryState::Scheduled,
+                    "a rescheduled delivery stays Scheduled",
+                );
+                checks.expect(
+                    status.changes.as_deref().is_some_and(|changes| {
+                        changes.len() == 1 && changes[0].outcome == ChangeOutcome::Applied
+                    }),
+                    "its history holds the change, applied",
+                );
+                return;
+            }
+            Ok(_) if Instant::now() < deadline => {}
+            Ok(_) => {
+                checks.expect(false, "the reschedule is applied within the time limit");
+                return;
+            }
+            Err(error) => {
+                report("GET status", &error);
+                checks.expect(false, "the status of a rescheduled delivery answers 200");
+                return;
+            }
+        }
+    }
+}
+
 /// Checks that `result` is an error response of `status` whose body the client
 /// parsed into its typed error, carrying a Problem with that status and `code`.
 fn expect_problem<T: Debug, E: TypedError>(
@@ -364,6 +428,8 @@ async fn main() -> reqwest::Result<ExitCode> {
                 checks.expect(false, "a listing answers 200");
             }
         }
+        println!("== the delivery rescheduled");
+        reschedule(&mut checks, &client, &accepted).await;
     }
 
     println!("== a cancelled delivery request");

@@ -3,9 +3,10 @@
 use reqwest::Method;
 use serde_json::json;
 use skyport_core::event::DeliveryRequested;
+use skyport_core::request::DeliveryRequest;
 use skyport_core::status;
 
-use super::step::{Progress, Step, UndoTarget, delete, rfc3339};
+use super::step::{Progress, Step, UndoTarget, delete, patch, rfc3339};
 use crate::resilience::client::Call;
 
 #[derive(Debug)]
@@ -46,5 +47,17 @@ impl Step for Delivery {
 
     fn undo(&self, target: &UndoTarget<'_>) -> Option<Call> {
         Some(delete(resource(target.delivery_id)))
+    }
+
+    fn update(&self, delivery_id: &str, request: &DeliveryRequest) -> Option<Call> {
+        Some(patch(
+            resource(delivery_id),
+            json!({
+                "pickupLocation": request.pickup_location,
+                "pickupTime": rfc3339(request.pickup_time),
+                "deadline": rfc3339(request.deadline),
+                "dropoffLocation": request.dropoff_location,
+            }),
+        ))
     }
 }

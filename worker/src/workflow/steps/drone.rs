@@ -4,9 +4,10 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 use skyport_core::event::DeliveryRequested;
+use skyport_core::request::DeliveryRequest;
 use skyport_core::status;
 
-use super::step::{Progress, Step, UndoTarget, delete, invalid_response, rfc3339};
+use super::step::{Progress, Step, UndoTarget, delete, invalid_response, patch, rfc3339};
 use crate::resilience::client::{Call, StepError};
 
 #[derive(Debug)]
@@ -55,5 +56,16 @@ impl Step for Drone {
 
     fn undo(&self, target: &UndoTarget<'_>) -> Option<Call> {
         Some(delete(resource(target.delivery_id)))
+    }
+
+    fn update(&self, delivery_id: &str, request: &DeliveryRequest) -> Option<Call> {
+        Some(patch(
+            resource(delivery_id),
+            json!({
+                "pickupLocation": request.pickup_location,
+                "pickupTime": rfc3339(request.pickup_time),
+                "dropoffLocation": request.dropoff_location,
+            }),
+        ))
     }
 }

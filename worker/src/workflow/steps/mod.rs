@@ -45,6 +45,22 @@ pub fn call_key(delivery_id: &str, epoch: u32, step: status::Step, undo: bool) -
     }
 }
 
+/// The idempotency key of `step`'s update for revision `revision` of a
+/// delivery in attempt `epoch` (`revert`: putting the previous revision back).
+pub fn update_key(
+    delivery_id: &str,
+    epoch: u32,
+    step: status::Step,
+    revision: u32,
+    revert: bool,
+) -> String {
+    let revert = if revert { ":revert" } else { "" };
+    format!(
+        "{}:r{revision}{revert}",
+        call_key(delivery_id, epoch, step, false)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +72,11 @@ mod tests {
         assert_eq!(call_key("d-1", 0, step, true), "d-1:package:undo");
         assert_eq!(call_key("d-1", 2, step, false), "d-1:e2:package");
         assert_eq!(call_key("d-1", 2, step, true), "d-1:e2:package:undo");
+        let step = status::Step::Drone;
+        assert_eq!(update_key("d-1", 0, step, 3, false), "d-1:drone:r3");
+        assert_eq!(
+            update_key("d-1", 1, step, 3, true),
+            "d-1:e1:drone:r3:revert"
+        );
     }
 }

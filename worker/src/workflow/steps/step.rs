@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use skyport_core::event::DeliveryRequested;
+use skyport_core::request::DeliveryRequest;
 use skyport_core::status;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -36,6 +37,22 @@ pub trait Step: std::fmt::Debug + Send + Sync {
     /// Deleting what is not there succeeds, so an undo can be repeated.
     fn undo(&self, _target: &UndoTarget<'_>) -> Option<Call> {
         None
+    }
+
+    /// The request that changes what this step booked for `delivery_id` to
+    /// `request`'s times and places (a reschedule); `None` for a step whose
+    /// resource does not hold them.
+    fn update(&self, _delivery_id: &str, _request: &DeliveryRequest) -> Option<Call> {
+        None
+    }
+}
+
+/// A `PATCH` of `path` with `body`: what a reschedule sends a booking.
+pub(super) fn patch(path: Vec<String>, body: Value) -> Call {
+    Call {
+        method: reqwest::Method::PATCH,
+        path,
+        body,
     }
 }
 
