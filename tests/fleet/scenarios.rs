@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use skyport_azure::cosmos::emulator::server::replace_throughput;
 use skyport_core::status::{StatusDocument, Step};
 use skyport_tests::simulator_stats;
+use tokio::task::JoinSet;
 
 use crate::fleet::{Fleet, Member, Options, even};
 use crate::load::{Accepted, Clients, assert_scheduled, expect_callbacks_once};
@@ -20,8 +21,9 @@ use crate::shape::{
 
 type Scenario = fn(Stream) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-const SCENARIOS: [(&str, Scenario); 7] = [
+const SCENARIOS: [(&str, Scenario); 8] = [
     ("steady-state", |s| Box::pin(steady_state(s))),
+    ("wait-and-reschedule", |s| Box::pin(wait_and_reschedule(s))),
     ("worker-killed", |s| Box::pin(worker_killed(s))),
     ("gateway-killed", |s| Box::pin(gateway_killed(s))),
     ("rolling-restart", |s| Box::pin(rolling_restart(s))),
@@ -176,6 +178,135 @@ async fn steady_state(stream: Stream) {
     );
     assert_eq!(replayed, 0, "no event is read twice when nothing fails");
     fleet.stop().await;
+}
+
+/// Scenario 1b: 2 gateways, 1 worker. Deliveries posted through one gateway
+/// are read with `wait=10` through the other, which learns of their writes
+/// from its Cosmos DB change feed: each reaches its terminal status in at
+/// most two reads. Some are then rescheduled through the second gateway and
+/// read through the first until their revision is 1: each booking updated once.
+async fn wait_and_reschedule(stream: Stream) {
+    const COUNT: usize = 200;
+    const MOVED: usize = 20;
+    let mut options = Options::new(2, 1);
+    // Status writes leave at once rather than lingering up to a second for a
+    // bulk batch (this load is light), so that the time after a terminal
+    // write measures the other gateway's wake: its change-feed poll.
+    options
+        .keys
+        .push(("cosmos.bulk_max_wait_ms", "5".to_owned()));
+    let fleet = Fleet::start(stream, &options).await;
+    fleet.wait_spread(Duration::from_secs(60)).await;
+    let (first, second) = (
+        fleet.gateways[0].base.clone(),
+        fleet.gateways[1].base.clone(),
+    );
+    let http = held_reads_client();
+    // Each read right after its post, at 50 a second: most arrive before the
+    // worker's first write and are woken by the change feed.
+    let mut reads = JoinSet::new();
+    for n in 0..COUNT {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (http, first, second) = (http.clone(), first.clone(), second.clone());
+        reads.spawn(async move {
+            let mut request = skyport_tests::delivery_request(n);
+            request["deliveryId"] = format!("held-{n}").into();
+            let response = http
+                .post(format!("{first}/api/deliveryrequests"))
+                .header("content-type", "application/json")
+                .body(request.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 202);
+            let body: serde_json::Value = response.json().await.unwrap();
+            let url = body["statusUrl"].as_str().unwrap();
+            let status = url[url.find("/api/").unwrap()..].to_owned();
+            let held = read_until(&http, &format!("{second}{status}&wait=10"), |d| {
+                d.state.is_terminal()
+            })
+            .await;
+            (status, held)
+        });
+    }
+    let (statuses, answers): (Vec<String>, Vec<_>) = reads.join_all().await.into_iter().unzip();
+
+    let most = answers.iter().map(|(reads, _, _)| *reads).max().unwrap();
+    let mut after: Vec<Duration> = answers.iter().map(|(_, after, _)| *after).collect();
+    after.sort();
+    let p99 = after[(after.len() * 99).div_ceil(100) - 1];
+    assert_scheduled(&answers.into_iter().map(|(_, _, d)| d).collect::<Vec<_>>());
+    assert!(most <= 2, "a delivery took {most} held reads");
+
+    let patch = serde_json::json!({"pickupTime": "2030-01-01T11:00:00Z", "deadline": "2030-01-01T13:00:00Z"});
+    for (n, status) in statuses[..MOVED].iter().enumerate() {
+        let url = format!("{second}{}", status.replacen("/status?", "?", 1));
+        let response = http
+            .patch(url)
+            .header("content-type", "application/merge-patch+json")
+            .header("idempotency-key", format!("move-{n}"))
+            .body(patch.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202, "{}", response.text().await.unwrap());
+    }
+    for status in &statuses[..MOVED] {
+        let url = format!("{first}{status}&wait=10");
+        let (_, _, document) = read_until(&http, &url, |d| d.revision == 1).await;
+        assert_eq!(document.changes.len(), 1, "{:?}", document.changes);
+    }
+    let stats = simulator_stats(&fleet.simulator.base).await;
+    for service in [Step::Delivery, Step::Drone] {
+        assert_eq!(stats.get(service).updated, MOVED as u64, "{service:?}");
+    }
+    println!(
+        "fleet {}/wait-and-reschedule: {COUNT} read through the other gateway with wait=10, each terminal in at most {most} reads; \
+         terminal write to answer p50 {:?}, p99 {p99:?}; {MOVED} rescheduled, each booking updated once",
+        stream.name(),
+        after[after.len() / 2],
+    );
+    fleet.stop().await;
+}
+
+/// A client of the gateways, with the fleet's API key.
+fn held_reads_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-api-key", crate::shape::API_KEY.parse().unwrap());
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// Reads `url` (a held read) until `done`: the reads it took, how long after
+/// the document's last write the last answer came, and the document.
+async fn read_until(
+    http: &reqwest::Client,
+    url: &str,
+    done: impl Fn(&StatusDocument) -> bool,
+) -> (usize, Duration, StatusDocument) {
+    let mut etag: Option<String> = None;
+    for reads in 1..=10 {
+        let mut request = http.get(url);
+        if let Some(etag) = &etag {
+            request = request.header("if-none-match", etag);
+        }
+        let response = request.send().await.unwrap();
+        let answered = time::OffsetDateTime::now_utc();
+        if response.status() == 304 {
+            continue;
+        }
+        assert_eq!(response.status(), 200, "{url}");
+        etag = Some(response.headers()["etag"].to_str().unwrap().to_owned());
+        let document: StatusDocument = response.json().await.unwrap();
+        if done(&document) {
+            let after = (answered - document.updated_at).max(time::Duration::ZERO);
+            return (reads, after.try_into().unwrap(), document);
+        }
+    }
+    panic!("{url}: not done after 10 held reads");
 }
 
 /// Posts `count` requests tagged `tag` at `per_s` in the background.

@@ -342,11 +342,13 @@ pub struct StatusQuery {
 /// the callback), reloading itself while the delivery is in flight.
 ///
 /// With a wait (`Prefer: wait=N` or `?wait=N`, N from 1 to 30 seconds) the
-/// read is held until the delivery is terminal, its status differs from the
-/// client's copy (the one `If-None-Match` names, else the one current when
-/// the read arrived) or N seconds pass, and answers the status then: no
-/// blind polling, and a held read takes no place among
-/// `gateway.max_in_flight`.
+/// read is held until the status differs from the client's copy or N seconds
+/// pass, and answers the status then (304 when the copy named is still
+/// current): no blind polling, and a held read takes no place among
+/// `gateway.max_in_flight`. The client's copy is the one `If-None-Match`
+/// names, held for even once the delivery is terminal (a Scheduled one may
+/// still be rescheduled or cancelled); without it, the one current when the
+/// read arrived, and a terminal status is answered at once.
 #[utoipa::path(
     get,
     path = "/api/deliveryrequests/{id}/status",
@@ -357,7 +359,7 @@ pub struct StatusQuery {
         StatusQuery,
         ReadQuery,
         ("If-None-Match" = Option<String>, Header, description = "Entity tags of copies the client holds (or `*`): when one is current the answer is 304 without a body. With a wait, the read is held while one of them is current."),
-        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): hold the read up to N seconds (at most 30) until the delivery is terminal or its status differs from the client's copy, as `?wait=N` does. Past `gateway.max_waiting` held reads, the answer is immediate."),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): hold the read up to N seconds (at most 30) until the status differs from the client's copy, as `?wait=N` does. Past `gateway.max_waiting` held reads, the answer is immediate."),
     ),
     responses(
         (status = 200, description = "The delivery's status: JSON, or a page for a browser (one whose `Accept` names `text/html` above JSON).",
@@ -431,14 +433,16 @@ pub async fn status(
         let Some((watch, until)) = held.as_mut() else {
             break (document, etag);
         };
-        // The client's copy: the one it names, else the one it would have
-        // been answered at arrival.
-        let unchanged = if headers.contains_key(header::IF_NONE_MATCH) {
+        // The client's copy: the one it names (held until that is no longer
+        // current, even once the delivery is terminal: a Scheduled one may
+        // still be rescheduled or cancelled), else the one it would have been
+        // answered at arrival (held until the delivery is terminal).
+        let current = if headers.contains_key(header::IF_NONE_MATCH) {
             none_match(&headers, &etag)
         } else {
-            *at_arrival.get_or_insert_with(|| etag.clone()) == etag
+            !document.state.is_terminal() && *at_arrival.get_or_insert_with(|| etag.clone()) == etag
         };
-        if document.state.is_terminal() || !unchanged {
+        if !current {
             break (document, etag);
         }
         if tokio::time::timeout_at(*until, watch.changed())
@@ -491,10 +495,10 @@ pub async fn status(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ReadQuery {
-    /// Seconds to hold the read until the delivery is terminal or its
-    /// status differs from the client's copy (the one `If-None-Match`
-    /// names, else the one current when the read arrived); the same as
-    /// `Prefer: wait=N`, which it wins over.
+    /// Seconds to hold the read until the status differs from the client's
+    /// copy: the one `If-None-Match` names, else the one current when the
+    /// read arrived (a terminal status is then answered at once). The same
+    /// as `Prefer: wait=N`, which it wins over.
     #[param(minimum = 1, maximum = 30)]
     wait: Option<u32>,
     /// `async`: answer 202 while the delivery runs and 200 once it is
