@@ -49,6 +49,7 @@
 mod callbacks;
 mod charts;
 mod cpu;
+mod held;
 mod load;
 mod memory;
 mod poster;
@@ -117,6 +118,11 @@ struct Plan {
     /// and then the first again with a callback per request; how long each runs.
     terminal_rates: [u32; 2],
     terminal_duration: Duration,
+    /// Deliveries posted and read with waits in the held-reads phase, and
+    /// at what rate; then the reads held beside the POSTs.
+    held_deliveries: u64,
+    held_rate: u32,
+    held: u64,
     drain_timeout: Duration,
 }
 
@@ -139,6 +145,9 @@ impl Plan {
             limited_window: Duration::from_secs(10),
             terminal_rates: [1_000, 2_000],
             terminal_duration: Duration::from_secs(30),
+            held_deliveries: 1_000,
+            held_rate: 200,
+            held: 5_000,
             drain_timeout: Duration::from_secs(900),
         }
     }
@@ -161,6 +170,9 @@ impl Plan {
             limited_window: Duration::from_secs(2),
             terminal_rates: [50, 100],
             terminal_duration: Duration::from_secs(2),
+            held_deliveries: 50,
+            held_rate: 50,
+            held: 200,
             drain_timeout: Duration::from_secs(120),
         }
     }
@@ -174,7 +186,7 @@ const OPEN_LOOP_CONNECTIONS: u32 = 256;
 /// Partitions of the Kafka phase's topic, as many as the embedded stream's.
 const KAFKA_PARTITIONS: u32 = 8;
 
-const PHASES: [&str; 10] = [
+const PHASES: [&str; 11] = [
     "ingest",
     "store",
     "named",
@@ -184,6 +196,7 @@ const PHASES: [&str; 10] = [
     "rate-limit",
     "all-in-one",
     "time-to-terminal",
+    "held-reads",
     "kafka",
 ];
 
@@ -255,6 +268,7 @@ fn main() -> anyhow::Result<()> {
             "all-in-one" => results.all_in_one = serde_json::from_value(result)?,
             "kafka" => results.kafka = serde_json::from_value(result)?,
             "time-to-terminal" => results.time_to_terminal = serde_json::from_value(result)?,
+            "held-reads" => results.held_reads = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -326,6 +340,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "all-in-one" => serde_json::to_value(bench.all_in_one().await?)?,
             "kafka" => serde_json::to_value(bench.kafka().await?)?,
             "time-to-terminal" => serde_json::to_value(bench.time_to_terminal().await?)?,
+            "held-reads" => serde_json::to_value(bench.held_reads().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;

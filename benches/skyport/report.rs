@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::cpu::CpuTime;
+use crate::held::HeldReads;
 use crate::load::Measured;
 use crate::poster::{Latency, Posted};
 
@@ -30,6 +31,8 @@ pub(crate) struct Results {
     pub(crate) all_in_one: Option<WholeSystem>,
     #[serde(default)]
     pub(crate) time_to_terminal: Vec<TimeToTerminal>,
+    #[serde(default)]
+    pub(crate) held_reads: Option<HeldReads>,
     pub(crate) kafka: Option<KafkaRun>,
 }
 
@@ -314,6 +317,7 @@ impl Results {
             rate_limited: None,
             all_in_one: None,
             time_to_terminal: Vec::new(),
+            held_reads: None,
             kafka: None,
         }
     }
@@ -613,6 +617,42 @@ impl Results {
                 met: Some(worst * 1024.0 * 1024.0 <= 256e6),
             });
         }
+        if let Some(h) = &self.held_reads {
+            verdicts.push(Verdict {
+                what: format!(
+                    "held reads: {} deliveries at {}/s, each read with wait=10 until terminal",
+                    h.deliveries, h.rate
+                ),
+                measured: format!(
+                    "at most {} reads each ({} took two); terminal write to answer: {}",
+                    h.most_reads,
+                    h.two_reads,
+                    latency(h.after_write.as_ref())
+                ),
+                target: "≤ 2 reads; p99 ≤ 50 ms",
+                met: Some(
+                    h.most_reads <= 2 && h.after_write.as_ref().is_some_and(|l| l.p99_ms <= 50.0),
+                ),
+            });
+            verdicts.push(Verdict {
+                what: format!(
+                    "POSTs beside {} held reads (max_in_flight {}), closed loop at 64 connections",
+                    h.held, h.max_in_flight
+                ),
+                measured: format!(
+                    "{:.0}/s against {:.0}/s alone: {:.2} ×; 503s {} beside, {} alone; p99 {:.2} ms against {:.2} ms",
+                    h.posts_beside_held.requests_per_s,
+                    h.posts_alone.requests_per_s,
+                    h.ratio,
+                    h.posts_beside_held.status("503"),
+                    h.posts_alone.status("503"),
+                    h.posts_beside_held.p99_ms,
+                    h.posts_alone.p99_ms
+                ),
+                target: "within noise (≥ 0.9 ×), no 503",
+                met: Some(h.ratio >= 0.9 && h.posts_beside_held.status("503") == 0),
+            });
+        }
         verdicts
     }
 
@@ -694,6 +734,15 @@ impl Results {
                     t.rate, t.accepted, t.failed
                 ));
             }
+        }
+        if let Some(h) = &self.held_reads
+            && (h.most_reads > 2 || (!full && h.posts_beside_held.status("202") == 0))
+        {
+            failures.push(format!(
+                "held reads: a delivery took {} reads, {} POSTs accepted beside them",
+                h.most_reads,
+                h.posts_beside_held.status("202")
+            ));
         }
         if let Some(k) = &self.kafka {
             let e = &k.end_to_end;
