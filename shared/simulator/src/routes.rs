@@ -237,15 +237,7 @@ async fn update(
     let Path(id) = path.map_err(Problem::bad_path)?;
     let key = idempotency_key(headers)?;
     let fields = object(body)?;
-    if state.behaviour().rejected_ids.contains(&id) {
-        ServiceCounters::bump(&state.counters.rejected);
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Rejected",
-            "Rejected",
-            format!("the simulated service refuses {id}"),
-        ));
-    }
+    refused(state, &id)?;
     match state.store.update(&id, key, &fields) {
         UpdateOutcome::Updated(body) => {
             ServiceCounters::bump(&state.counters.updated);
@@ -343,15 +335,8 @@ fn store_put(
     request: &Value,
     create: impl FnOnce() -> Value,
 ) -> Response {
-    if state.behaviour().rejected_ids.contains(&id) {
-        ServiceCounters::bump(&state.counters.rejected);
-        return Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Rejected",
-            "Rejected",
-            format!("the simulated service refuses {id}"),
-        )
-        .into_response();
+    if let Err(refusal) = refused(state, &id) {
+        return refusal.into_response();
     }
     match state.store.put(id, key, request, create) {
         PutOutcome::Created(body) => {
@@ -374,6 +359,20 @@ fn store_put(
             .into_response()
         }
     }
+}
+
+/// The 422 of an id in the service's `rejected_ids`, counted.
+fn refused(state: &ServiceState, id: &str) -> Result<(), Problem> {
+    if !state.behaviour().rejected_ids.contains(id) {
+        return Ok(());
+    }
+    ServiceCounters::bump(&state.counters.rejected);
+    Err(Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Rejected",
+        "Rejected",
+        format!("the simulated service refuses {id}"),
+    ))
 }
 
 fn json_response(status: StatusCode, body: Bytes) -> Response {
