@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use axum::extract::{Query, Request, State};
+use axum::extract::{MatchedPath, Query, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -31,10 +31,18 @@ use crate::prefer;
 /// How many changed ids one read of a range hands over.
 const PAGE: u32 = 1000;
 
-/// How long `request` asks to be held: a GET with `?wait=N` (which wins)
-/// or `Prefer: wait=N`.
+/// The route whose reads may wait: a delivery's status.
+pub const STATUS_ROUTE: &str = "/api/deliveryrequests/{id}/status";
+
+/// How long `request` asks to be held: a GET of a status with `?wait=N`
+/// (which wins) or `Prefer: wait=N`. Any other request is admitted among
+/// those in flight, whatever it asks.
 fn requested_wait(request: &Request) -> Option<Duration> {
-    if request.method() != Method::GET {
+    let status = request
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|route| route.as_str() == STATUS_ROUTE);
+    if request.method() != Method::GET || !status {
         return None;
     }
     if let Ok(Query(WaitParameter { wait: Some(wait) })) = Query::try_from_uri(request.uri()) {

@@ -144,6 +144,17 @@ async fn a_held_read_answers_when_its_wait_ends_and_takes_no_place_among_those_i
     let over = held_read(&app.client, &url, "wait=2", Some(&etag)).await;
     assert_eq!(over.status(), 304, "past max_waiting: answered at once");
     assert!(started.elapsed() < Duration::from_secs(2));
+    // A listing that asks to wait is not held: it is answered at once (a
+    // parameter it does not take).
+    let listing = app
+        .client
+        .http
+        .get(format!("{}/api/deliveryrequests?wait=5", app.client.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listing.status(), 400);
+    assert!(started.elapsed() < Duration::from_secs(2));
     // The held reads take no slot: posts and plain reads still go through a
     // limit of 2 in flight.
     for n in 0..20 {
