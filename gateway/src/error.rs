@@ -47,6 +47,14 @@ pub enum ApiError {
     /// `If-Match` named a version that is not the current one.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// The client is over its quota (`gateway.quotas`).
+    #[error("{detail}")]
+    TooManyRequests {
+        retry_after_s: u32,
+        /// `RateLimit-Policy` and `RateLimit`.
+        headers: Box<[(axum::http::HeaderName, HeaderValue); 2]>,
+        detail: String,
+    },
     /// The resource existed and was removed (its retention passed).
     #[error("{0}")]
     Gone(String),
@@ -114,6 +122,11 @@ impl ApiError {
                 "Precondition failed",
                 "PreconditionFailed",
             ),
+            Self::TooManyRequests { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many requests",
+                "QuotaExceeded",
+            ),
             Self::Gone(_) => (StatusCode::GONE, "Gone", "Gone"),
             Self::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -157,9 +170,9 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         let retry_after = match &self {
-            Self::Unavailable { retry_after_s, .. } | Self::Overloaded { retry_after_s } => {
-                Some(*retry_after_s)
-            }
+            Self::Unavailable { retry_after_s, .. }
+            | Self::Overloaded { retry_after_s }
+            | Self::TooManyRequests { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         };
         let header = match &self {
@@ -177,6 +190,10 @@ impl IntoResponse for ApiError {
             }
             _ => None,
         };
+        let quota = match &self {
+            Self::TooManyRequests { headers, .. } => Some(headers.clone()),
+            _ => None,
+        };
         let errors = match self {
             Self::Validation(ref errors) => errors.clone(),
             _ => Vec::new(),
@@ -188,6 +205,9 @@ impl IntoResponse for ApiError {
         let mut response = problem.respond(retry_after);
         if let Some((name, value)) = header {
             response.headers_mut().insert(name, value);
+        }
+        if let Some(quota) = quota {
+            response.headers_mut().extend(*quota);
         }
         response
     }

@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod openapi;
 pub mod pacing;
 pub mod prefer;
+pub mod quotas;
 pub mod receipt;
 pub mod request_context;
 pub mod request_id;

@@ -20,6 +20,7 @@ use skyport_runtime::destination::CallbackAcceptance;
 
 use crate::error::ApiError;
 use crate::pacing::Pacing;
+use crate::quotas::{Charged, Quotas};
 use crate::receipt::Receipts;
 use crate::waiting::Waiters;
 
@@ -65,6 +66,8 @@ pub struct GatewayParts {
     /// Whether every status answers as a long-running operation
     /// (`gateway.respond_async`).
     pub respond_async: bool,
+    /// Per-client quotas, when `gateway.quotas` sets them.
+    pub quotas: Option<Quotas>,
     /// The status reads waiting for a change.
     pub waiters: Arc<Waiters>,
 }
@@ -145,8 +148,20 @@ impl AppState {
             admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
             callbacks,
             respond_async: settings.respond_async,
+            quotas: Quotas::new(&settings.quotas),
             waiters: Arc::default(),
         }))
+    }
+
+    /// Charges a creating or changing request to `client` when quotas are on.
+    ///
+    /// # Errors
+    /// [`ApiError::TooManyRequests`] when the client is over its quota.
+    pub fn charge(&self, client: &str) -> Result<Option<Charged>, ApiError> {
+        self.quotas
+            .as_ref()
+            .map(|quotas| quotas.charge(client))
+            .transpose()
     }
 
     /// The scheme and authority status URLs start with: the configured public

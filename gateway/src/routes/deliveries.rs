@@ -30,6 +30,7 @@ use crate::idempotency::Name;
 use crate::openapi::{DeliveryRefusals, Refusals};
 use crate::pacing;
 use crate::prefer;
+use crate::quotas::Charged;
 use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
@@ -66,6 +67,8 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
                 ("retry-after-ms" = u64, description = "The same wait in milliseconds, as Azure's long-running-operation pollers read it."),
                 ("Operation-Location" = String, description = "With `Prefer: respond-async` (or `gateway.respond_async`): the status URL with `respond=async`, which answers 202 while the delivery runs."),
                 ("Preference-Applied" = String, description = "`respond-async` when `Operation-Location` is given."),
+                ("RateLimit-Policy" = String, description = "When quotas are on (`gateway.quotas`): the client's quota, `\"default\";q=BURST;w=SECONDS` (`\"client\"` for a quota of its own)."),
+                ("RateLimit" = String, description = "When quotas are on: `\"default\";r=LEFT;t=SECONDS`, the requests left now and the seconds until the quota is whole again."),
             ),
             links(
                 ("GetStatus" = (operation_id = "getDeliveryStatus",
@@ -83,6 +86,12 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
         (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).",
             headers(("Accept-Encoding" = String, description = "The content codings the gateway decodes, on an encoding refusal."))),
         (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach among them); `errors` lists them."),
+        (status = 429, description = "The client is over its quota (`gateway.quotas`); retry after `Retry-After`.",
+            headers(
+                ("Retry-After" = u32, description = "Seconds until the quota lets the next request through."),
+                ("RateLimit-Policy" = String, description = "The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
+                ("RateLimit" = String, description = "`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
+            )),
         Refusals,
         (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`."),
     ),
@@ -111,12 +120,20 @@ pub async fn create(
     // With auth off every caller is the same client.
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
+    // A client is its principal when auth is on, else the request's owner.
+    let metered = if client.is_empty() {
+        request.owner_id.clone()
+    } else {
+        client.to_owned()
+    };
     let Some(name) = Name::of(&request, key.as_deref(), client) else {
         // Nothing to retry by: no write but the event itself.
+        let charged = state.charge(&metered)?;
         let id = uuid::Uuid::new_v4().to_string();
         let event = requested(&headers, &id, now, key, principal.as_deref(), request);
         publish(&state, event).await?;
-        return accepted(&state, &reply, id, DeliveryState::Accepted, now);
+        return accepted(&state, &reply, id, DeliveryState::Accepted, now)
+            .map(|r| with(r, charged));
     };
     let id = name.delivery_id().to_owned();
     let reservation = name.reservation(
@@ -128,15 +145,20 @@ pub async fn create(
     );
     match state.idempotency.reserve(&reservation).await? {
         Reserved::New => {
+            let charged = match state.charge(&metered) {
+                Ok(charged) => charged,
+                Err(refused) => {
+                    release(&state, &reservation, &id).await;
+                    return Err(refused);
+                }
+            };
             let event = requested(&headers, &id, now, key, principal.as_deref(), request);
             if let Err(e) = publish(&state, event).await {
                 // Never durable, so the name is free for the client's retry.
-                if let Err(release) = state.idempotency.release(&reservation).await {
-                    tracing::warn!(delivery_id = %id, error = %release, "Could not release the reservation of a request that was not published; a retry with another body gets a 409 until it expires.");
-                }
+                release(&state, &reservation, &id).await;
                 return Err(e);
             }
-            accepted(&state, &reply, id, DeliveryState::Accepted, now)
+            accepted(&state, &reply, id, DeliveryState::Accepted, now).map(|r| with(r, charged))
         }
         Reserved::Existing(held) if held.fingerprint == reservation.fingerprint => {
             // A retry. Once the worker has written a status the event is surely
@@ -163,6 +185,21 @@ pub async fn create(
         }
         Reserved::Existing(_) => Err(ApiError::Conflict(name.conflict())),
     }
+}
+
+/// Frees a name that was reserved for a request that was not published.
+async fn release(state: &AppState, reservation: &skyport_core::ports::Reservation, id: &str) {
+    if let Err(release) = state.idempotency.release(reservation).await {
+        tracing::warn!(delivery_id = %id, error = %release, "Could not release the reservation of a request that was not published; a retry with another body gets a 409 until it expires.");
+    }
+}
+
+/// `response` with the quota headers of a metered request.
+pub(super) fn with(mut response: Response, charged: Option<Charged>) -> Response {
+    if let Some(charged) = charged {
+        response.headers_mut().extend(charged.headers);
+    }
+    response
 }
 
 /// The event of a delivery request accepted as `id` at `accepted_at`.
@@ -203,10 +240,18 @@ fn requested(
             headers(
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before polling."),
+                ("RateLimit-Policy" = String, description = "When quotas are on (`gateway.quotas`): the client's quota, `\"default\";q=BURST;w=SECONDS` (`\"client\"` for a quota of its own)."),
+                ("RateLimit" = String, description = "When quotas are on: `\"default\";r=LEFT;t=SECONDS`, the requests left now and the seconds until the quota is whole again."),
             )),
         (status = 403, description = "The credentials lack the write scope."),
         DeliveryRefusals,
         (status = 409, description = "The delivery already failed; there is nothing to cancel."),
+        (status = 429, description = "The client is over its quota (`gateway.quotas`); retry after `Retry-After`.",
+            headers(
+                ("Retry-After" = u32, description = "Seconds until the quota lets the next request through."),
+                ("RateLimit-Policy" = String, description = "The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
+                ("RateLimit" = String, description = "`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
+            )),
         (status = 410, description = "The delivery ended longer ago than `store.status_retention_s` and its status was removed."),
         Refusals,
         (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`."),
@@ -223,10 +268,12 @@ pub async fn cancel(
     let (id, query) = id_and_query(path, query)?;
     let base = state.base_url(&headers)?;
     let accepted_at = verified(&state, &id, &query)?;
-    let current = match state.status.get(&id).await? {
-        Some(stored) => stored.document.state,
-        None => not_yet_written(&state, id.clone(), accepted_at)?.state,
+    let document = match state.status.get(&id).await? {
+        Some(stored) => stored.document,
+        None => not_yet_written(&state, id.clone(), accepted_at)?,
     };
+    let current = document.state;
+    let mut charged = None;
     match current {
         DeliveryState::Failed => {
             return Err(ApiError::Conflict(format!(
@@ -235,11 +282,12 @@ pub async fn cancel(
         }
         DeliveryState::Cancelled => {}
         DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {
+            charged = state.charge(&client_of(principal.as_deref(), &document))?;
             let event = Event::CancellationRequested(CancellationRequested {
                 delivery_id: id.clone(),
                 requested_at: OffsetDateTime::now_utc(),
                 traceparent: traceparent(&headers),
-                principal: principal.map(|Extension(p)| p.name),
+                principal: principal.as_deref().map(|p| p.name.clone()),
             });
             publish(&state, event).await?;
         }
@@ -248,7 +296,17 @@ pub async fn cancel(
         base,
         respond_async: false,
     };
-    accepted(&state, &reply, id, current, accepted_at)
+    accepted(&state, &reply, id, current, accepted_at).map(|r| with(r, charged))
+}
+
+/// Who a request about an accepted delivery is metered as: its principal when
+/// auth is on, else the delivery's owner as its status records it (before
+/// the worker has written one, nobody: the anonymous client).
+pub(super) fn client_of(principal: Option<&Principal>, document: &StatusDocument) -> String {
+    principal.map_or_else(
+        || document.owner_id.clone().unwrap_or_default(),
+        |p| p.name.clone(),
+    )
 }
 
 pub(super) async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {

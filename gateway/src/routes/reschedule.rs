@@ -21,8 +21,8 @@ use skyport_core::status::DeliveryState;
 use time::OffsetDateTime;
 
 use super::deliveries::{
-    DeliveryPath, Reply, StatusQuery, accepted, entity_tag, id_and_query, idempotency_key,
-    not_yet_written, publish, traceparent, verified,
+    DeliveryPath, Reply, StatusQuery, accepted, client_of, entity_tag, id_and_query,
+    idempotency_key, not_yet_written, publish, traceparent, verified, with,
 };
 use crate::auth::Principal;
 use crate::error::ApiError;
@@ -62,6 +62,8 @@ const RESCHEDULE_VERSION: u32 = 3;
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before polling."),
                 ("retry-after-ms" = u64, description = "The same wait in milliseconds."),
+                ("RateLimit-Policy" = String, description = "When quotas are on (`gateway.quotas`): the client's quota, `\"default\";q=BURST;w=SECONDS` (`\"client\"` for a quota of its own)."),
+                ("RateLimit" = String, description = "When quotas are on: `\"default\";r=LEFT;t=SECONDS`, the requests left now and the seconds until the quota is whole again."),
             )),
         (status = 403, description = "The credentials lack the write scope."),
         DeliveryRefusals,
@@ -70,6 +72,12 @@ const RESCHEDULE_VERSION: u32 = 3;
         (status = 412, description = "`If-Match` names a version of the status that is not the current one."),
         (status = 415, description = "The body is not JSON."),
         (status = 422, description = "The patch names a field it may not change, removes one, has a value of the wrong type or breaks a rule (a deadline before the pickup time), or changes nothing; `errors` lists them."),
+        (status = 429, description = "The client is over its quota (`gateway.quotas`); retry after `Retry-After`.",
+            headers(
+                ("Retry-After" = u32, description = "Seconds until the quota lets the next request through."),
+                ("RateLimit-Policy" = String, description = "The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
+                ("RateLimit" = String, description = "`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
+            )),
         Refusals,
         (status = 503, description = "Overloaded, a backend is unavailable, or the gateways still write an event schema version before 3 (a rolling upgrade); retry after `Retry-After`."),
     ),
@@ -128,6 +136,7 @@ pub async fn reschedule(
         }
         DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {}
     }
+    let charged = state.charge(&client_of(principal.as_deref(), &document))?;
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
     // The reservation of a new key, released when the change is not published.
@@ -178,7 +187,7 @@ pub async fn reschedule(
         base,
         respond_async: false,
     };
-    accepted(&state, &reply, id, document.state, accepted_at)
+    accepted(&state, &reply, id, document.state, accepted_at).map(|r| with(r, charged))
 }
 
 /// Whether an `If-Match` value names `current` (or is `*`), compared

@@ -32,6 +32,7 @@ mod long_running;
 mod markdown_links;
 mod native_libraries;
 mod openapi_clients;
+mod quotas;
 mod redrive;
 mod reschedule;
 mod retention;

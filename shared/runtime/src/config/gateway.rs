@@ -1,5 +1,6 @@
 //! `[gateway]`: the HTTP gateway (its authentication is [`super::auth`]).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -49,6 +50,9 @@ pub struct GatewaySettings {
     /// operation (202 while it runs, `Operation-Location` on the POST), as
     /// a POST with `Prefer: respond-async` asks for one delivery.
     pub respond_async: bool,
+    /// Per-client rate quotas on the requests that create or change a
+    /// delivery; off while `default_per_s` is unset.
+    pub quotas: QuotaSettings,
     /// Who may call the `/api` routes.
     pub auth: AuthSettings,
     /// What the listener allows a connection (timeouts, head size, connections).
@@ -88,6 +92,7 @@ impl Default for GatewaySettings {
             max_waiting: 10_000,
             wait_poll_interval_ms: Millis::new(200),
             respond_async: false,
+            quotas: QuotaSettings::default(),
             auth: AuthSettings::default(),
             http: HttpSettings::default(),
             dashboard: None,
@@ -126,8 +131,71 @@ impl GatewaySettings {
             );
         }
         checks.http_url(self.public_url.as_ref(), "public_url");
+        self.quotas.validate(&mut checks.section("quotas"));
         self.auth
             .validate(&mut checks.section("auth"), auth_enabled);
         self.http.validate(&mut checks.section("http"));
+    }
+}
+
+/// `[gateway.quotas]`: how many creating or changing requests (POST, PATCH,
+/// DELETE) a client may make a second, metered per gateway process. A client
+/// is its principal when auth is on, else the request's `ownerId`.
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaSettings {
+    /// Requests a second each client may make; unset: no quotas.
+    pub default_per_s: Option<u32>,
+    /// How many a client may make at once above its rate; unset: a
+    /// second's worth.
+    pub burst: Option<u32>,
+    /// Quotas of their own, by client.
+    pub clients: BTreeMap<String, ClientQuota>,
+    /// Clients remembered at once; the least recently seen is forgotten
+    /// past it (and starts with a full bucket when it comes back).
+    pub max_clients: usize,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        Self {
+            default_per_s: None,
+            burst: None,
+            clients: BTreeMap::new(),
+            max_clients: 100_000,
+        }
+    }
+}
+
+/// One client's quota.
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ClientQuota {
+    pub per_s: u32,
+    /// Unset: a second's worth.
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+impl QuotaSettings {
+    fn validate(&self, checks: &mut Checks<'_>) {
+        if let Some(per_s) = self.default_per_s {
+            checks.at_least(per_s, 1, "default_per_s");
+        }
+        if let Some(burst) = self.burst {
+            checks.at_least(burst, 1, "burst");
+            checks.check(self.default_per_s.is_some(), "burst", "needs default_per_s");
+        }
+        checks.at_least(self.max_clients, 1, "max_clients");
+        for (name, quota) in &self.clients {
+            let mut client = checks.section("clients");
+            let mut client = client.section(name);
+            client.at_least(quota.per_s, 1, "per_s");
+            if let Some(burst) = quota.burst {
+                client.at_least(burst, 1, "burst");
+            }
+        }
     }
 }

@@ -44,7 +44,7 @@ pub use self::cosmos::{CosmosAuth, CosmosSettings};
 pub use self::duration::{Millis, Seconds};
 pub use self::embedded::EmbeddedSettings;
 pub use self::eventhubs::{EventHubsAuth, EventHubsSettings};
-pub use self::gateway::GatewaySettings;
+pub use self::gateway::{ClientQuota, GatewaySettings, QuotaSettings};
 pub use self::http::HttpSettings;
 pub use self::kafka::{KafkaSaslMechanism, KafkaSecurity, KafkaSettings, MANAGED_PROPERTIES};
 pub use self::load::{Cli, ENV_PREFIX, EXIT_CONFIG};

@@ -642,3 +642,31 @@ fn status_retention_is_never_shorter_than_idempotency_retention() {
         30 * 24 * 60 * 60
     );
 }
+
+#[test]
+fn quota_keys_are_named_when_wrong() {
+    let errors = Settings::load(&cli(&[
+        "gateway.quotas.default_per_s=0",
+        "gateway.quotas.clients.bulk.per_s=0",
+        "gateway.quotas.max_clients=0",
+    ]))
+    .expect_err("invalid");
+    let keys: Vec<&str> = errors.0.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "gateway.quotas.default_per_s",
+            "gateway.quotas.max_clients",
+            "gateway.quotas.clients.bulk.per_s",
+        ]
+    );
+    let errors =
+        Settings::load(&cli(&["gateway.quotas.burst=5"])).expect_err("a burst without a rate");
+    assert_eq!(errors.0[0].key, "gateway.quotas.burst");
+    let settings = Settings::load(&cli(&[
+        "gateway.quotas.default_per_s=10",
+        "gateway.quotas.clients.bulk.per_s=1000",
+    ]))
+    .expect("valid");
+    assert_eq!(settings.gateway.quotas.clients["bulk"].per_s, 1000);
+}

@@ -75,6 +75,7 @@ impl TypedError for CreateDeliveryRequestError {
             | Self::Status413(problem)
             | Self::Status415(problem)
             | Self::Status422(problem)
+            | Self::Status429(problem)
             | Self::Status431(problem)
             | Self::Status503(problem) => Some(problem),
             Self::UnknownValue(_) => None,

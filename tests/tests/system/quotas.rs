@@ -1,0 +1,117 @@
+//! Per-client quotas (`gateway.quotas`): a client's POSTs, PATCHes and
+//! DELETEs share its bucket, a retry that finds its delivery is not charged,
+//! a client with a quota of its own has it, and every metered answer carries
+//! the IETF RateLimit header fields.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use skyport_runtime::config::ClientQuota;
+use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
+
+/// Delivery `n` of owner `owner`.
+fn owned(n: usize, owner: &str) -> Value {
+    let mut request = delivery_request(n);
+    request["ownerId"] = owner.into();
+    request
+}
+
+fn ratelimit(response: &reqwest::Response) -> Option<(String, String)> {
+    let policy = response.headers().get("ratelimit-policy")?;
+    let limit = response.headers().get("ratelimit")?;
+    Some((
+        policy.to_str().unwrap().to_owned(),
+        limit.to_str().unwrap().to_owned(),
+    ))
+}
+
+#[tokio::test]
+async fn a_client_over_its_quota_gets_429s_and_the_others_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    // One a minute after a burst of 3: nothing refills within the test.
+    settings.gateway.quotas.default_per_s = Some(1);
+    settings.gateway.quotas.burst = Some(3);
+    settings.gateway.quotas.clients = BTreeMap::from([(
+        "bulk".to_owned(),
+        ClientQuota {
+            per_s: 1,
+            burst: Some(20),
+        },
+    )]);
+    let app = TestApp::spawn_with(settings).await;
+    let post = |body: Value| app.client.post_raw("application/json", body.to_string());
+
+    let mut urls = Vec::new();
+    for (n, left) in [(0, "2"), (1, "1"), (2, "0")] {
+        let response = post(owned(n, "alice")).await;
+        assert_eq!(response.status(), 202);
+        let (policy, limit) = ratelimit(&response).unwrap();
+        assert_eq!(policy, "\"default\";q=3;w=3");
+        assert!(
+            limit.starts_with(&format!("\"default\";r={left};")),
+            "{limit}"
+        );
+        let accepted: Value = response.json().await.unwrap();
+        urls.push(accepted["statusUrl"].as_str().unwrap().to_owned());
+    }
+    let refused = post(owned(3, "alice")).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let (_, limit) = ratelimit(&refused).unwrap();
+    assert_eq!(limit, "\"default\";r=0;t=1");
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["code"], "QuotaExceeded", "{problem}");
+
+    // A retry of an accepted delivery finds it and is not charged.
+    let retried = post(owned(0, "alice")).await;
+    assert_eq!(retried.status(), 202);
+    assert!(ratelimit(&retried).is_none(), "a retry is not metered");
+
+    // Another client has its own bucket; a client with a quota of its own, its own.
+    assert_eq!(post(owned(10, "bob")).await.status(), 202);
+    for n in 20..40 {
+        let response = post(owned(n, "bulk")).await;
+        assert_eq!(response.status(), 202, "bulk's burst is 20");
+        assert!(ratelimit(&response).unwrap().0.starts_with("\"client\""));
+    }
+    assert_eq!(post(owned(40, "bulk")).await.status(), 429);
+
+    // A DELETE and a PATCH share alice's bucket, once the status names her:
+    // spent (by POSTs until one is refused), both are refused too.
+    eventually(
+        "alice's delivery written",
+        Duration::from_secs(30),
+        || async {
+            let document: Value = app.client.status(&urls[0]).await.json().await.unwrap();
+            (document["ownerId"] == "alice").then_some(())
+        },
+    )
+    .await;
+    for n in 100.. {
+        if post(owned(n, "alice")).await.status() == 429 {
+            break;
+        }
+    }
+    assert_eq!(app.client.cancel(&urls[0]).await.status(), 429);
+    let patch = app
+        .client
+        .http
+        .patch(urls[0].replacen("/status?", "?", 1))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"pickupLocation":"47.1,-122.1"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patch.status(), 429);
+    // Status reads are never metered.
+    for _ in 0..10 {
+        let read = app.client.status(&urls[1]).await;
+        assert_eq!(read.status(), 200);
+        assert!(ratelimit(&read).is_none());
+    }
+    app.app.stop().await.unwrap();
+}
