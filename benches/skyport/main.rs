@@ -53,6 +53,7 @@ mod held;
 mod load;
 mod memory;
 mod poster;
+mod quotas;
 mod report;
 mod servers;
 
@@ -186,7 +187,7 @@ const OPEN_LOOP_CONNECTIONS: u32 = 256;
 /// Partitions of the Kafka phase's topic, as many as the embedded stream's.
 const KAFKA_PARTITIONS: u32 = 8;
 
-const PHASES: [&str; 11] = [
+const PHASES: [&str; 12] = [
     "ingest",
     "store",
     "named",
@@ -197,6 +198,7 @@ const PHASES: [&str; 11] = [
     "all-in-one",
     "time-to-terminal",
     "held-reads",
+    "quotas",
     "kafka",
 ];
 
@@ -269,6 +271,7 @@ fn main() -> anyhow::Result<()> {
             "kafka" => results.kafka = serde_json::from_value(result)?,
             "time-to-terminal" => results.time_to_terminal = serde_json::from_value(result)?,
             "held-reads" => results.held_reads = serde_json::from_value(result)?,
+            "quotas" => results.quotas = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -341,6 +344,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "kafka" => serde_json::to_value(bench.kafka().await?)?,
             "time-to-terminal" => serde_json::to_value(bench.time_to_terminal().await?)?,
             "held-reads" => serde_json::to_value(bench.held_reads().await?)?,
+            "quotas" => serde_json::to_value(bench.quota_cost().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;

@@ -12,6 +12,7 @@ use crate::cpu::CpuTime;
 use crate::held::HeldReads;
 use crate::load::Measured;
 use crate::poster::{Latency, Posted};
+use crate::quotas::QuotaCost;
 
 /// Read back to redraw the charts (`-- charts`): a phase a run did not have
 /// is empty or null.
@@ -33,6 +34,8 @@ pub(crate) struct Results {
     pub(crate) time_to_terminal: Vec<TimeToTerminal>,
     #[serde(default)]
     pub(crate) held_reads: Option<HeldReads>,
+    #[serde(default)]
+    pub(crate) quotas: Option<QuotaCost>,
     pub(crate) kafka: Option<KafkaRun>,
 }
 
@@ -318,6 +321,7 @@ impl Results {
             all_in_one: None,
             time_to_terminal: Vec::new(),
             held_reads: None,
+            quotas: None,
             kafka: None,
         }
     }
@@ -653,6 +657,26 @@ impl Results {
                 met: Some(h.ratio >= 0.9 && h.posts_beside_held.status("503") == 0),
             });
         }
+        if let Some(q) = &self.quotas {
+            let ratios: Vec<String> = q.ratios.iter().map(|r| format!("{r:.2}")).collect();
+            verdicts.push(Verdict {
+                what: format!(
+                    "the gateway with quotas on (every request charged to one client), closed loop at {} connections",
+                    q.connections
+                ),
+                measured: format!(
+                    "{:.0}/s against {:.0}/s off: {:.2} × (rounds: {}); p99 {:.2} ms against {:.2} ms",
+                    q.on.requests_per_s,
+                    q.off.requests_per_s,
+                    q.ratio,
+                    ratios.join(", "),
+                    q.on.p99_ms,
+                    q.off.p99_ms
+                ),
+                target: "≥ 0.95 ×",
+                met: Some(q.ratio >= 0.95),
+            });
+        }
         verdicts
     }
 
@@ -743,6 +767,12 @@ impl Results {
                 h.most_reads,
                 h.posts_beside_held.status("202")
             ));
+        }
+        if let Some(q) = &self.quotas
+            && !full
+            && q.on.status("202") == 0
+        {
+            failures.push("quotas: nothing accepted with quotas on".into());
         }
         if let Some(k) = &self.kafka {
             let e = &k.end_to_end;

@@ -30,44 +30,40 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// One client's bucket.
 type Bucket<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
 
-/// A quota as configured: its policy's name, rate and burst.
-#[derive(Debug, Clone, Copy)]
+/// A quota as configured: its policy's name, rate and burst, and its
+/// `RateLimit-Policy` (made once: it never changes).
+#[derive(Debug, Clone)]
 struct Limit {
     policy: &'static str,
     per_s: NonZeroU32,
     burst: NonZeroU32,
+    policy_header: HeaderValue,
 }
 
 impl Limit {
     fn new(policy: &'static str, per_s: u32, burst: Option<u32>) -> Option<Self> {
         let per_s = NonZeroU32::new(per_s)?;
         let burst = burst.and_then(NonZeroU32::new).unwrap_or(per_s);
+        let window = u64::from(burst.get())
+            .div_ceil(u64::from(per_s.get()))
+            .max(1);
         Some(Self {
             policy,
             per_s,
             burst,
+            policy_header: header(&format!("\"{policy}\";q={burst};w={window}")),
         })
     }
 
-    fn quota(self) -> Quota {
+    fn quota(&self) -> Quota {
         Quota::per_second(self.per_s).allow_burst(self.burst)
     }
 
     /// Whole seconds (at least 1) the bucket takes to refill `requests`.
-    fn seconds_for(self, requests: u32) -> u64 {
+    fn seconds_for(&self, requests: u32) -> u64 {
         u64::from(requests)
             .div_ceil(u64::from(self.per_s.get()))
             .max(1)
-    }
-
-    /// `RateLimit-Policy` of this quota.
-    fn policy_header(self) -> HeaderValue {
-        header(&format!(
-            "\"{}\";q={};w={}",
-            self.policy,
-            self.burst,
-            self.seconds_for(self.burst.get())
-        ))
     }
 }
 
@@ -133,7 +129,7 @@ impl<C: Clock + Clone> Quotas<C> {
     /// [`ApiError::TooManyRequests`] with the headers and the wait when its
     /// bucket is empty.
     pub fn charge(&self, client: &str) -> Result<Charged, ApiError> {
-        let limit = self.clients.get(client).copied().unwrap_or(self.default);
+        let limit = self.clients.get(client).unwrap_or(&self.default);
         let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
         let bucket = buckets.get_or_insert_ref(client, || {
             RateLimiter::direct_with_clock(limit.quota(), self.clock.clone())
@@ -147,7 +143,7 @@ impl<C: Clock + Clone> Quotas<C> {
                 let full_in = limit.seconds_for(limit.burst.get().saturating_sub(left));
                 Ok(Charged {
                     headers: [
-                        (RATELIMIT_POLICY, limit.policy_header()),
+                        (RATELIMIT_POLICY, limit.policy_header.clone()),
                         (
                             RATELIMIT,
                             header(&format!("\"{}\";r={left};t={full_in}", limit.policy)),
@@ -161,7 +157,7 @@ impl<C: Clock + Clone> Quotas<C> {
                 Err(ApiError::TooManyRequests {
                     retry_after_s: u32::try_from(seconds).unwrap_or(u32::MAX),
                     headers: Box::new([
-                        (RATELIMIT_POLICY, limit.policy_header()),
+                        (RATELIMIT_POLICY, limit.policy_header.clone()),
                         (
                             RATELIMIT,
                             header(&format!("\"{}\";r=0;t={seconds}", limit.policy)),
