@@ -71,6 +71,39 @@ impl IntoResponses for Refusals {
     }
 }
 
+/// The refusal of a route metered by `gateway.quotas`.
+pub(crate) struct QuotaRefusal;
+
+impl IntoResponses for QuotaRefusal {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let header = |description: &str| {
+            HeaderBuilder::new()
+                .schema(String::schema())
+                .description(Some(description))
+                .build()
+        };
+        let refused = ResponseBuilder::new()
+            .description("The client is over its quota (`gateway.quotas`); retry after `Retry-After`.")
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(u32::schema())
+                    .description(Some("Seconds until the quota lets the next request through."))
+                    .build(),
+            )
+            .header(
+                "RateLimit-Policy",
+                header("The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
+            )
+            .header(
+                "RateLimit",
+                header("`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
+            )
+            .build();
+        BTreeMap::from([("429".to_owned(), refused.into())])
+    }
+}
+
 /// The refusals of a route that names a delivery by its id and receipt.
 pub(crate) struct DeliveryRefusals;
 

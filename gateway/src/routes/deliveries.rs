@@ -27,7 +27,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
-use crate::openapi::{DeliveryRefusals, Refusals};
+use crate::openapi::{DeliveryRefusals, QuotaRefusal, Refusals};
 use crate::pacing;
 use crate::prefer;
 use crate::quotas::Charged;
@@ -86,12 +86,7 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
         (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).",
             headers(("Accept-Encoding" = String, description = "The content codings the gateway decodes, on an encoding refusal."))),
         (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach among them); `errors` lists them."),
-        (status = 429, description = "The client is over its quota (`gateway.quotas`); retry after `Retry-After`.",
-            headers(
-                ("Retry-After" = u32, description = "Seconds until the quota lets the next request through."),
-                ("RateLimit-Policy" = String, description = "The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
-                ("RateLimit" = String, description = "`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
-            )),
+        QuotaRefusal,
         Refusals,
         (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`."),
     ),
@@ -246,12 +241,7 @@ fn requested(
         (status = 403, description = "The credentials lack the write scope."),
         DeliveryRefusals,
         (status = 409, description = "The delivery already failed; there is nothing to cancel."),
-        (status = 429, description = "The client is over its quota (`gateway.quotas`); retry after `Retry-After`.",
-            headers(
-                ("Retry-After" = u32, description = "Seconds until the quota lets the next request through."),
-                ("RateLimit-Policy" = String, description = "The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
-                ("RateLimit" = String, description = "`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
-            )),
+        QuotaRefusal,
         (status = 410, description = "The delivery ended longer ago than `store.status_retention_s` and its status was removed."),
         Refusals,
         (status = 503, description = "Overloaded, or a backend is unavailable; retry after `Retry-After`."),

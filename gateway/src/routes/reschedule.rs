@@ -27,7 +27,7 @@ use super::deliveries::{
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::openapi::{DeliveryRefusals, Refusals};
+use crate::openapi::{DeliveryRefusals, QuotaRefusal, Refusals};
 use crate::state::AppState;
 
 /// The first schema version with `DeliveryRescheduled`.
@@ -72,12 +72,7 @@ const RESCHEDULE_VERSION: u32 = 3;
         (status = 412, description = "`If-Match` names a version of the status that is not the current one."),
         (status = 415, description = "The body is not JSON."),
         (status = 422, description = "The patch names a field it may not change, removes one, has a value of the wrong type or breaks a rule (a deadline before the pickup time), or changes nothing; `errors` lists them."),
-        (status = 429, description = "The client is over its quota (`gateway.quotas`); retry after `Retry-After`.",
-            headers(
-                ("Retry-After" = u32, description = "Seconds until the quota lets the next request through."),
-                ("RateLimit-Policy" = String, description = "The client's quota (draft-ietf-httpapi-ratelimit-headers): `\"default\";q=BURST;w=SECONDS`."),
-                ("RateLimit" = String, description = "`\"default\";r=0;t=SECONDS`: nothing left, and when the next is let through."),
-            )),
+        QuotaRefusal,
         Refusals,
         (status = 503, description = "Overloaded, a backend is unavailable, or the gateways still write an event schema version before 3 (a rolling upgrade); retry after `Retry-After`."),
     ),
