@@ -117,13 +117,13 @@ pub async fn create(
     let now = OffsetDateTime::now_utc();
     // A client is its principal when auth is on, else the request's owner.
     let metered = if client.is_empty() {
-        request.owner_id.clone()
+        request.owner_id.as_str()
     } else {
-        client.to_owned()
+        client
     };
     let Some(name) = Name::of(&request, key.as_deref(), client) else {
         // Nothing to retry by: no write but the event itself.
-        let charged = state.charge(&metered)?;
+        let charged = state.charge(metered)?;
         let id = uuid::Uuid::new_v4().to_string();
         let event = requested(&headers, &id, now, key, principal.as_deref(), request);
         publish(&state, event).await?;
@@ -140,7 +140,7 @@ pub async fn create(
     );
     match state.idempotency.reserve(&reservation).await? {
         Reserved::New => {
-            let charged = match state.charge(&metered) {
+            let charged = match state.charge(metered) {
                 Ok(charged) => charged,
                 Err(refused) => {
                     release(&state, &reservation, &id).await;
@@ -272,7 +272,7 @@ pub async fn cancel(
         }
         DeliveryState::Cancelled => {}
         DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {
-            charged = state.charge(&client_of(principal.as_deref(), &document))?;
+            charged = state.charge(client_of(principal.as_deref(), &document))?;
             let event = Event::CancellationRequested(CancellationRequested {
                 delivery_id: id.clone(),
                 requested_at: OffsetDateTime::now_utc(),
@@ -292,10 +292,13 @@ pub async fn cancel(
 /// Who a request about an accepted delivery is metered as: its principal when
 /// auth is on, else the delivery's owner as its status records it (before
 /// the worker has written one, nobody: the anonymous client).
-pub(super) fn client_of(principal: Option<&Principal>, document: &StatusDocument) -> String {
+pub(super) fn client_of<'a>(
+    principal: Option<&'a Principal>,
+    document: &'a StatusDocument,
+) -> &'a str {
     principal.map_or_else(
-        || document.owner_id.clone().unwrap_or_default(),
-        |p| p.name.clone(),
+        || document.owner_id.as_deref().unwrap_or_default(),
+        |p| p.name.as_str(),
     )
 }
 

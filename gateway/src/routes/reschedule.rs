@@ -131,7 +131,7 @@ pub async fn reschedule(
         }
         DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {}
     }
-    let charged = state.charge(&client_of(principal.as_deref(), &document))?;
+    let charged = state.charge(client_of(principal.as_deref(), &document))?;
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
     // The reservation of a new key, released when the change is not published.
