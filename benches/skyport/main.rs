@@ -459,7 +459,9 @@ impl Bench {
                             redrive: None,
                             request: request.clone(),
                         }));
-                        publisher.publish(event.outbound()).await?;
+                        publisher
+                            .publish(event.outbound(skyport_core::ports::Lane::Normal))
+                            .await?;
                     }
                     Ok::<_, PublishError>(())
                 });

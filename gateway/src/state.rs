@@ -11,8 +11,8 @@ use axum::http::HeaderMap;
 use axum::http::uri::Authority;
 use serde_json::Value;
 use skyport_core::ports::{
-    DeadLetterStore, Diagnostics, IdempotencyStore, Ports, Publisher, StatusStore, details_of,
-    inspect_parts,
+    DeadLetterStore, Diagnostics, IdempotencyStore, Lane, Ports, Publisher, StatusStore,
+    details_of, inspect_parts,
 };
 use skyport_runtime::admin::{Admin, ReadinessCheck};
 use skyport_runtime::config::GatewaySettings;
@@ -151,6 +151,12 @@ impl AppState {
             quotas: Quotas::new(&settings.quotas),
             waiters: Arc::default(),
         }))
+    }
+
+    /// The lane of a delivery requested with `expedited`: the expedited lane
+    /// when the stream has one.
+    pub fn lane_of(&self, expedited: bool) -> Lane {
+        Lane::of(expedited && self.publisher.has_expedited_lane())
     }
 
     /// Charges a creating or changing request to `client` when quotas are on.

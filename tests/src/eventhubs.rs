@@ -21,7 +21,7 @@ use skyport_azure::eventhubs::{
     TRACEPARENT_PROPERTY,
 };
 use skyport_core::event::{DeliveryRequested, Event, SCHEMA_VERSION, content_type};
-use skyport_core::ports::Publisher;
+use skyport_core::ports::{Lane, Publisher};
 use skyport_core::request::DeliveryRequest;
 use skyport_core::status::DeliveryState;
 use skyport_runtime::config::{ConnectionString, EventHubsSettings, Settings};
@@ -194,7 +194,7 @@ pub async fn publisher_spreads_keys_and_keeps_their_order(
         publishes.spawn(async move {
             for seq in 0..times {
                 publisher
-                    .publish(event(&key, seq).outbound())
+                    .publish(event(&key, seq).outbound(Lane::Normal))
                     .await
                     .unwrap();
             }

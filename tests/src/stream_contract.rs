@@ -227,6 +227,7 @@ async fn publish(
                 key: key.clone(),
                 payload: payload.clone(),
                 properties: EventProperties::default(),
+                lane: skyport_core::ports::Lane::Normal,
             })
             .await
             .unwrap_or_else(|e| panic!("{}: cannot publish: {e}", fixture.stream()));
@@ -346,6 +347,7 @@ async fn next_batch_is_cancel_safe(fixture: &dyn StreamFixture) {
                         key: key.clone(),
                         payload: payload.clone(),
                         properties: EventProperties::default(),
+                        lane: skyport_core::ports::Lane::Normal,
                     })
                     .await
                     .unwrap_or_else(|e| panic!("{stream}: cannot publish: {e}"));

@@ -1,6 +1,7 @@
 //! The worker's Prometheus series: partitions (lag, in flight, rewinds,
-//! checkpoint age), the intake window, each step's calls and breaker, and
-//! the workflow's outcomes. Registered in the process's exposition
+//! checkpoint age, each with its lane), the intake window, each step's
+//! calls and breaker, the workflow's outcomes, and each lane's time from
+//! acceptance to a terminal state. Registered in the process's exposition
 //! (`skyport_runtime::metrics`) the first time [`global`] is read; the
 //! series whose labels are known then (every step's results and errors,
 //! every outcome) start at 0.
@@ -28,7 +29,15 @@ pub fn global() -> &'static WorkerMetrics {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabels {
+    /// `normal` or `expedited`.
+    pub lane: &'static str,
     pub partition: u32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LaneLabels {
+    /// `normal` or `expedited`.
+    pub lane: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,6 +85,13 @@ pub enum BreakerState {
     Open = 2,
 }
 
+/// 5 ms to about 3 minutes: a delivery waits out the backlog ahead of it.
+fn until_terminal() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.005, 2.0, 16,
+    ))
+}
+
 /// Every series of the worker.
 #[derive(Debug)]
 pub struct WorkerMetrics {
@@ -84,6 +100,7 @@ pub struct WorkerMetrics {
     pub consumer_rewinds: Family<PartitionLabels, Counter>,
     pub worker_window: Gauge,
     pub step_duration: Histograms<StepLabels>,
+    pub time_to_terminal: Histograms<LaneLabels>,
     pub step_errors: Family<StepErrorLabels, Counter>,
     pub breaker_state: Family<ServiceLabels, Gauge>,
     pub workflow_events: Family<OutcomeLabels, Counter>,
@@ -128,6 +145,12 @@ impl WorkerMetrics {
             "One call of a workflow step to its service, by how it ended",
             step_duration.clone(),
         );
+        let time_to_terminal = Family::new_with_constructor(until_terminal as fn() -> Histogram);
+        registry.register(
+            "delivery_time_to_terminal_seconds",
+            "From a delivery's acceptance to the worker's write of its terminal state (Scheduled or Failed), by lane",
+            time_to_terminal.clone(),
+        );
         let step_errors = Family::default();
         registry.register(
             "step_errors",
@@ -167,6 +190,7 @@ impl WorkerMetrics {
             consumer_rewinds,
             worker_window,
             step_duration,
+            time_to_terminal,
             step_errors,
             breaker_state,
             workflow_events,
@@ -190,6 +214,10 @@ impl WorkerMetrics {
                     .get_or_create_owned(&StepErrorLabels { step, kind });
             }
         }
+        for lane in ["normal", "expedited"] {
+            self.time_to_terminal
+                .get_or_create_owned(&LaneLabels { lane });
+        }
         for outcome in OUTCOMES {
             self.workflow_events
                 .get_or_create_owned(&OutcomeLabels { outcome });
@@ -201,21 +229,24 @@ impl WorkerMetrics {
     }
 
     /// A partition began here: its checkpoint age counts from now.
-    pub fn partition_assigned(&self, partition: u32) {
-        self.checkpoints.lock().insert(partition, Instant::now());
+    pub fn partition_assigned(&self, labels: &PartitionLabels) {
+        self.checkpoints
+            .lock()
+            .insert(labels.partition, (labels.lane, Instant::now()));
     }
 
     /// `partition` wrote a checkpoint.
     pub fn checkpointed(&self, partition: u32) {
-        self.checkpoints.lock().insert(partition, Instant::now());
+        if let Some((_, at)) = self.checkpoints.lock().get_mut(&partition) {
+            *at = Instant::now();
+        }
     }
 
-    /// `partition` is no longer read here: its series go.
-    pub fn partition_released(&self, partition: u32) {
-        self.checkpoints.lock().remove(&partition);
-        let labels = PartitionLabels { partition };
-        self.consumer_lag.remove(&labels);
-        self.events_in_flight.remove(&labels);
+    /// A partition is no longer read here: its series go.
+    pub fn partition_released(&self, labels: &PartitionLabels) {
+        self.checkpoints.lock().remove(&labels.partition);
+        self.consumer_lag.remove(labels);
+        self.events_in_flight.remove(labels);
     }
 
     /// The state of a step's circuit breaker.
@@ -229,20 +260,26 @@ impl WorkerMetrics {
 /// When each partition read here last checkpointed; its age is taken at scrape time, so a
 /// partition whose checkpoints have stopped shows a growing age.
 #[derive(Debug, Default)]
-struct CheckpointAges(Mutex<BTreeMap<u32, Instant>>);
+struct CheckpointAges(Mutex<BTreeMap<u32, (&'static str, Instant)>>);
 
 impl CheckpointAges {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u32, Instant>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u32, (&'static str, Instant)>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl Collector for CheckpointAges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let ages: Vec<(u32, f64)> = self
+        let ages: Vec<(PartitionLabels, f64)> = self
             .lock()
             .iter()
-            .map(|(partition, at)| (*partition, at.elapsed().as_secs_f64()))
+            .map(|(partition, (lane, at))| {
+                let labels = PartitionLabels {
+                    lane,
+                    partition: *partition,
+                };
+                (labels, at.elapsed().as_secs_f64())
+            })
             .collect();
         let mut metric = encoder.encode_descriptor(
             "checkpoint_age_seconds",
@@ -250,8 +287,7 @@ impl Collector for CheckpointAges {
             None,
             MetricType::Gauge,
         )?;
-        for (partition, age) in ages {
-            let labels = PartitionLabels { partition };
+        for (labels, age) in ages {
             ConstGauge::new(age).encode(metric.encode_family(&labels)?)?;
         }
         Ok(())
@@ -266,7 +302,10 @@ mod tests {
     fn the_workers_series_are_exposed_with_known_labels_at_zero() {
         let exposition = metrics::Metrics::new();
         let worker = WorkerMetrics::registered_in(&exposition);
-        worker.partition_assigned(3);
+        worker.partition_assigned(&PartitionLabels {
+            lane: "normal",
+            partition: 3,
+        });
         worker.breaker("drone", BreakerState::Open);
         let text = exposition.render();
         assert!(
@@ -292,10 +331,13 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("skyport_checkpoint_age_seconds{partition=\"3\"} "),
+            text.contains("skyport_checkpoint_age_seconds{lane=\"normal\",partition=\"3\"} "),
             "{text}"
         );
-        worker.partition_released(3);
+        worker.partition_released(&PartitionLabels {
+            lane: "normal",
+            partition: 3,
+        });
         assert!(!exposition.render().contains("partition=\"3\""));
     }
 }

@@ -15,7 +15,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use skyport_core::event::{CancellationRequested, DeliveryRequested, Event};
-use skyport_core::ports::{ETag, Reserved};
+use skyport_core::ports::{ETag, Lane, Reserved};
 use skyport_core::request::{DeliveryRequest, FieldError, is_valid_id};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::{telemetry, trace_span};
@@ -115,6 +115,7 @@ pub async fn create(
     // With auth off every caller is the same client.
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
+    let lane = state.lane_of(request.expedited);
     // A client is its principal when auth is on, else the request's owner.
     let metered = if client.is_empty() {
         request.owner_id.as_str()
@@ -126,8 +127,8 @@ pub async fn create(
         let charged = state.charge(metered)?;
         let id = uuid::Uuid::new_v4().to_string();
         let event = requested(&headers, &id, now, key, principal.as_deref(), request);
-        publish(&state, event).await?;
-        return accepted(&state, &reply, id, DeliveryState::Accepted, now)
+        publish(&state, event, lane).await?;
+        return accepted(&state, &reply, id, DeliveryState::Accepted, now, lane)
             .map(|r| with(r, charged));
     };
     let id = name.delivery_id().to_owned();
@@ -148,12 +149,13 @@ pub async fn create(
                 }
             };
             let event = requested(&headers, &id, now, key, principal.as_deref(), request);
-            if let Err(e) = publish(&state, event).await {
+            if let Err(e) = publish(&state, event, lane).await {
                 // Never durable, so the name is free for the client's retry.
                 release(&state, &reservation, &id).await;
                 return Err(e);
             }
-            accepted(&state, &reply, id, DeliveryState::Accepted, now).map(|r| with(r, charged))
+            accepted(&state, &reply, id, DeliveryState::Accepted, now, lane)
+                .map(|r| with(r, charged))
         }
         Reserved::Existing(held) if held.fingerprint == reservation.fingerprint => {
             // A retry. Once the worker has written a status the event is surely
@@ -172,11 +174,11 @@ pub async fn create(
                         principal.as_deref(),
                         request,
                     );
-                    publish(&state, event).await?;
+                    publish(&state, event, lane).await?;
                     DeliveryState::Accepted
                 }
             };
-            accepted(&state, &reply, id, current, held.accepted_at)
+            accepted(&state, &reply, id, current, held.accepted_at, lane)
         }
         Reserved::Existing(_) => Err(ApiError::Conflict(name.conflict())),
     }
@@ -257,10 +259,10 @@ pub async fn cancel(
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
     let base = state.base_url(&headers)?;
-    let accepted_at = verified(&state, &id, &query)?;
+    let (accepted_at, lane) = verified(&state, &id, &query)?;
     let document = match state.status.get(&id).await? {
         Some(stored) => stored.document,
-        None => not_yet_written(&state, id.clone(), accepted_at)?,
+        None => not_yet_written(&state, id.clone(), accepted_at, lane)?,
     };
     let current = document.state;
     let mut charged = None;
@@ -279,14 +281,14 @@ pub async fn cancel(
                 traceparent: traceparent(&headers),
                 principal: principal.as_deref().map(|p| p.name.clone()),
             });
-            publish(&state, event).await?;
+            publish(&state, event, lane).await?;
         }
     }
     let reply = Reply {
         base,
         respond_async: false,
     };
-    accepted(&state, &reply, id, current, accepted_at).map(|r| with(r, charged))
+    accepted(&state, &reply, id, current, accepted_at, lane).map(|r| with(r, charged))
 }
 
 /// Who a request about an accepted delivery is metered as: its principal when
@@ -302,10 +304,11 @@ pub(super) fn client_of<'a>(
     )
 }
 
-pub(super) async fn publish(state: &AppState, event: Event) -> Result<(), ApiError> {
+/// Makes `event` durable in `lane`, its delivery's.
+pub(super) async fn publish(state: &AppState, event: Event, lane: Lane) -> Result<(), ApiError> {
     let span = trace_span!("publish", otel.kind = "producer");
     let outbound = event
-        .outbound_as(state.event_schema_version)
+        .outbound_as(state.event_schema_version, lane)
         .map_err(|e| ApiError::Internal(Box::new(e)))?;
     state.publisher.publish(outbound).instrument(span).await?;
     Ok(())
@@ -327,8 +330,9 @@ pub(super) fn accepted(
     id: String,
     status: DeliveryState,
     accepted_at: OffsetDateTime,
+    lane: Lane,
 ) -> Result<Response, ApiError> {
-    let receipt = state.receipts.sign(&id, accepted_at);
+    let receipt = state.receipts.sign_in(&id, accepted_at, lane);
     let links = Links::new(&reply.base, &id, &receipt, status);
     let header_value =
         |url: &str| HeaderValue::from_str(url).map_err(|e| ApiError::Internal(Box::new(e)));
@@ -465,7 +469,7 @@ pub async fn status(
         )));
     }
     let base = state.base_url(&headers)?;
-    let accepted_at = verified(&state, &id, &query)?;
+    let (accepted_at, lane) = verified(&state, &id, &query)?;
     let html = status_page::prefers_html(&headers);
     // Registered before the first read, so that no write after it goes unseen.
     let mut held = hold.map(|Extension(hold)| {
@@ -478,7 +482,10 @@ pub async fn status(
     let (document, etag) = loop {
         let (document, version) = match state.status.get(&id).await? {
             Some(stored) => (stored.document, Some(stored.etag)),
-            None => (not_yet_written(&state, id.clone(), accepted_at)?, None),
+            None => (
+                not_yet_written(&state, id.clone(), accepted_at, lane)?,
+                None,
+            ),
         };
         let etag = entity_tag(version.as_ref(), html);
         let Some((watch, until)) = held.as_mut() else {
@@ -588,16 +595,17 @@ pub(super) fn id_and_query(
     }
 }
 
-/// When `id` was accepted, according to the query's receipt; 404 without a valid one.
+/// When `id` was accepted and in which lane, according to the query's
+/// receipt; 404 without a valid one.
 pub(super) fn verified(
     state: &AppState,
     id: &str,
     query: &StatusQuery,
-) -> Result<OffsetDateTime, ApiError> {
+) -> Result<(OffsetDateTime, Lane), ApiError> {
     query
         .receipt
         .as_deref()
-        .and_then(|receipt| state.receipts.verify(id, receipt))
+        .and_then(|receipt| state.receipts.verify_lane(id, receipt))
         .ok_or_else(|| unknown(id))
 }
 
@@ -609,6 +617,7 @@ pub(super) fn not_yet_written(
     state: &AppState,
     id: String,
     accepted_at: OffsetDateTime,
+    lane: Lane,
 ) -> Result<StatusDocument, ApiError> {
     match state.status_gone_after {
         Some(after) if OffsetDateTime::now_utc() - accepted_at > after => {
@@ -620,7 +629,10 @@ pub(super) fn not_yet_written(
                  once it had ended longer ago than store.status_retention_s"
             )))
         }
-        _ => Ok(StatusDocument::accepted(id, accepted_at)),
+        _ => Ok(StatusDocument {
+            lane,
+            ..StatusDocument::accepted(id, accepted_at)
+        }),
     }
 }
 

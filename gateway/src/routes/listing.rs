@@ -126,7 +126,10 @@ pub async fn list(
         .map(|document| {
             // Only an authenticated caller is handed the capability.
             let links = principal.as_ref().map(|_| {
-                let receipt = state.receipts.sign(&document.id, document.created_at);
+                let receipt =
+                    state
+                        .receipts
+                        .sign_in(&document.id, document.created_at, document.lane);
                 Links::new(&base, &document.id, &receipt, document.state)
             });
             ListedDelivery {

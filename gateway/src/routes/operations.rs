@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use skyport_core::event::{DeliveryRequested, Event};
-use skyport_core::ports::{ListQuery, Precondition, StatusStoreError, Versioned};
+use skyport_core::ports::{Lane, ListQuery, Precondition, StatusStoreError, Versioned};
 use skyport_core::request::{DeliveryRequest, is_valid_id};
 use skyport_core::status::{
     CallbackOutcome, CallbackState, DeliveryState, QueuedRedrive, StatusDocument, Step, StepResult,
@@ -253,7 +253,7 @@ async fn queue_redrive(
         redrive: Some(queued.clone()),
         request: delivery,
     }));
-    publish(state, &event).await?;
+    publish(state, &event, document.lane).await?;
     let mut marked = stored.document.clone();
     marked.redrive = Some(queued);
     mark(state, &marked, stored.etag).await
@@ -318,7 +318,8 @@ async fn redrive_dead_letters(
         if dry_run {
             continue;
         }
-        publish(state, &event).await?;
+        let lane = lane_of(state, &event).await?;
+        publish(state, &event, lane).await?;
         state
             .dead_letters
             .remove(letter.partition, letter.offset)
@@ -494,9 +495,21 @@ async fn mark(
     }
 }
 
-async fn publish(state: &AppState, event: &Event) -> Result<(), ApiError> {
+/// The lane of a dead-lettered event's delivery: the one its status
+/// records, else (a request the worker never recorded) the one it asked for.
+async fn lane_of(state: &AppState, event: &Event) -> Result<Lane, ApiError> {
+    Ok(match state.status.get(event.delivery_id()).await? {
+        Some(stored) => stored.document.lane,
+        None => match event {
+            Event::DeliveryRequested(requested) => state.lane_of(requested.request.expedited),
+            Event::CancellationRequested(_) | Event::DeliveryRescheduled(_) => Lane::Normal,
+        },
+    })
+}
+
+async fn publish(state: &AppState, event: &Event, lane: Lane) -> Result<(), ApiError> {
     let outbound = event
-        .outbound_as(state.event_schema_version)
+        .outbound_as(state.event_schema_version, lane)
         .map_err(|e| ApiError::Internal(Box::new(e)))?;
     state.publisher.publish(outbound).await?;
     Ok(())

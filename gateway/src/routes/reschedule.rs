@@ -90,7 +90,7 @@ pub async fn reschedule(
     changes.validate().map_err(ApiError::Validation)?;
     let key = idempotency_key(&headers)?;
     let base = state.base_url(&headers)?;
-    let accepted_at = verified(&state, &id, &query)?;
+    let (accepted_at, lane) = verified(&state, &id, &query)?;
     if state.event_schema_version < RESCHEDULE_VERSION {
         return Err(ApiError::Unavailable {
             retry_after_s: state.retry_after_s,
@@ -106,7 +106,10 @@ pub async fn reschedule(
     }
     let (document, version) = match state.status.get(&id).await? {
         Some(stored) => (stored.document, Some(stored.etag)),
-        None => (not_yet_written(&state, id.clone(), accepted_at)?, None),
+        None => (
+            not_yet_written(&state, id.clone(), accepted_at, lane)?,
+            None,
+        ),
     };
     if let Some(expected) = headers.get(header::IF_MATCH) {
         let current = entity_tag(version.as_ref(), false);
@@ -170,7 +173,7 @@ pub async fn reschedule(
         traceparent: traceparent(&headers),
         principal: principal.map(|Extension(p)| p.name),
     });
-    if let Err(e) = publish(&state, event).await {
+    if let Err(e) = publish(&state, event, lane).await {
         if let Some(reservation) = reserved
             && let Err(release) = state.idempotency.release(&reservation).await
         {
@@ -182,7 +185,7 @@ pub async fn reschedule(
         base,
         respond_async: false,
     };
-    accepted(&state, &reply, id, document.state, accepted_at).map(|r| with(r, charged))
+    accepted(&state, &reply, id, document.state, accepted_at, lane).map(|r| with(r, charged))
 }
 
 /// Whether an `If-Match` value names `current` (or is `*`), compared

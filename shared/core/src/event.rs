@@ -25,7 +25,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::ports::{EventProperties, OutboundEvent};
+use crate::ports::{EventProperties, Lane, OutboundEvent};
 use crate::request::{DeliveryRequest, Reschedule};
 use crate::status::QueuedRedrive;
 
@@ -200,19 +200,19 @@ impl Event {
         }
     }
 
-    /// The event as the stream takes it, at the newest schema version.
-    pub fn outbound(&self) -> OutboundEvent {
-        self.outbound_as(SCHEMA_VERSION)
+    /// The event as the stream takes it in `lane`, at the newest schema version.
+    pub fn outbound(&self, lane: Lane) -> OutboundEvent {
+        self.outbound_as(SCHEMA_VERSION, lane)
             .unwrap_or_else(|e| unreachable!("every event is written at the newest version: {e}"))
     }
 
-    /// The event as the stream takes it at schema `version`: keyed by
-    /// delivery, encoded, with its trace context, idempotency key and
-    /// version beside the payload.
+    /// The event as the stream takes it at schema `version`, in `lane` (its
+    /// delivery's): keyed by delivery, encoded, with its trace context,
+    /// idempotency key and version beside the payload.
     ///
     /// # Errors
     /// [`EncodeError`] when the event cannot be written at `version`.
-    pub fn outbound_as(&self, version: u32) -> Result<OutboundEvent, EncodeError> {
+    pub fn outbound_as(&self, version: u32, lane: Lane) -> Result<OutboundEvent, EncodeError> {
         let (traceparent, idempotency_key) = match self {
             Self::DeliveryRequested(e) => (e.traceparent.clone(), e.idempotency_key.clone()),
             Self::CancellationRequested(e) => (e.traceparent.clone(), None),
@@ -226,6 +226,7 @@ impl Event {
                 idempotency_key,
                 schema_version: version,
             },
+            lane,
         })
     }
 
@@ -379,7 +380,7 @@ mod tests {
         ));
         let read = Event::decode(&event.encode()).expect("decode");
         assert_eq!(read, event);
-        let outbound = event.outbound_as(2).expect("version 2");
+        let outbound = event.outbound_as(2, Lane::Normal).expect("version 2");
         assert_eq!(outbound.properties.schema_version, 2);
         assert_eq!(content_type(2), "application/vnd.skyport.event+json; v=2");
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
+use crate::ports::Lane;
 use crate::request::DeliveryRequest;
 
 /// Where a delivery request is in its life.
@@ -176,6 +177,10 @@ pub struct StatusDocument {
     /// with what became of it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<ChangeRecord>,
+    /// The lane the delivery runs in: expedited when it asked to be and the
+    /// stream has the lane.
+    #[serde(default)]
+    pub lane: Lane,
 }
 
 /// A reschedule (`PATCH`) and what became of it.
@@ -332,6 +337,7 @@ impl StatusDocument {
             request: None,
             revision: 0,
             changes: Vec::new(),
+            lane: Lane::Normal,
         }
     }
 

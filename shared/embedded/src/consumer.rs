@@ -17,12 +17,13 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use skyport_core::ports::{ConsumeError, Consumer, PartitionReader, StreamEvent};
+use skyport_core::ports::{ConsumeError, Consumer, Lane, PartitionReader, StreamEvent};
 
 use crate::log::ReadError;
 use crate::store::EmbeddedStore;
 
-/// A consumer in one group that is assigned every partition of the store.
+/// A consumer in one group that is assigned every partition of the store,
+/// the expedited lane's included.
 #[derive(Debug)]
 pub struct EmbeddedConsumer {
     store: Arc<EmbeddedStore>,
@@ -33,7 +34,7 @@ pub struct EmbeddedConsumer {
 impl EmbeddedConsumer {
     /// A consumer in `group` of every partition of `store`.
     pub fn new(store: Arc<EmbeddedStore>, group: &str) -> Self {
-        let unassigned = (0..store.partitions()).collect();
+        let unassigned = (0..=store.expedited_partition()).collect();
         Self {
             store,
             group: group.to_owned(),
@@ -106,6 +107,10 @@ struct EmbeddedPartitionReader {
 impl PartitionReader for EmbeddedPartitionReader {
     fn partition(&self) -> u32 {
         self.partition
+    }
+
+    fn lane(&self) -> Lane {
+        self.store.lane_of(self.partition)
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {

@@ -12,8 +12,8 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use skyport_core::partitioning::partition_for;
 use skyport_core::ports::{
     BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag,
-    IdempotencyStore, ListPage, ListQuery, OutboundEvent, Position, Precondition, PublishError,
-    Publisher, Reservation, Reserved, StatusStore, StatusStoreError, Versioned,
+    IdempotencyStore, Lane, ListPage, ListQuery, OutboundEvent, Position, Precondition,
+    PublishError, Publisher, Reservation, Reserved, StatusStore, StatusStoreError, Versioned,
 };
 use skyport_core::status::StatusDocument;
 use skyport_runtime::config::EmbeddedSettings;
@@ -188,8 +188,23 @@ impl EmbeddedStore {
         &self.stats
     }
 
+    /// The normal lane's partitions (`stream.partitions`).
     pub fn partitions(&self) -> u32 {
         self.partitions
+    }
+
+    /// The expedited lane's partition, numbered after the normal ones.
+    pub fn expedited_partition(&self) -> u32 {
+        self.partitions
+    }
+
+    /// The lane `partition` belongs to.
+    pub fn lane_of(&self, partition: u32) -> Lane {
+        if partition == self.expedited_partition() {
+            Lane::Expedited
+        } else {
+            Lane::Normal
+        }
     }
 
     /// The switch that makes the store's writes (the stream's, and the
@@ -209,9 +224,10 @@ impl EmbeddedStore {
         self.log.checkpoints(group)
     }
 
-    /// The next offset each partition will assign: how many events it has ever held.
+    /// The next offset each partition will assign: how many events it has
+    /// ever held; the expedited lane's last.
     pub fn heads(&self) -> Vec<u64> {
-        (0..self.partitions)
+        (0..=self.partitions)
             .map(|partition| *self.log.head(partition).borrow())
             .collect()
     }
@@ -308,7 +324,10 @@ pub(crate) enum SubmitError {
 #[async_trait]
 impl Publisher for EmbeddedStore {
     async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
-        let partition = partition_for(&event.key, self.partitions());
+        let partition = match event.lane {
+            Lane::Normal => partition_for(&event.key, self.partitions()),
+            Lane::Expedited => self.expedited_partition(),
+        };
         match self.log.append(partition, event.key, event.payload).await {
             Ok(offset) => Ok(Position {
                 partition,
@@ -317,6 +336,10 @@ impl Publisher for EmbeddedStore {
             Err(AppendError::Closed) => Err(PublishError::Closed),
             Err(e) => Err(PublishError::Unavailable(Box::new(e))),
         }
+    }
+
+    fn has_expedited_lane(&self) -> bool {
+        true
     }
 
     async fn ready(&self) -> bool {

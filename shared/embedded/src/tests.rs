@@ -35,6 +35,7 @@ pub(crate) fn event(key: &str) -> OutboundEvent {
         key: key.to_owned(),
         payload: Bytes::from(format!("payload-{key}")),
         properties: EventProperties::default(),
+        lane: skyport_core::ports::Lane::Normal,
     }
 }
 

@@ -14,6 +14,7 @@ use rdkafka::ClientConfig;
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::error::KafkaError;
 use secrecy::ExposeSecret;
+use skyport_core::ports::Lane;
 use skyport_runtime::config::{ConfigError, KafkaSettings};
 
 use crate::KafkaOpenError;
@@ -100,9 +101,11 @@ pub(crate) struct Topic {
     /// The worker's number of this topic's partition 0: the partitions of
     /// the topics listed before it.
     pub(crate) first: u32,
+    pub(crate) lane: Lane,
 }
 
-/// The configured topics, in order, with their partition counts.
+/// The configured topics, in order (the expedited lane's last), with their
+/// partition counts.
 #[derive(Debug, Clone)]
 pub(crate) struct Topics(pub(crate) Vec<Topic>);
 
@@ -111,12 +114,12 @@ impl Topics {
     /// run it off the async threads).
     pub(crate) fn fetch<C: ClientContext>(
         client: &Client<C>,
-        names: &[String],
+        names: &[(String, Lane)],
         timeout: Duration,
     ) -> Result<Self, KafkaOpenError> {
         let mut topics = Vec::with_capacity(names.len());
         let mut first = 0u32;
-        for name in names {
+        for (name, lane) in names {
             let metadata = client
                 .fetch_metadata(Some(name), timeout)
                 .map_err(|source| KafkaOpenError::Metadata {
@@ -134,17 +137,23 @@ impl Topics {
                 name: name.clone(),
                 partitions,
                 first,
+                lane: *lane,
             });
             first = first.saturating_add(partitions);
         }
         Ok(Self(topics))
     }
 
-    /// The worker's number of `topic`'s `partition`.
-    pub(crate) fn number(&self, topic: &str, partition: i32) -> Option<u32> {
+    /// The worker's number of `topic`'s `partition`, and the topic's lane.
+    pub(crate) fn number(&self, topic: &str, partition: i32) -> Option<(u32, Lane)> {
         let topic = self.0.iter().find(|t| t.name == topic)?;
         let within = u32::try_from(partition).ok()?;
-        (within < topic.partitions).then(|| topic.first + within)
+        (within < topic.partitions).then(|| (topic.first + within, topic.lane))
+    }
+
+    /// The topics of `lane`, in order.
+    pub(crate) fn of(&self, lane: Lane) -> Vec<Topic> {
+        self.0.iter().filter(|t| t.lane == lane).cloned().collect()
     }
 }
 
@@ -160,11 +169,19 @@ mod tests {
                 name: "a".into(),
                 partitions: 3,
                 first: 0,
+                lane: Lane::Normal,
             },
             Topic {
                 name: "b".into(),
                 partitions: 2,
                 first: 3,
+                lane: Lane::Normal,
+            },
+            Topic {
+                name: "x".into(),
+                partitions: 1,
+                first: 5,
+                lane: Lane::Expedited,
             },
         ])
     }
@@ -220,10 +237,13 @@ mod tests {
     #[test]
     fn partitions_are_numbered_across_topics_in_order() {
         let topics = topics();
-        assert_eq!(topics.number("a", 0), Some(0));
-        assert_eq!(topics.number("a", 2), Some(2));
-        assert_eq!(topics.number("b", 0), Some(3));
-        assert_eq!(topics.number("b", 1), Some(4));
+        let normal = |n| Some((n, Lane::Normal));
+        assert_eq!(topics.number("a", 0), normal(0));
+        assert_eq!(topics.number("a", 2), normal(2));
+        assert_eq!(topics.number("b", 0), normal(3));
+        assert_eq!(topics.number("b", 1), normal(4));
+        assert_eq!(topics.number("x", 0), Some((5, Lane::Expedited)));
+        assert_eq!(topics.number("x", 1), None);
         assert_eq!(topics.number("a", 3), None);
         assert_eq!(topics.number("b", 2), None);
         assert_eq!(topics.number("c", 0), None);

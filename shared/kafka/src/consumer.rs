@@ -37,7 +37,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseProducer, Producer as _};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::TopicPartitionList;
-use skyport_core::ports::{ConsumeError, Consumer, PartitionReader, StreamEvent};
+use skyport_core::ports::{ConsumeError, Consumer, Lane, PartitionReader, StreamEvent};
 use skyport_runtime::config::KafkaSettings;
 use tokio::sync::{Mutex as AsyncMutex, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -168,7 +168,7 @@ impl Context {
         };
         for element in partitions.elements() {
             let (topic, partition) = (element.topic().to_owned(), element.partition());
-            let Some(number) = self.shared.topics.number(&topic, partition) else {
+            let Some((number, lane)) = self.shared.topics.number(&topic, partition) else {
                 tracing::warn!(%topic, partition, "Assigned a partition outside the configured topics; it is not read.");
                 continue;
             };
@@ -191,13 +191,14 @@ impl Context {
                         marks: Arc::clone(&marks),
                     },
                 );
-            tracing::info!(%topic, partition, number, "Assigned a Kafka partition.");
+            tracing::info!(%topic, partition, number, lane = lane.as_str(), "Assigned a Kafka partition.");
             let reader = KafkaPartitionReader {
                 queue,
                 consumer: Arc::clone(&consumer),
                 topic,
                 partition,
                 number,
+                lane,
                 revoked,
                 marks,
                 next: None,
@@ -317,7 +318,7 @@ impl KafkaConsumer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .keys()
-            .filter_map(|(topic, partition)| topics.number(topic, *partition))
+            .filter_map(|(topic, partition)| topics.number(topic, *partition).map(|(n, _)| n))
             .collect();
         numbers.sort_unstable();
         numbers
@@ -371,7 +372,7 @@ impl KafkaConsumer {
         let probe: BaseProducer = client_config(settings)
             .create()
             .map_err(|e| creation_error(settings, e))?;
-        let names = settings.topics.clone();
+        let names = settings.lane_topics();
         let timeout = settings.delivery_timeout_ms.duration();
         let topics =
             tokio::task::spawn_blocking(move || Topics::fetch(probe.client(), &names, timeout))
@@ -395,7 +396,8 @@ impl KafkaConsumer {
             .map_err(|e| creation_error(settings, e))?;
         let consumer = Arc::new(consumer);
         let _ = shared.consumer.set(Arc::downgrade(&consumer));
-        let names: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+        let lanes = settings.lane_topics();
+        let names: Vec<&str> = lanes.iter().map(|(topic, _)| topic.as_str()).collect();
         consumer.subscribe(&names).map_err(KafkaOpenError::Client)?;
         let stop = CancellationToken::new();
         let poller = {
@@ -411,7 +413,7 @@ impl KafkaConsumer {
                 .spawn(move || runtime.block_on(poll(&consumer, &stop)))
                 .map_err(KafkaOpenError::Thread)?
         };
-        tracing::info!(group = %self.group, topics = ?settings.topics, "Joined the Kafka consumer group.");
+        tracing::info!(group = %self.group, topics = ?settings.topics, expedited_topic = ?settings.expedited_topic, "Joined the Kafka consumer group.");
         Ok(Member {
             consumer,
             shared,
@@ -499,6 +501,7 @@ struct KafkaPartitionReader {
     topic: String,
     partition: i32,
     number: u32,
+    lane: Lane,
     revoked: CancellationToken,
     marks: Arc<Marks>,
     /// The offset after the last event handed out.
@@ -552,6 +555,10 @@ fn to_event(
 impl PartitionReader for KafkaPartitionReader {
     fn partition(&self) -> u32 {
         self.number
+    }
+
+    fn lane(&self) -> Lane {
+        self.lane
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {

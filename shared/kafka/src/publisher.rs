@@ -21,11 +21,11 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::statistics::Statistics;
 use skyport_core::event::content_type;
-use skyport_core::partitioning::shard_for;
-use skyport_core::ports::{OutboundEvent, Position, PublishError, Publisher};
+use skyport_core::partitioning::{partition_for, shard_for};
+use skyport_core::ports::{Lane, OutboundEvent, Position, PublishError, Publisher};
 use skyport_runtime::config::KafkaSettings;
 
-use crate::client::{Topics, client_config, creation_error};
+use crate::client::{Topic, Topics, client_config, creation_error};
 use crate::{KafkaOpenError, headers};
 
 /// How often the producer reports its brokers' states.
@@ -63,14 +63,16 @@ impl ClientContext for ProducerContext {
 
 type KafkaProducer = FutureProducer<ProducerContext>;
 
-/// Publishes to Kafka, sharded over the configured topics.
+/// Publishes to Kafka, sharded over the configured topics; the expedited
+/// lane's events to `kafka.expedited_topic` when it is set.
 pub struct KafkaPublisher {
     config: ClientConfig,
     context: ProducerContext,
     producer: RwLock<Arc<KafkaProducer>>,
     /// Held while a failed producer is being replaced, so only one caller does it.
     rebuilding: Mutex<()>,
-    topics: Topics,
+    topics: Vec<Topic>,
+    expedited: Option<Topic>,
     delivery_timeout: Duration,
     rebuilt: AtomicU64,
 }
@@ -79,6 +81,7 @@ impl std::fmt::Debug for KafkaPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaPublisher")
             .field("topics", &self.topics)
+            .field("expedited", &self.expedited)
             .field("rebuilt", &self.rebuilt)
             .finish_non_exhaustive()
     }
@@ -112,7 +115,7 @@ impl KafkaPublisher {
         let producer: KafkaProducer = config
             .create_with_context(context.clone())
             .map_err(|e| creation_error(settings, e))?;
-        let names = settings.topics.clone();
+        let names = settings.lane_topics();
         let timeout = settings.delivery_timeout_ms.duration();
         let (producer, topics) = tokio::task::spawn_blocking(move || {
             let topics = Topics::fetch(producer.client(), &names, timeout);
@@ -121,14 +124,15 @@ impl KafkaPublisher {
         .await?;
         let topics = topics?;
         for topic in &topics.0 {
-            tracing::info!(topic = %topic.name, partitions = topic.partitions, "Publishing to the Kafka topic.");
+            tracing::info!(topic = %topic.name, partitions = topic.partitions, lane = topic.lane.as_str(), "Publishing to the Kafka topic.");
         }
         Ok(Self {
             config,
             context,
             producer: RwLock::new(Arc::new(producer)),
             rebuilding: Mutex::new(()),
-            topics,
+            topics: topics.of(Lane::Normal),
+            expedited: topics.of(Lane::Expedited).pop(),
             delivery_timeout: settings.delivery_timeout_ms.duration(),
             rebuilt: AtomicU64::new(0),
         })
@@ -179,11 +183,18 @@ impl Publisher for KafkaPublisher {
                 "no Kafka broker is reachable".into(),
             ));
         }
-        let topics = u32::try_from(self.topics.0.len()).unwrap_or(u32::MAX);
-        let (index, partition) = shard_for(&event.key, topics, |topic| {
-            self.topics.0[topic as usize].partitions
-        });
-        let topic = &self.topics.0[index as usize];
+        let (topic, partition) = match (&self.expedited, event.lane) {
+            (Some(expedited), Lane::Expedited) => {
+                (expedited, partition_for(&event.key, expedited.partitions))
+            }
+            _ => {
+                let topics = u32::try_from(self.topics.len()).unwrap_or(u32::MAX);
+                let (index, partition) = shard_for(&event.key, topics, |topic| {
+                    self.topics[topic as usize].partitions
+                });
+                (&self.topics[index as usize], partition)
+            }
+        };
         let schema_version = event.properties.schema_version.to_string();
         let content_type = content_type(event.properties.schema_version);
         let mut record_headers = OwnedHeaders::new_with_capacity(4)
@@ -241,6 +252,10 @@ impl Publisher for KafkaPublisher {
                 ))
             }
         }
+    }
+
+    fn has_expedited_lane(&self) -> bool {
+        self.expedited.is_some()
     }
 
     async fn ready(&self) -> bool {

@@ -60,7 +60,10 @@ fn rewinds(partitions: u32) -> u64 {
         .map(|partition| {
             metrics::global()
                 .consumer_rewinds
-                .get_or_create(&PartitionLabels { partition })
+                .get_or_create(&PartitionLabels {
+                    lane: "normal",
+                    partition,
+                })
                 .get()
         })
         .sum()

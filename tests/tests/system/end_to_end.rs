@@ -207,6 +207,7 @@ async fn poison_events_are_dead_lettered_and_the_partition_moves_on() {
                 key: key.into(),
                 payload,
                 properties: EventProperties::default(),
+                lane: skyport_core::ports::Lane::Normal,
             })
             .await
             .unwrap();

@@ -116,6 +116,7 @@ fn event(key: &str, n: u32) -> OutboundEvent {
         key: key.to_owned(),
         payload: Bytes::from(format!("{{\"n\":{n}}}")),
         properties: EventProperties::default(),
+        lane: skyport_core::ports::Lane::Normal,
     }
 }
 
@@ -453,6 +454,7 @@ async fn poison_records_are_dead_lettered_and_their_partitions_move_on() {
                 key: key.into(),
                 payload,
                 properties: EventProperties::default(),
+                lane: skyport_core::ports::Lane::Normal,
             })
             .await
             .unwrap();

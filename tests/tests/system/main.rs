@@ -26,6 +26,7 @@ mod images;
 mod kafka;
 #[cfg(feature = "live")]
 mod kafka_live;
+mod lanes;
 mod listing;
 mod load_shedding;
 mod long_running;

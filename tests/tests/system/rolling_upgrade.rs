@@ -98,6 +98,7 @@ async fn a_rolling_upgrade_in_the_rules_order_loses_nothing() {
                 idempotency_key: None,
                 schema_version: schema_v1::SCHEMA_VERSION,
             },
+            lane: skyport_core::ports::Lane::Normal,
         };
         Publisher::publish(&*store, event).await.unwrap();
         let receipt = receipts.sign(&id, OffsetDateTime::now_utc());

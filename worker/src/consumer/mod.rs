@@ -4,6 +4,7 @@
 //! per-partition bookkeeping lives in [`partition`].
 
 pub mod partition;
+mod ready;
 pub mod tracker;
 
 use std::sync::Arc;

@@ -1,11 +1,14 @@
-//! One partition: read in order, run up to `max_in_flight` events at once,
-//! checkpoint what is complete every `checkpoint_interval`, and on shutdown or
-//! revocation (another consumer took the partition over) stop reading, let
-//! in-flight events finish within the grace period and write a final
-//! checkpoint.
+//! One partition: read in order up to `read_ahead` events past the
+//! checkpoint, run up to `max_in_flight` delivery requests at once, taken
+//! in turn over their clients ([`super::ready`]), checkpoint what is
+//! complete every `checkpoint_interval`, and on shutdown or revocation
+//! (another consumer took the partition over) stop reading, start the
+//! requests that turns left behind what has started, let in-flight events
+//! finish within the grace period and write a final checkpoint.
 //!
-//! Events run as they arrive, never batch by batch: a slow event holds back
-//! only the checkpoint, not the events behind it. An event handed back (its
+//! Events start as they are read and a window slot frees, never batch by
+//! batch: a slow event holds back only the checkpoint, not the events
+//! behind it. An event handed back (its
 //! writes failed `worker.redeliver_after_failures` times in a row, or its
 //! processing panicked) is read again from the stream: the reader is rewound
 //! to it (a Kafka seek), and of what comes again only the handed-back events
@@ -16,12 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::{self, PartitionLabels};
-use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
+use skyport_core::ports::{ConsumeError, Lane, PartitionReader, StreamEvent};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::PartitionContext;
+use super::ready::{Ready, Waiting};
 use super::tracker::{Begin, Tracker};
 use crate::workflow::Outcome;
 
@@ -33,7 +37,15 @@ struct Partition {
     reader: Box<dyn PartitionReader>,
     tracker: Tracker,
     tasks: JoinSet<(u64, Outcome)>,
-    offsets: HashMap<Id, u64>,
+    /// Each task's event, and whether it holds a slot of the window.
+    offsets: HashMap<Id, (u64, bool)>,
+    /// Delivery requests read and not started.
+    ready: Ready,
+    /// Tasks holding a slot of the window.
+    windowed: usize,
+    /// The highest offset started since the partition was assigned.
+    highest_started: Option<u64>,
+    lane: Lane,
     /// Whether the reader was told that the worker takes no more events now.
     saturated: bool,
 }
@@ -46,12 +58,17 @@ pub async fn run(
     let settings = &context.settings;
     let mut paused = context.intake.pauses().subscribe();
     let id = reader.partition();
+    let lane = reader.lane();
     let mut partition = Partition {
         context: Arc::clone(&context),
         reader,
         tracker: Tracker::default(),
         tasks: JoinSet::new(),
         offsets: HashMap::new(),
+        ready: Ready::default(),
+        windowed: 0,
+        highest_started: None,
+        lane,
         saturated: false,
     };
     // In-flight events keep running through the grace period; this gives them up after it.
@@ -59,8 +76,11 @@ pub async fn run(
     let mut checkpoints = tokio::time::interval(settings.checkpoint_interval_ms.duration());
     checkpoints.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let metrics = metrics::global();
-    metrics.partition_assigned(id);
-    let labels = PartitionLabels { partition: id };
+    let labels = PartitionLabels {
+        lane: lane.as_str(),
+        partition: id,
+    };
+    metrics.partition_assigned(&labels);
     let in_flight = metrics.events_in_flight.get_or_create(&labels).clone();
     // A stream that cannot tell what is unread shows no lag rather than a wrong one.
     let lag = partition
@@ -77,10 +97,13 @@ pub async fn run(
             let events = unread.saturating_add(pending as u64);
             lag.set(i64::try_from(events).unwrap_or(i64::MAX));
         }
-        let room = context
-            .intake
-            .window()
-            .saturating_sub(partition.tasks.len());
+        let intake_paused = *paused.borrow_and_update();
+        if !intake_paused {
+            partition.start_ready(context.intake.window(), &shutdown, &abandon);
+        }
+        let room = settings
+            .read_ahead
+            .saturating_sub(partition.tasks.len() + partition.ready.len());
         if let Some(offset) = partition.tracker.rewind_to() {
             match partition.reader.rewind(offset).await {
                 Ok(()) => {
@@ -107,7 +130,7 @@ pub async fn run(
                 }
             }
         }
-        let pulling = room > 0 && !*paused.borrow_and_update();
+        let pulling = room > 0 && !intake_paused;
         if pulling == partition.saturated {
             partition.saturated = !pulling;
             partition.reader.set_paused(partition.saturated);
@@ -124,7 +147,7 @@ pub async fn run(
                     let now = Instant::now();
                     for event in events {
                         match partition.tracker.begin(event.offset, now) {
-                            Begin::Run { panics } => partition.start(event, panics, &shutdown, &abandon),
+                            Begin::Run { panics } => partition.read(event, panics, &shutdown, &abandon),
                             Begin::Skip => {}
                         }
                     }
@@ -146,31 +169,74 @@ pub async fn run(
     partition
         .drain(settings.shutdown_grace_period_ms.duration(), &abandon)
         .await;
-    metrics.partition_released(id);
+    metrics.partition_released(&labels);
 }
 
 impl Partition {
-    /// Runs `event` in a task of its own; one whose runs panicked
-    /// [`MAX_PANICS`] times goes to the dead letters instead.
-    fn start(
+    /// Takes in `event`, just read: a delivery request waits for its
+    /// client's turn and a slot of the window; any other event starts now.
+    fn read(
         &mut self,
         event: StreamEvent,
         panics: u32,
         shutdown: &CancellationToken,
         abandon: &CancellationToken,
     ) {
+        // In the partition's order, before any of the events read runs.
+        let admitted = self.context.workflow.admit(&event, self.lane);
+        let waiting = Waiting {
+            event,
+            admitted,
+            panics,
+        };
+        match waiting.admitted.client().map(str::to_owned) {
+            Some(client) => self.ready.push(&client, waiting),
+            None => self.start(waiting, false, shutdown, abandon),
+        }
+    }
+
+    /// Starts waiting delivery requests, in their clients' turns, while the
+    /// window has room.
+    fn start_ready(
+        &mut self,
+        window: usize,
+        shutdown: &CancellationToken,
+        abandon: &CancellationToken,
+    ) {
+        while self.windowed < window {
+            let Some(waiting) = self.ready.pop() else {
+                return;
+            };
+            self.start(waiting, true, shutdown, abandon);
+        }
+    }
+
+    /// Runs an event in a task of its own (holding a slot of the window when
+    /// `windowed`); one whose runs panicked [`MAX_PANICS`] times goes to the
+    /// dead letters instead.
+    fn start(
+        &mut self,
+        waiting: Waiting,
+        windowed: bool,
+        shutdown: &CancellationToken,
+        abandon: &CancellationToken,
+    ) {
+        let Waiting {
+            event,
+            admitted,
+            panics,
+        } = waiting;
         let context = Arc::clone(&self.context);
         let abandon = abandon.clone();
         let stop = shutdown.clone();
         let offset = event.offset;
-        // In the partition's order, before any of the events read runs.
-        let admitted = context.workflow.admit(&event);
+        let lane = self.lane;
         let handle = self.tasks.spawn(async move {
             let workflow = &context.workflow;
             let outcome = if panics >= MAX_PANICS {
                 let reason = format!("processing the event panicked {panics} times");
                 workflow.give_up(&event, reason, &abandon).await
-            } else if context.intake.admit(&stop, &abandon).await {
+            } else if context.intake.admit(lane, &stop, &abandon).await {
                 workflow.process(&event, admitted, &abandon).await
             } else {
                 // An event still waiting for a rate-limit slot when the worker
@@ -179,13 +245,22 @@ impl Partition {
             };
             (offset, outcome)
         });
-        self.offsets.insert(handle.id(), offset);
+        self.offsets.insert(handle.id(), (offset, windowed));
+        self.highest_started = Some(self.highest_started.map_or(offset, |h| h.max(offset)));
+        self.windowed += usize::from(windowed);
+    }
+
+    /// Forgets the task `id` ran: its event, and its slot of the window.
+    fn ended(&mut self, id: Id) -> Option<u64> {
+        let (offset, windowed) = self.offsets.remove(&id)?;
+        self.windowed -= usize::from(windowed);
+        Some(offset)
     }
 
     fn finished(&mut self, joined: Result<(Id, (u64, Outcome)), JoinError>) {
         match joined {
             Ok((id, (offset, outcome))) => {
-                self.offsets.remove(&id);
+                self.ended(id);
                 if outcome.is_completed() {
                     self.tracker.complete(offset);
                 } else if outcome == Outcome::Nacked {
@@ -193,7 +268,7 @@ impl Partition {
                 }
             }
             Err(e) => {
-                let offset = self.offsets.remove(&e.id());
+                let offset = self.ended(e.id());
                 if let (Some(offset), true) = (offset, e.is_panic()) {
                     tracing::error!(offset, error = %e, "Processing an event panicked; it will be read again.");
                     self.context.workflow.record(Outcome::Nacked);
@@ -224,6 +299,16 @@ impl Partition {
     }
 
     async fn drain(&mut self, grace: Duration, abandon: &CancellationToken) {
+        // The holes below what has started run too, so that the final
+        // checkpoint covers everything started; the rest is read again.
+        let holes = self
+            .highest_started
+            .map(|highest| self.ready.take_below(highest))
+            .unwrap_or_default();
+        let go_on = CancellationToken::new();
+        for waiting in holes {
+            self.start(waiting, false, &go_on, abandon);
+        }
         let in_flight = self.tasks.len();
         if in_flight > 0 {
             tracing::info!(

@@ -12,6 +12,7 @@ pub mod window;
 
 use std::time::Duration;
 
+use skyport_core::ports::Lane;
 use skyport_runtime::config::WorkerSettings;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -66,17 +67,23 @@ impl Intake {
         self.backlog.report(partition, pending, oldest);
     }
 
-    /// Waits until an event may start (a rate-limit slot, when limited):
+    /// Waits until an event of `lane` may start (a rate-limit slot, the
+    /// expedited lane's first, when limited):
     /// false when `stop` or `abandon` fired first, and the event has done
     /// nothing (it is read again after a restart).
-    pub async fn admit(&self, stop: &CancellationToken, abandon: &CancellationToken) -> bool {
+    pub async fn admit(
+        &self,
+        lane: Lane,
+        stop: &CancellationToken,
+        abandon: &CancellationToken,
+    ) -> bool {
         let Some(limiter) = &self.limiter else {
             return true;
         };
         tokio::select! {
             () = stop.cancelled() => false,
             () = abandon.cancelled() => false,
-            () = limiter.acquire() => true,
+            () = limiter.acquire(lane) => true,
         }
     }
 

@@ -13,9 +13,9 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::metrics;
+use crate::metrics::{self, LaneLabels};
 use skyport_core::event::DeliveryRequested;
-use skyport_core::ports::Versioned;
+use skyport_core::ports::{Lane, Versioned};
 use skyport_core::status::{
     ChangeOutcome, ChangeRecord, DeliveryState, Failure, StatusDocument, StepOutcome, StepResult,
 };
@@ -34,6 +34,7 @@ use super::steps::{ORDER, Progress, UndoTarget, call_key};
 use crate::resilience::client::{Answer, StepError};
 
 /// How the final write of a delivery went.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Finish {
     Written,
     AlreadyTerminal,
@@ -54,6 +55,7 @@ impl Workflow {
         &self,
         request: &DeliveryRequested,
         merged: &[ChangeRecord],
+        lane: Lane,
         abandon: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
@@ -66,7 +68,7 @@ impl Workflow {
         let mut processing_due = Some(Instant::now() + self.processing_after);
         if self.processing_after.is_zero() {
             processing_due = None;
-            seen = self.mark_processing(request, merged, abandon).await?;
+            seen = self.mark_processing(request, merged, lane, abandon).await?;
         }
         let mut progress = Progress::default();
         let mut outcomes = Vec::with_capacity(ORDER.len());
@@ -88,7 +90,7 @@ impl Workflow {
                 if current.document.cancel_requested_at.is_some() {
                     return self
                         .undo_and_cancel(
-                            Self::described(current.clone(), request),
+                            Self::described(current.clone(), request, lane),
                             outcomes,
                             Self::is_replay(&current.document, seen.counted),
                             traceparent,
@@ -114,7 +116,7 @@ impl Workflow {
                     answer = answer.as_mut().instrument(span.clone()) => break answer,
                     () = tokio::time::sleep_until(due) => {
                         processing_due = None;
-                        seen = self.mark_processing(request, merged, abandon).await?;
+                        seen = self.mark_processing(request, merged, lane, abandon).await?;
                     }
                 }
             };
@@ -178,7 +180,7 @@ impl Workflow {
             if !counted {
                 next.attempt += 1;
                 replayed = next.attempt > 1;
-                Self::describe(&mut next, request);
+                Self::describe(&mut next, request, lane);
             }
             Self::record_changes(&mut next, merged);
             next.state = state;
@@ -200,12 +202,21 @@ impl Workflow {
         if replayed {
             self.count_replay();
         }
+        if finish == Finish::Written {
+            let waited = OffsetDateTime::now_utc() - request.accepted_at;
+            metrics::global()
+                .time_to_terminal
+                .get_or_create(&LaneLabels {
+                    lane: lane.as_str(),
+                })
+                .observe(waited.as_seconds_f64().max(0.0));
+        }
         match (finish, stored) {
             (Finish::Written, _) if state == DeliveryState::Scheduled => Ok(Outcome::Scheduled),
             (Finish::Written, _) => Ok(Outcome::Failed),
             (Finish::CancelRequested, Some(current)) => {
                 let replay = Self::is_replay(&current.document, counted);
-                let current = Self::described(current, request);
+                let current = Self::described(current, request, lane);
                 self.undo_and_cancel(current, outcomes, replay, traceparent, abandon)
                     .await
             }
@@ -225,6 +236,7 @@ impl Workflow {
         &self,
         request: &DeliveryRequested,
         merged: &[ChangeRecord],
+        lane: Lane,
         abandon: &CancellationToken,
     ) -> Result<Seen, Interrupted> {
         let (counted, current) = self
@@ -243,7 +255,7 @@ impl Workflow {
                 };
                 next.state = DeliveryState::Processing;
                 next.attempt += 1;
-                Self::describe(&mut next, request);
+                Self::describe(&mut next, request, lane);
                 Self::record_changes(&mut next, merged);
                 next.updated_at = OffsetDateTime::now_utc();
                 Decision::Write(next, true)
@@ -255,9 +267,10 @@ impl Workflow {
         Ok(Seen { current, counted })
     }
 
-    /// What the request tells the document: its package, callback and trace,
-    /// and the request itself unless reschedules changed the document's.
-    fn describe(document: &mut StatusDocument, request: &DeliveryRequested) {
+    /// What the request tells the document: its package, callback, trace and
+    /// lane, and the request itself unless reschedules changed the document's.
+    fn describe(document: &mut StatusDocument, request: &DeliveryRequested, lane: Lane) {
+        document.lane = lane;
         document.package_id = Some(request.request.package_info.package_id.clone());
         document
             .callback_url
@@ -293,9 +306,9 @@ impl Workflow {
     /// `current` with what the request tells it, for a document this
     /// attempt has not written (a cancellation's): compensation finds the
     /// package there.
-    fn described(mut current: Versioned, request: &DeliveryRequested) -> Versioned {
+    fn described(mut current: Versioned, request: &DeliveryRequested, lane: Lane) -> Versioned {
         if current.document.package_id.is_none() {
-            Self::describe(&mut current.document, request);
+            Self::describe(&mut current.document, request, lane);
         }
         current
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::metrics::{self, OutcomeLabels};
 use skyport_core::event::{DecodeError, Event};
-use skyport_core::ports::{DeadLetterStore, StreamEvent};
+use skyport_core::ports::{DeadLetterStore, Lane, StreamEvent};
 use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -64,8 +64,38 @@ pub struct Workflow {
 #[derive(Debug)]
 pub struct Admitted {
     event: Result<Event, DecodeError>,
+    /// The lane of the partition it was read from.
+    lane: Lane,
     turn: Option<Turn>,
     reschedules: Arc<Reschedules>,
+}
+
+impl Admitted {
+    /// Whose turn a delivery request waits for among the events read ahead
+    /// (its principal, else its owner); `None` for the other events, which
+    /// start as soon as they are read.
+    pub fn client(&self) -> Option<&str> {
+        match &self.event {
+            Ok(Event::DeliveryRequested(request)) => Some(
+                request
+                    .principal
+                    .as_deref()
+                    .unwrap_or(&request.request.owner_id),
+            ),
+            _ => None,
+        }
+    }
+
+    /// An event that does not decode, read from the normal lane.
+    #[cfg(test)]
+    pub(crate) fn unreadable(event: &StreamEvent) -> Self {
+        Self {
+            event: Event::decode(&event.payload),
+            lane: Lane::Normal,
+            turn: None,
+            reschedules: Arc::default(),
+        }
+    }
 }
 
 impl Drop for Admitted {
@@ -100,9 +130,10 @@ impl Workflow {
         }
     }
 
-    /// Decodes `event` and gives it its place among its delivery's events;
-    /// called as events are read, in the partition's order.
-    pub fn admit(&self, event: &StreamEvent) -> Admitted {
+    /// Decodes `event`, read from a partition of `lane`, and gives it its
+    /// place among its delivery's events; called as events are read, in the
+    /// partition's order.
+    pub fn admit(&self, event: &StreamEvent, lane: Lane) -> Admitted {
         let decoded = Event::decode(&event.payload);
         let turn = match &decoded {
             Ok(Event::DeliveryRequested(request)) => {
@@ -116,6 +147,7 @@ impl Workflow {
         };
         Admitted {
             event: decoded,
+            lane,
             turn,
             reschedules: Arc::clone(&self.reschedules),
         }
@@ -194,7 +226,8 @@ impl Workflow {
                         return Ok(Outcome::AlreadyTerminal);
                     }
                     let (request, merged) = self.with_pending(request);
-                    self.deliver(&request, &merged, abandon).await
+                    self.deliver(&request, &merged, admitted.lane, abandon)
+                        .await
                 }
                 .instrument(span)
                 .await

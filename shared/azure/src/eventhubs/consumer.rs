@@ -44,6 +44,7 @@ impl std::fmt::Debug for EventHubsConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventHubsConsumer")
             .field("hubs", &self.settings.hubs)
+            .field("expedited_hubs", &self.settings.expedited_hubs)
             .field("consumer_group", &self.consumer_group)
             .finish_non_exhaustive()
     }
@@ -68,7 +69,11 @@ impl EventHubsConsumer {
             consumer_group: consumer_group.to_owned(),
             store: Arc::new(LeaseCheckpointStore::across_hubs(
                 leases,
-                settings.hubs.clone(),
+                settings
+                    .lane_hubs()
+                    .into_iter()
+                    .map(|(hub, _)| hub)
+                    .collect(),
                 settings.partition_expiration_ms.duration(),
             )),
             running: Mutex::new(None),
@@ -81,7 +86,7 @@ impl EventHubsConsumer {
             .instance_id
             .clone()
             .unwrap_or_else(random_owner_id);
-        let capacity = self.settings.hubs.len() * 64;
+        let capacity = self.settings.lane_hubs().len() * 64;
         let (readers, rx) = mpsc::channel(capacity);
         let stop = CancellationToken::new();
         let processors = Processors {
@@ -206,9 +211,10 @@ impl Processors {
     /// Opens a client per hub and learns its partitions, retrying until every
     /// hub answers or the consumer stops.
     async fn open_hubs(&self, namespace: &Namespace) -> Option<Vec<(ConsumerClient, HubContext)>> {
-        let mut opened = Vec::with_capacity(self.settings.hubs.len());
+        let hubs = self.settings.lane_hubs();
+        let mut opened = Vec::with_capacity(hubs.len());
         let mut first = 0u32;
-        for hub in &self.settings.hubs {
+        for (hub, lane) in &hubs {
             let mut delay = RestartDelay::default();
             let (client, partition_ids) = loop {
                 let attempt = async {
@@ -248,6 +254,7 @@ impl Processors {
                     owner: self.owner.clone(),
                     first,
                     partition_ids,
+                    lane: *lane,
                 },
             ));
             first = first.saturating_add(count);

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use skyport_core::event::content_type;
 use skyport_core::partitioning::shard_for;
-use skyport_core::ports::{BoxError, OutboundEvent, Position, PublishError, Publisher};
+use skyport_core::ports::{BoxError, Lane, OutboundEvent, Position, PublishError, Publisher};
 use skyport_runtime::config::EventHubsSettings;
 use skyport_runtime::metrics::{self, StreamLabels};
 
@@ -27,16 +27,24 @@ pub const TRACEPARENT_PROPERTY: &str = "traceparent";
 /// Application property with the request's idempotency key.
 pub const IDEMPOTENCY_KEY_PROPERTY: &str = "idempotencyKey";
 
-/// Publishes to Event Hubs, sharded over the configured hubs.
+/// Publishes to Event Hubs, sharded over the configured hubs; the
+/// expedited lane's events over `eventhubs.expedited_hubs` when it lists any.
 #[derive(Debug)]
 pub struct EventHubsPublisher {
+    normal: Shards,
+    expedited: Option<Shards>,
+    healthy: Arc<AtomicBool>,
+    stats: Arc<PublishStats>,
+    _senders: JoinSet<()>,
+}
+
+/// One lane's hubs.
+#[derive(Debug, Default)]
+struct Shards {
     /// Per hub, the queue of each partition's sender task.
     hubs: Vec<Vec<mpsc::Sender<Pending>>>,
     /// Partitions of the hubs listed before each hub (the worker's numbering).
     first: Vec<u32>,
-    healthy: Arc<AtomicBool>,
-    stats: Arc<PublishStats>,
-    _senders: JoinSet<()>,
 }
 
 /// Batches acknowledged by Event Hubs and the events they carried.
@@ -91,10 +99,10 @@ impl EventHubsPublisher {
         let healthy = Arc::new(AtomicBool::new(true));
         let stats = Arc::new(PublishStats::default());
         let mut senders = JoinSet::new();
-        let mut hubs = Vec::with_capacity(settings.hubs.len());
-        let mut first = Vec::with_capacity(settings.hubs.len());
+        let mut normal = Shards::default();
+        let mut expedited = Shards::default();
         let mut numbered = 0u32;
-        for hub in &settings.hubs {
+        for (hub, lane) in &settings.lane_hubs() {
             let client = Arc::new(HubClient::open(&namespace, hub).await?);
             let properties = client
                 .current()
@@ -120,14 +128,18 @@ impl EventHubsPublisher {
                 );
                 queues.push(tx);
             }
-            first.push(numbered);
+            let shards = match lane {
+                Lane::Normal => &mut normal,
+                Lane::Expedited => &mut expedited,
+            };
+            shards.first.push(numbered);
             numbered += u32::try_from(queues.len()).unwrap_or(u32::MAX);
-            hubs.push(queues);
-            tracing::info!(hub = %hub, namespace = %namespace.name, "Publishing to the event hub.");
+            shards.hubs.push(queues);
+            tracing::info!(hub = %hub, namespace = %namespace.name, lane = lane.as_str(), "Publishing to the event hub.");
         }
         Ok(Self {
-            hubs,
-            first,
+            normal,
+            expedited: (!expedited.hubs.is_empty()).then_some(expedited),
             healthy,
             stats,
             _senders: senders,
@@ -143,18 +155,22 @@ impl EventHubsPublisher {
 #[async_trait]
 impl Publisher for EventHubsPublisher {
     async fn publish(&self, event: OutboundEvent) -> Result<Position, PublishError> {
-        let hubs = u32::try_from(self.hubs.len()).unwrap_or(u32::MAX);
+        let shards = match (&self.expedited, event.lane) {
+            (Some(expedited), Lane::Expedited) => expedited,
+            _ => &self.normal,
+        };
+        let hubs = u32::try_from(shards.hubs.len()).unwrap_or(u32::MAX);
         let (hub, partition) = shard_for(&event.key, hubs, |hub| {
-            u32::try_from(self.hubs[hub as usize].len()).unwrap_or(u32::MAX)
+            u32::try_from(shards.hubs[hub as usize].len()).unwrap_or(u32::MAX)
         });
         let (reply, answer) = oneshot::channel();
-        self.hubs[hub as usize][partition as usize]
+        shards.hubs[hub as usize][partition as usize]
             .send(Pending { event, reply })
             .await
             .map_err(|_| PublishError::Closed)?;
         match answer.await {
             Ok(Ok(())) => Ok(Position {
-                partition: self.first[hub as usize] + partition,
+                partition: shards.first[hub as usize] + partition,
                 offset: None,
             }),
             Ok(Err(e)) => Err(PublishError::Unavailable(Box::new(SendFailed(e)))),
@@ -164,6 +180,10 @@ impl Publisher for EventHubsPublisher {
 
     async fn ready(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
+    }
+
+    fn has_expedited_lane(&self) -> bool {
+        self.expedited.is_some()
     }
 }
 

@@ -14,7 +14,7 @@ use azure_messaging_eventhubs::models::{Checkpoint, ReceivedEventData};
 use azure_messaging_eventhubs::processor::PartitionClient;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use skyport_core::ports::{ConsumeError, PartitionReader, StreamEvent};
+use skyport_core::ports::{ConsumeError, Lane, PartitionReader, StreamEvent};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +34,7 @@ pub(crate) struct HubContext {
     pub(crate) first: u32,
     /// The partition ids, in the order the worker numbers them.
     pub(crate) partition_ids: Vec<String>,
+    pub(crate) lane: Lane,
 }
 
 /// What a partition loop feeds its reader.
@@ -326,6 +327,10 @@ impl EventHubsPartitionReader {
 impl PartitionReader for EventHubsPartitionReader {
     fn partition(&self) -> u32 {
         self.partition
+    }
+
+    fn lane(&self) -> Lane {
+        self.context.lane
     }
 
     async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {

@@ -28,7 +28,7 @@ pub use self::status::{
     ETag, ListCursor, ListPage, ListQuery, Precondition, StatusStore, StatusStoreError, Versioned,
 };
 pub use self::stream::{
-    ConsumeError, Consumer, EventProperties, OutboundEvent, PartitionReader, Position,
+    ConsumeError, Consumer, EventProperties, Lane, OutboundEvent, PartitionReader, Position,
     PublishError, Publisher, StreamEvent,
 };
 pub use crate::error::BoxError;

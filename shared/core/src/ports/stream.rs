@@ -6,12 +6,62 @@ use bytes::Bytes;
 
 use crate::error::BoxError;
 
-/// An event to append to the stream, routed by `key`.
+/// An event to append to the stream, routed by `key` within its `lane`.
 #[derive(Debug, Clone)]
 pub struct OutboundEvent {
     pub key: String,
     pub payload: Bytes,
     pub properties: EventProperties,
+    pub lane: Lane,
+}
+
+/// The partitions an event goes to: every event of a delivery goes to its
+/// delivery's lane, so that they keep their order.
+///
+/// The expedited lane has partitions of its own (the embedded log's extra
+/// partition, `kafka.expedited_topic`, `eventhubs.expedited_hubs`), each
+/// with a window of its own in the worker, so an expedited delivery never
+/// waits behind a backlog of normal ones. A stream without the lane
+/// configured carries expedited events in the normal lane.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    #[default]
+    Normal,
+    Expedited,
+}
+
+impl Lane {
+    /// The lane of a delivery requested with `expedited`.
+    pub fn of(expedited: bool) -> Self {
+        if expedited {
+            Self::Expedited
+        } else {
+            Self::Normal
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Expedited => "expedited",
+        }
+    }
+
+    pub fn is_normal(&self) -> bool {
+        *self == Self::Normal
+    }
 }
 
 /// What travels beside an event's payload, where the stream has room for it
@@ -56,6 +106,12 @@ pub trait Publisher: std::fmt::Debug + Send + Sync + 'static {
 
     /// Whether the stream can take events now (for `/readyz`).
     async fn ready(&self) -> bool;
+
+    /// Whether the stream has an expedited lane; without one, expedited
+    /// events go to the normal lane.
+    fn has_expedited_lane(&self) -> bool {
+        false
+    }
 }
 
 /// An event read from a partition.
@@ -99,6 +155,11 @@ pub trait Consumer: std::fmt::Debug + Send + Sync + 'static {
 pub trait PartitionReader: std::fmt::Debug + Send + 'static {
     /// The partition, numbered as the worker numbers them.
     fn partition(&self) -> u32;
+
+    /// The lane the partition belongs to.
+    fn lane(&self) -> Lane {
+        Lane::Normal
+    }
 
     /// Waits until at least one event is available and returns between 1
     /// and `max` of them, in offset order, each once (until a

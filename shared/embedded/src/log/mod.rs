@@ -18,6 +18,10 @@
 //!   deleted once every partition's checkpoint has passed them.
 //! - **Reservations** of named requests ride in the same commit as their
 //!   event ([`reservations`]).
+//! - **The expedited lane** is one partition more, numbered after the
+//!   others (`stream.partitions`). Segment headers name only the others'
+//!   count, so a data directory written before the lane existed opens
+//!   unchanged, with the lane empty.
 
 mod checkpoints;
 pub mod frame;
@@ -130,8 +134,9 @@ impl Index {
 #[derive(Debug)]
 pub(crate) struct OpenLog {
     dir: PathBuf,
+    /// The normal lane's partitions; the expedited lane's is numbered `partitions`.
     partitions: u32,
-    /// One per partition, then the reservation stream's.
+    /// One per partition (the expedited lane's last), then the reservation stream's.
     indexes: Vec<Mutex<Index>>,
     segments: RwLock<BTreeMap<u64, Arc<File>>>,
     /// The segment commits go to; never deleted.
@@ -147,7 +152,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl OpenLog {
     fn slot(&self, partition: u32) -> usize {
         if partition == reservations::STREAM {
-            self.partitions as usize
+            reservation_slot(self.partitions)
         } else {
             partition as usize
         }
@@ -246,7 +251,7 @@ impl OpenLog {
         // Read before the indexes: a segment that becomes inactive after this
         // holds only records the indexes below already show.
         let active = self.active.load(Ordering::SeqCst);
-        for partition in 0..self.partitions {
+        for partition in 0..=self.partitions {
             if let Some(lowest) = checkpoints.lowest(partition) {
                 self.index(partition).trim_through(lowest);
             }
@@ -331,6 +336,12 @@ struct Recovered {
     unfolded: Vec<(u64, reservations::Record)>,
 }
 
+/// The index slot of the reservation stream: after the normal partitions
+/// and the expedited lane's.
+fn reservation_slot(partitions: u32) -> usize {
+    partitions as usize + 1
+}
+
 pub(crate) fn now_ms() -> i64 {
     i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
         .unwrap_or(i64::MAX)
@@ -359,7 +370,7 @@ impl SegmentLog {
         for (partition, next) in next_offsets
             .iter_mut()
             .enumerate()
-            .take(partitions as usize)
+            .take(reservation_slot(partitions))
         {
             let partition = u32::try_from(partition).unwrap_or(u32::MAX);
             if let Some(highest) = checkpoints.highest(partition) {
@@ -371,7 +382,7 @@ impl SegmentLog {
         {
             *next = (*next).max(folded + 1);
         }
-        let heads = next_offsets[..partitions as usize]
+        let heads = next_offsets[..reservation_slot(partitions)]
             .iter()
             .map(|&next| watch::channel(next).0)
             .collect();
@@ -576,7 +587,9 @@ fn recover(
         move |source| LogError::Io { path, source }
     };
     let ids = segment::list(dir).map_err(io(dir))?;
-    let mut indexes: Vec<Index> = (0..=partitions).map(|_| Index::default()).collect();
+    let mut indexes: Vec<Index> = (0..=reservation_slot(partitions))
+        .map(|_| Index::default())
+        .collect();
     let mut segments = BTreeMap::new();
     let mut last_commit = None;
     let mut unfolded = Vec::new();
@@ -602,8 +615,8 @@ fn recover(
                 position: record.position,
             };
             let slot = if record.partition == reservations::STREAM {
-                partitions as usize
-            } else if record.partition < partitions {
+                reservation_slot(partitions)
+            } else if record.partition <= partitions {
                 record.partition as usize
             } else {
                 return Err(damaged());

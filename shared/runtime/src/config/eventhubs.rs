@@ -5,6 +5,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use url::Url;
 
+use skyport_core::ports::Lane;
+
 use super::checks::Checks;
 use super::connection_string::ConnectionString;
 use super::duration::Millis;
@@ -32,6 +34,11 @@ pub struct EventHubsSettings {
     /// The hubs events are sharded over (hub = hash of the key mod their
     /// number); every gateway and worker must list the same hubs in the same order.
     pub hubs: Vec<String>,
+    /// The hubs of the expedited lane: expedited deliveries and their later
+    /// events are sharded over them as the others are over `hubs`, and the
+    /// workers read them beside `hubs`, each partition with a window of its
+    /// own. Empty: expedited deliveries share `hubs`.
+    pub expedited_hubs: Vec<String>,
     pub auth: EventHubsAuth,
     /// `Endpoint=sb://…/;SharedAccessKeyName=…;SharedAccessKey=…` (with `auth = "connection_string"`).
     #[cfg_attr(test, schemars(with = "Option<String>"))]
@@ -64,6 +71,7 @@ impl Default for EventHubsSettings {
         Self {
             namespace: None,
             hubs: vec!["deliveries".into()],
+            expedited_hubs: Vec::new(),
             auth: EventHubsAuth::ConnectionString,
             connection_string: None,
             custom_endpoint: None,
@@ -81,6 +89,19 @@ impl Default for EventHubsSettings {
 }
 
 impl EventHubsSettings {
+    /// Every hub read, with its lane: `hubs`, then `expedited_hubs`.
+    pub fn lane_hubs(&self) -> Vec<(String, Lane)> {
+        self.hubs
+            .iter()
+            .map(|hub| (hub.clone(), Lane::Normal))
+            .chain(
+                self.expedited_hubs
+                    .iter()
+                    .map(|hub| (hub.clone(), Lane::Expedited)),
+            )
+            .collect()
+    }
+
     /// Checks the keys of a stream on Event Hubs.
     pub(super) fn validate(&self, checks: &mut Checks<'_>) {
         checks.check(
@@ -88,15 +109,15 @@ impl EventHubsSettings {
             "hubs",
             "must list from 1 to 64 event hubs",
         );
-        let well_named = self.hubs.iter().all(|hub| {
+        let well_named = |hub: &String| {
             !hub.is_empty()
                 && hub.len() <= 256
                 && hub
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        });
+        };
         checks.check(
-            well_named,
+            self.hubs.iter().all(well_named),
             "hubs",
             "names must be 1 to 256 letters, digits, '-', '_' or '.'",
         );
@@ -106,6 +127,20 @@ impl EventHubsSettings {
             .enumerate()
             .all(|(i, hub)| !self.hubs[..i].contains(hub));
         checks.check(distinct, "hubs", "must not list a hub twice");
+        checks.check(
+            self.expedited_hubs.iter().all(well_named),
+            "expedited_hubs",
+            "names must be 1 to 256 letters, digits, '-', '_' or '.'",
+        );
+        let apart =
+            self.expedited_hubs.iter().enumerate().all(|(i, hub)| {
+                !self.hubs.contains(hub) && !self.expedited_hubs[..i].contains(hub)
+            });
+        checks.check(
+            apart,
+            "expedited_hubs",
+            "must not list a hub twice or one of eventhubs.hubs: the lane needs partitions of its own",
+        );
         match self.auth {
             EventHubsAuth::ConnectionString => self.validate_connection_string(checks),
             EventHubsAuth::Entra => {
@@ -164,9 +199,11 @@ impl EventHubsSettings {
             Ok(parsed) => {
                 if let Some(entity) = &parsed.entity_path {
                     checks.check(
-                        self.hubs.len() == 1 && &self.hubs[0] == entity,
+                        self.hubs.len() == 1
+                            && &self.hubs[0] == entity
+                            && self.expedited_hubs.is_empty(),
                         "connection_string",
-                        "names one event hub (EntityPath) but eventhubs.hubs lists others; use a namespace-level key",
+                        "names one event hub (EntityPath) but eventhubs.hubs or eventhubs.expedited_hubs lists others; use a namespace-level key",
                     );
                 }
             }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use skyport_core::ports::Lane;
+
 use super::checks::Checks;
 use super::duration::Millis;
 
@@ -111,6 +113,11 @@ pub struct KafkaSettings {
     /// number); each must have the same number of partitions, and every
     /// gateway and worker must list the same topics in the same order.
     pub topics: Vec<String>,
+    /// The topic of the expedited lane: expedited deliveries and their later
+    /// events go there (partition = hash of the key mod its partitions) and
+    /// the workers read it beside `topics`, each of its partitions with a
+    /// window of its own. Unset: expedited deliveries share `topics`.
+    pub expedited_topic: Option<String>,
     /// This client's name in the brokers' logs and quotas.
     pub client_id: String,
     pub security: KafkaSecurity,
@@ -154,6 +161,7 @@ impl Default for KafkaSettings {
         Self {
             brokers: Vec::new(),
             topics: vec!["deliveries".into()],
+            expedited_topic: None,
             client_id: "skyport".into(),
             security: KafkaSecurity::Plaintext,
             sasl_mechanism: KafkaSaslMechanism::Plain,
@@ -211,6 +219,19 @@ where
 }
 
 impl KafkaSettings {
+    /// Every topic read, with its lane: `topics`, then `expedited_topic`.
+    pub fn lane_topics(&self) -> Vec<(String, Lane)> {
+        self.topics
+            .iter()
+            .map(|topic| (topic.clone(), Lane::Normal))
+            .chain(
+                self.expedited_topic
+                    .iter()
+                    .map(|topic| (topic.clone(), Lane::Expedited)),
+            )
+            .collect()
+    }
+
     /// The SASL user and password, when SASL is on and they are set.
     pub fn sasl_credentials(&self) -> Option<(String, SecretString)> {
         if !self.security.uses_sasl() {
@@ -244,7 +265,7 @@ impl KafkaSettings {
             "topics",
             "must list from 1 to 64 topics",
         );
-        let well_named = self.topics.iter().all(|topic| {
+        let well_named = |topic: &String| {
             !topic.is_empty()
                 && topic.len() <= 249
                 && topic != "."
@@ -252,12 +273,24 @@ impl KafkaSettings {
                 && topic
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        });
+        };
         checks.check(
-            well_named,
+            self.topics.iter().all(well_named),
             "topics",
             "names must be 1 to 249 letters, digits, '-', '_' or '.'",
         );
+        if let Some(expedited) = &self.expedited_topic {
+            checks.check(
+                well_named(expedited),
+                "expedited_topic",
+                "must be 1 to 249 letters, digits, '-', '_' or '.'",
+            );
+            checks.check(
+                !self.topics.contains(expedited),
+                "expedited_topic",
+                "must not be one of kafka.topics: the lane needs partitions of its own",
+            );
+        }
         let distinct = self
             .topics
             .iter()

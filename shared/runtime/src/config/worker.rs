@@ -17,8 +17,15 @@ pub struct WorkerSettings {
     pub listen: SocketAddr,
     /// Consumer group whose checkpoints this worker keeps.
     pub consumer_group: String,
-    /// Events processed at once per partition.
+    /// Delivery requests processed at once per partition (cancellations and
+    /// reschedules start as they are read, within `read_ahead`).
     pub max_in_flight: usize,
+    /// Events read per partition past its checkpoint before they finish:
+    /// the requests among them wait for a slot of `max_in_flight` and start
+    /// in turn over their clients, so that one client's burst holds another
+    /// client's delivery back by at most this many events. At least
+    /// `max_in_flight`.
+    pub read_ahead: usize,
     /// How often each partition's checkpoint is written.
     pub checkpoint_interval_ms: Millis,
     /// How long in-flight events may take to finish after a shutdown signal.
@@ -71,6 +78,8 @@ impl Default for WorkerSettings {
             // 1,024 at once over 8 partitions: enough for 10,000 workflows/s of
             // 100 ms, and half the memory of 256 for the same rate (BENCHMARKS.md).
             max_in_flight: 128,
+            // Four windows: 4,096 events over 8 partitions, about 4 MiB.
+            read_ahead: 512,
             checkpoint_interval_ms: Millis::new(5_000),
             shutdown_grace_period_ms: Millis::new(30_000),
             rate_limit_per_s: 0,
@@ -96,6 +105,11 @@ impl WorkerSettings {
             "must not be empty",
         );
         checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        checks.check(
+            self.read_ahead >= self.max_in_flight,
+            "read_ahead",
+            "must be at least worker.max_in_flight",
+        );
         checks.at_least(
             self.checkpoint_interval_ms.count(),
             10,
