@@ -212,6 +212,7 @@ mod tests {
                 },
             )]),
             max_clients: 3,
+            client_claim: None,
         }
     }
 
