@@ -1,8 +1,9 @@
 //! Per-client quotas (`gateway.quotas`): a client's POSTs, PATCHes and
 //! DELETEs share its bucket, a retry that finds its delivery is not charged,
 //! a client with a quota of its own has it, every metered answer carries
-//! the IETF RateLimit header fields, and a bearer token's client is the
-//! claim `client_claim` names.
+//! the IETF RateLimit header fields, a bearer token's client is the claim
+//! `client_claim` names, and the dashboard's data counts the busiest
+//! clients without a metric label per client.
 
 #![allow(clippy::unwrap_used)]
 
@@ -192,5 +193,69 @@ async fn tokens_with_one_subject_and_different_client_claims_have_separate_bucke
         problem["detail"],
         "the bearer token has no `azp` claim with a string value, which names its client for quotas"
     );
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_dashboards_data_counts_each_clients_accepted_and_refused_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    settings.gateway.quotas.default_per_s = Some(1);
+    settings.gateway.quotas.burst = Some(3);
+    let app = TestApp::spawn_with(settings).await;
+    let mut n = 0;
+    // What each owner was answered: (name, accepted, refused).
+    let mut answered = Vec::new();
+    for (owner, posts) in [("top-alice", 5), ("top-bob", 2), ("top-carol", 1)] {
+        let (mut accepted, mut refused) = (0, 0);
+        for _ in 0..posts {
+            n += 1;
+            let status = app
+                .client
+                .post_raw("application/json", owned(n, owner).to_string())
+                .await
+                .status();
+            match status.as_u16() {
+                202 => accepted += 1,
+                429 => refused += 1,
+                other => panic!("{owner} was answered {other}"),
+            }
+        }
+        answered.push((owner, accepted, refused));
+    }
+    // A burst of 3 at 1 a second: alice is refused at least once.
+    assert!(answered[0].2 >= 1, "{answered:?}");
+    let data = format!("{}/dashboard/data", app.client.base);
+    let snapshot: Value = app
+        .client
+        .http
+        .get(&data)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let counts: Vec<(&str, u64, u64)> = snapshot["topClients"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no topClients: {snapshot}"))
+        .iter()
+        .map(|client| {
+            (
+                client["name"].as_str().unwrap(),
+                client["accepted"].as_u64().unwrap(),
+                client["refused"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Busiest first, each counted as it was answered.
+    assert_eq!(counts, answered);
+    // No series is labelled with a client: the metrics do not grow with them.
+    for (name, samples) in snapshot["metrics"].as_object().unwrap() {
+        for sample in samples.as_array().unwrap() {
+            let labels = sample["labels"].to_string();
+            assert!(!labels.contains("top-alice"), "{name} {labels}");
+        }
+    }
     app.app.stop().await.unwrap();
 }
