@@ -9,6 +9,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod extract;
+pub mod heavy_hitters;
 pub mod idempotency;
 pub mod openapi;
 pub mod pacing;
@@ -108,7 +109,11 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     let mut api = deliveries();
     let mut reports = admin::reports();
     if settings.dashboard == Some(true) {
-        reports = reports.merge(dashboard::data());
+        let top_clients = state
+            .quotas
+            .clone()
+            .map(|quotas| quotas as Arc<dyn dashboard::TopClients>);
+        reports = reports.merge(dashboard::data(top_clients));
     }
     if let Some(auth) = &auth {
         reports = reports.route_layer(middleware::from_fn_with_state(

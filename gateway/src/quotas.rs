@@ -9,6 +9,10 @@
 //! (requests left now, and seconds until the bucket is full again, or, on a
 //! 429, until the next one is let through). A client with a quota of its own
 //! has the policy `"client"`.
+//!
+//! Beside the buckets, under the same lock, the quotas count what they let
+//! through and refuse for their busiest clients ([`HeavyHitters`], at most
+//! [`CAPACITY`] of them), which the dashboard shows.
 
 use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
@@ -21,8 +25,10 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use lru::LruCache;
 use skyport_runtime::config::QuotaSettings;
+use skyport_runtime::dashboard::{ClientCount, TopClients};
 
 use crate::error::ApiError;
+use crate::heavy_hitters::{CAPACITY, HeavyHitters};
 
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -81,8 +87,14 @@ pub struct Charged {
 pub struct Quotas<C: Clock = DefaultClock> {
     default: Limit,
     clients: std::collections::HashMap<String, Limit>,
-    buckets: Mutex<LruCache<String, Bucket<C>>>,
+    metered: Mutex<Metered<C>>,
     clock: C,
+}
+
+/// What every charge changes.
+struct Metered<C: Clock> {
+    buckets: LruCache<String, Bucket<C>>,
+    busiest: HeavyHitters,
 }
 
 impl<C: Clock> std::fmt::Debug for Quotas<C> {
@@ -118,7 +130,10 @@ impl<C: Clock + Clone> Quotas<C> {
         Some(Self {
             default,
             clients,
-            buckets: Mutex::new(LruCache::new(capacity)),
+            metered: Mutex::new(Metered {
+                buckets: LruCache::new(capacity),
+                busiest: HeavyHitters::new(CAPACITY),
+            }),
             clock,
         })
     }
@@ -130,13 +145,15 @@ impl<C: Clock + Clone> Quotas<C> {
     /// bucket is empty.
     pub fn charge(&self, client: &str) -> Result<Charged, ApiError> {
         let limit = self.clients.get(client).unwrap_or(&self.default);
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        let bucket = buckets.get_or_insert_ref(client, || {
+        let mut guard = self.metered.lock().unwrap_or_else(PoisonError::into_inner);
+        let metered = &mut *guard;
+        let bucket = metered.buckets.get_or_insert_ref(client, || {
             RateLimiter::direct_with_clock(limit.quota(), self.clock.clone())
                 .with_middleware::<StateInformationMiddleware>()
         });
         let decided = bucket.check();
-        drop(buckets);
+        metered.busiest.count(client, decided.is_ok());
+        drop(guard);
         match decided {
             Ok(state) => {
                 let left = state.remaining_burst_capacity();
@@ -174,10 +191,24 @@ impl<C: Clock + Clone> Quotas<C> {
 
     /// How many clients are remembered now.
     pub fn clients(&self) -> usize {
-        self.buckets
+        self.metered
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .buckets
             .len()
+    }
+}
+
+impl<C: Clock> TopClients for Quotas<C>
+where
+    Self: Send + Sync,
+{
+    fn top_clients(&self) -> Vec<ClientCount> {
+        self.metered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .busiest
+            .clients()
     }
 }
 
@@ -212,6 +243,7 @@ mod tests {
                 },
             )]),
             max_clients: 3,
+            client_claim: None,
         }
     }
 
@@ -274,6 +306,24 @@ mod tests {
         // "a" was forgotten, so it starts again with a full bucket.
         quotas.charge("a").unwrap();
         assert!(quotas.charge("d").is_err(), "d is still remembered");
+    }
+
+    #[test]
+    fn what_a_charge_decides_is_counted_for_the_busiest_clients() {
+        let quotas =
+            Quotas::with_clock(&settings(1, Some(2)), FakeRelativeClock::default()).unwrap();
+        let decided: Vec<bool> = (0..4).map(|_| quotas.charge("alice").is_ok()).collect();
+        assert_eq!(decided, [true, true, false, false]);
+        quotas.charge("bob").unwrap();
+        let counts: Vec<_> = quotas
+            .top_clients()
+            .into_iter()
+            .map(|c| (c.name, c.accepted, c.refused))
+            .collect();
+        assert_eq!(
+            counts,
+            [("alice".to_owned(), 2, 2), ("bob".to_owned(), 1, 0)]
+        );
     }
 
     #[test]

@@ -66,8 +66,9 @@ pub struct GatewayParts {
     /// Whether every status answers as a long-running operation
     /// (`gateway.respond_async`).
     pub respond_async: bool,
-    /// Per-client quotas, when `gateway.quotas` sets them.
-    pub quotas: Option<Quotas>,
+    /// Per-client quotas, when `gateway.quotas` sets them (shared with the
+    /// dashboard's data, which shows their busiest clients).
+    pub quotas: Option<Arc<Quotas>>,
     /// The status reads waiting for a change.
     pub waiters: Arc<Waiters>,
 }
@@ -148,7 +149,7 @@ impl AppState {
             admin: Admin::new(Arc::new(readiness), settings.retry_after_s),
             callbacks,
             respond_async: settings.respond_async,
-            quotas: Quotas::new(&settings.quotas),
+            quotas: Quotas::new(&settings.quotas).map(Arc::new),
             waiters: Arc::default(),
         }))
     }

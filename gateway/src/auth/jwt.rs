@@ -1,5 +1,6 @@
 //! Bearer tokens: the signature (by a configured key or one from the issuer's
-//! JWKS), the issuer, the audience, the validity period and the scopes they grant.
+//! JWKS), the issuer, the audience, the validity period, the scopes they grant
+//! and the claim that names their client for quotas.
 //!
 //! A token is checked with the algorithm of the key it names, never the one
 //! its header claims alone, so an HS256 token cannot pass as signed by an RSA
@@ -9,6 +10,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use skyport_runtime::config::{ConfigError, JwtSettings};
 
 use super::AuthError;
@@ -22,6 +24,9 @@ pub(super) struct TokenVerifier {
     issuer: String,
     audience: String,
     leeway_s: u64,
+    /// The claim that names the client (`gateway.quotas.client_claim`), when
+    /// it is not `sub`.
+    client_claim: Option<String>,
 }
 
 #[derive(Debug)]
@@ -37,6 +42,8 @@ enum Keys {
 pub(super) struct Claims {
     /// The token's `sub`.
     pub(super) subject: String,
+    /// The value of the client claim, when one other than `sub` is configured.
+    pub(super) client: Option<String>,
     scp: String,
     roles: Vec<String>,
 }
@@ -58,6 +65,9 @@ struct TokenClaims {
     scp: String,
     #[serde(default)]
     roles: Vec<String>,
+    /// Every other claim, where a configured client claim is found.
+    #[serde(flatten)]
+    others: Map<String, Value>,
 }
 
 /// Why a bearer token was refused; the text is what the client is told.
@@ -69,6 +79,10 @@ pub(super) enum TokenError {
     MalformedClaim(String),
     #[error("the bearer token has no `{0}` claim")]
     MissingClaim(String),
+    #[error(
+        "the bearer token has no `{0}` claim with a string value, which names its client for quotas"
+    )]
+    ClientClaim(String),
     #[error("the bearer token names no signing key (kid)")]
     NoKeyId,
     #[error("the bearer token is signed with a key the issuer does not publish")]
@@ -111,12 +125,16 @@ impl From<jsonwebtoken::errors::Error> for TokenError {
 }
 
 impl TokenVerifier {
-    /// The verifier `settings` describe; with a JWKS URL, its keys are fetched now.
+    /// The verifier `settings` describe, naming clients by `client_claim`
+    /// (`None`: by `sub`); with a JWKS URL, its keys are fetched now.
     ///
     /// # Errors
     /// [`AuthError`] when the JWKS cannot be fetched or holds no usable key,
     /// or when no source of keys is set.
-    pub(super) async fn from_settings(settings: &JwtSettings) -> Result<Self, AuthError> {
+    pub(super) async fn from_settings(
+        settings: &JwtSettings,
+        client_claim: Option<&str>,
+    ) -> Result<Self, AuthError> {
         let keys = if let Some(secret) = &settings.hs256_secret {
             Keys::Fixed(VerifyingKey {
                 key: DecodingKey::from_secret(secret.expose_secret().as_bytes()),
@@ -145,6 +163,9 @@ impl TokenVerifier {
             issuer: settings.issuer.clone(),
             audience: settings.audience.clone(),
             leeway_s: settings.leeway_s.count(),
+            client_claim: client_claim
+                .filter(|claim| *claim != "sub")
+                .map(str::to_owned),
         })
     }
 
@@ -167,11 +188,19 @@ impl TokenVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.leeway = self.leeway_s;
         validation.validate_nbf = true;
-        let claims = jsonwebtoken::decode::<TokenClaims>(token, &key.key, &validation)?.claims;
+        let mut claims = jsonwebtoken::decode::<TokenClaims>(token, &key.key, &validation)?.claims;
+        let client = match &self.client_claim {
+            Some(name) => match claims.others.remove(name) {
+                Some(Value::String(client)) if !client.is_empty() => Some(client),
+                _ => return Err(TokenError::ClientClaim(name.clone())),
+            },
+            None => None,
+        };
         Ok(Claims {
             subject: claims
                 .sub
                 .ok_or_else(|| TokenError::MissingClaim("sub".into()))?,
+            client,
             scp: claims.scp,
             roles: claims.roles,
         })
@@ -204,19 +233,30 @@ mod tests {
     }
 
     async fn hs256_verifier() -> TokenVerifier {
-        TokenVerifier::from_settings(&JwtSettings {
-            hs256_secret: Some(SecretString::from(SECRET)),
-            ..settings()
-        })
+        naming_clients_by(None).await
+    }
+
+    /// An HS256 verifier that names clients by `client_claim`.
+    async fn naming_clients_by(client_claim: Option<&str>) -> TokenVerifier {
+        TokenVerifier::from_settings(
+            &JwtSettings {
+                hs256_secret: Some(SecretString::from(SECRET)),
+                ..settings()
+            },
+            client_claim,
+        )
         .await
         .unwrap()
     }
 
     async fn pem_verifier(pem: &str) -> TokenVerifier {
-        TokenVerifier::from_settings(&JwtSettings {
-            public_key_pem: Some(pem.to_owned()),
-            ..settings()
-        })
+        TokenVerifier::from_settings(
+            &JwtSettings {
+                public_key_pem: Some(pem.to_owned()),
+                ..settings()
+            },
+            None,
+        )
         .await
         .unwrap()
     }
@@ -257,8 +297,59 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(valid.subject, "client-1");
+        assert_eq!(valid.client, None, "the client is the subject");
         assert!(valid.grants("deliveries.read") && valid.grants("deliveries.write"));
         assert!(!valid.grants("deliveries"));
+    }
+
+    #[tokio::test]
+    async fn a_configured_claim_names_the_client_whatever_the_subject() {
+        let verifier = naming_clients_by(Some("azp")).await;
+        for app in ["mobile-app", "partner-portal"] {
+            let token = hs256(&claims(json!({"azp": app})), SECRET);
+            let valid = verifier.verify(&token).await.unwrap();
+            assert_eq!(valid.subject, "client-1");
+            assert_eq!(valid.client.as_deref(), Some(app));
+        }
+        // A custom claim as well as a registered one.
+        let custom = naming_clients_by(Some("client_id")).await;
+        let token = hs256(&claims(json!({"client_id": "fleet-7"})), SECRET);
+        let valid = custom.verify(&token).await.unwrap();
+        assert_eq!(valid.client.as_deref(), Some("fleet-7"));
+        // `sub` named outright is the subject, as when unset.
+        let by_sub = naming_clients_by(Some("sub")).await;
+        let token = hs256(&claims(json!({})), SECRET);
+        assert_eq!(by_sub.verify(&token).await.unwrap().client, None);
+    }
+
+    #[tokio::test]
+    async fn a_token_without_the_client_claim_as_a_string_is_refused_by_its_name() {
+        let verifier = naming_clients_by(Some("azp")).await;
+        for azp in [
+            Value::Null,
+            json!(""),
+            json!(42),
+            json!(["mobile-app"]),
+            json!({"id": "mobile-app"}),
+            json!(true),
+        ] {
+            let token = hs256(&claims(json!({"azp": azp})), SECRET);
+            let error = verifier.verify(&token).await.unwrap_err();
+            assert_eq!(error, TokenError::ClientClaim("azp".into()), "{azp}");
+            assert_eq!(
+                error.to_string(),
+                "the bearer token has no `azp` claim with a string value, which names its client for quotas"
+            );
+        }
+        // A bad token is still refused for what is wrong with it first.
+        let expired = hs256(
+            &claims(json!({"exp": get_current_timestamp() - 10})),
+            SECRET,
+        );
+        assert_eq!(
+            verifier.verify(&expired).await.unwrap_err(),
+            TokenError::Expired
+        );
     }
 
     #[tokio::test]
@@ -318,11 +409,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_leeway_forgives_a_recent_expiry() {
-        let verifier = TokenVerifier::from_settings(&JwtSettings {
-            hs256_secret: Some(SecretString::from(SECRET)),
-            leeway_s: Seconds::new(60),
-            ..settings()
-        })
+        let verifier = TokenVerifier::from_settings(
+            &JwtSettings {
+                hs256_secret: Some(SecretString::from(SECRET)),
+                leeway_s: Seconds::new(60),
+                ..settings()
+            },
+            None,
+        )
         .await
         .unwrap();
         let expired = |seconds_ago| {

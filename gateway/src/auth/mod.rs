@@ -40,6 +40,16 @@ pub struct Principal {
     /// Whether the credentials also grant the admin scope: a listing then
     /// holds every client's deliveries.
     pub admin: bool,
+    /// The client quotas charge when it is not `name`: the value of the
+    /// token's `gateway.quotas.client_claim`.
+    pub client: Option<String>,
+}
+
+impl Principal {
+    /// The client quotas charge for this principal's requests.
+    pub fn client(&self) -> &str {
+        self.client.as_deref().unwrap_or(&self.name)
+    }
 }
 
 /// Authentication could not be set up.
@@ -93,7 +103,10 @@ impl Auth {
         }
         let auth = &settings.gateway.auth;
         let tokens = match &auth.jwt {
-            Some(jwt) => Some(TokenVerifier::from_settings(jwt).await?),
+            Some(jwt) => Some(
+                TokenVerifier::from_settings(jwt, settings.gateway.quotas.client_claim.as_deref())
+                    .await?,
+            ),
             None => None,
         };
         let api_keys = auth
@@ -156,6 +169,7 @@ impl Auth {
         Ok(Principal {
             name: key.name.clone(),
             admin: key.scopes.contains(&Scope::Admin),
+            client: None,
         })
     }
 
@@ -198,6 +212,7 @@ impl Auth {
         Ok(Principal {
             name: claims.subject,
             admin,
+            client: claims.client,
         })
     }
 
@@ -410,6 +425,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(principal.name, "client-1");
+        assert_eq!(principal.client(), "client-1");
         let lowercase = headers(&[(
             "authorization",
             &format!("bearer {}", token("deliveries.read")),
@@ -441,6 +457,51 @@ mod tests {
                 .unwrap_err(),
         );
         assert_eq!(detail, "the bearer token is not a well-formed JWT");
+    }
+
+    #[tokio::test]
+    async fn with_a_client_claim_a_token_is_charged_to_it_and_an_api_key_to_its_name() {
+        let mut settings = settings(true, true);
+        settings.gateway.quotas.default_per_s = Some(10);
+        settings.gateway.quotas.client_claim = Some("azp".into());
+        let auth = Auth::from_settings(&settings).await.unwrap().unwrap();
+        let bearer = |azp: Option<&str>| {
+            let mut claims = json!({
+                "iss": "https://issuer.example/",
+                "aud": "api://skyport",
+                "sub": "client-1",
+                "exp": get_current_timestamp() + 600,
+                "scp": "deliveries.write",
+            });
+            if let Some(azp) = azp {
+                claims["azp"] = azp.into();
+            }
+            let key = EncodingKey::from_secret(SECRET.as_bytes());
+            let token = encode(&Header::default(), &claims, &key).unwrap();
+            headers(&[("authorization", &format!("Bearer {token}"))])
+        };
+        let principal = auth
+            .authenticate(&bearer(Some("mobile-app")), Scope::Write)
+            .await
+            .unwrap();
+        assert_eq!(principal.name, "client-1", "the subject still owns");
+        assert_eq!(principal.client(), "mobile-app");
+        let (status, challenge, detail) = refusal(
+            auth.authenticate(&bearer(None), Scope::Write)
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(challenge.is_some());
+        assert_eq!(
+            detail,
+            "the bearer token has no `azp` claim with a string value, which names its client for quotas"
+        );
+        let key = auth
+            .authenticate(&headers(&[(API_KEY_HEADER, WRITER)]), Scope::Write)
+            .await
+            .unwrap();
+        assert_eq!(key.client(), "portal");
     }
 
     #[tokio::test]

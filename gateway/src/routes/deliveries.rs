@@ -116,11 +116,10 @@ pub async fn create(
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
     let lane = state.lane_of(request.expedited);
-    // A client is its principal when auth is on, else the request's owner.
-    let metered = if client.is_empty() {
-        request.owner_id.as_str()
-    } else {
-        client
+    // A client is its principal's when auth is on, else the request's owner.
+    let metered = match principal.as_deref().map(Principal::client) {
+        Some(metered) if !metered.is_empty() => metered,
+        _ => request.owner_id.as_str(),
     };
     let Some(name) = Name::of(&request, key.as_deref(), client) else {
         // Nothing to retry by: no write but the event itself.
@@ -291,16 +290,16 @@ pub async fn cancel(
     accepted(&state, &reply, id, current, accepted_at, lane).map(|r| with(r, charged))
 }
 
-/// Who a request about an accepted delivery is metered as: its principal when
-/// auth is on, else the delivery's owner as its status records it (before
-/// the worker has written one, nobody: the anonymous client).
+/// Who a request about an accepted delivery is metered as: its principal's
+/// client when auth is on, else the delivery's owner as its status records it
+/// (before the worker has written one, nobody: the anonymous client).
 pub(super) fn client_of<'a>(
     principal: Option<&'a Principal>,
     document: &'a StatusDocument,
 ) -> &'a str {
     principal.map_or_else(
         || document.owner_id.as_deref().unwrap_or_default(),
-        |p| p.name.as_str(),
+        Principal::client,
     )
 }
 

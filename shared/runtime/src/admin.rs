@@ -116,7 +116,7 @@ where
 pub fn router(admin: Admin, dashboard: bool) -> Router {
     let mut router = Router::from(routes()).merge(reports());
     if dashboard {
-        router = router.merge(dashboard::page()).merge(dashboard::data());
+        router = router.merge(dashboard::page()).merge(dashboard::data(None));
     }
     router
         .fallback(|| async {

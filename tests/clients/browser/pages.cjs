@@ -7,10 +7,12 @@
 //
 // dashboard: loads BASE_URL/dashboard on a laptop-sized and a phone-sized
 // screen and waits until its figures have changed while the test posts
-// deliveries; the status page: loads a status URL as a browser does and
+// deliveries, with quotas on, and its top clients name "flood", the client
+// over its quota; the status page: loads a status URL as a browser does and
 // checks what it shows against EXPECTED_JSON ({state, steps, succeeded,
 // drone} or {state, failedStep, reason}); signin: with auth on, the
-// dashboard asks for credentials and shows its figures once given the key.
+// dashboard asks for credentials and shows its figures once given the key
+// (quotas off: no top clients).
 // Every page must load with no
 // console error, no failed request, no answer of 400 or more and nothing
 // fetched from another origin. Screenshots go to OUT_DIR. Prints one line
@@ -99,8 +101,10 @@ async function dashboard(base, out) {
       // A quarter of a minute of history, for a sparkline worth a screenshot.
       const points = await page.$$eval("#accepted-spark polyline",
         (lines) => (lines.length ? lines[0].points.numberOfItems : 0));
+      const refusedFirst = await page.$$eval("#top-refused tr",
+        (rows) => (rows.length > 1 ? rows[1].cells[0].textContent : ""));
       ready = seen.size >= 3 && numeric(accepted) > 0 && scheduled > 0 && steps >= 5 && partitions > 0
-        && points >= 15;
+        && points >= 15 && refusedFirst === "flood";
       await page.waitForTimeout(500);
     }
     expect(seen.size >= 3, `accepted/s changed while deliveries were posted (${[...seen].join(", ")})`);
@@ -116,6 +120,16 @@ async function dashboard(base, out) {
     const partitions = await page.$$eval("#partitions tr", (rows) => rows.length - 1);
     expect(partitions > 0, `partitions are listed (${partitions})`);
     expect(numeric(await figure(page, "post-p99")) > 0, "the 202s' p99 is shown");
+    expect(!(await page.$eval("#top-clients", (element) => element.hidden)), "with quotas on, the top clients are shown");
+    const topAccepted = await page.$$eval("#top-accepted tr", (rows) =>
+      rows.slice(1).map((row) => [row.cells[0].textContent, row.cells[1].textContent]));
+    expect(topAccepted.length > 0 && topAccepted.length <= 10
+      && topAccepted.every(([name, perSecond]) => name.length > 0 && numeric(perSecond) > 0),
+      `at most ten clients by accepted/s, each named with its rate (${topAccepted.map((r) => r.join(" ")).join(", ")})`);
+    const topRefused = await page.$$eval("#top-refused tr", (rows) =>
+      rows.slice(1).map((row) => [row.cells[0].textContent, row.cells[2].textContent]));
+    expect(topRefused.length > 0 && topRefused[0][0] === "flood" && numeric(topRefused[0][1]) > 0,
+      `the client over its quota leads by refused/s (${topRefused.map((r) => r.join(" ")).join(", ")})`);
     await page.screenshot({ path: path.join(out, "dashboard.png"), fullPage: true });
     checkClean(problems, "the dashboard");
 
@@ -194,6 +208,7 @@ async function signin(base, key) {
     await page.waitForTimeout(2500);
     expect(!(await page.$eval("#panels", (element) => element.hidden)), "the figures are shown once signed in");
     expect(await page.$eval("#signin", (element) => element.hidden), "the form is gone once signed in");
+    expect(await page.$eval("#top-clients", (element) => element.hidden), "with quotas off, no top clients are shown");
     checkClean(problems, "the signed-in dashboard");
   } finally {
     await browser.close();

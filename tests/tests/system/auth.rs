@@ -150,6 +150,7 @@ async fn api_routes_need_credentials_and_ops_routes_do_not() {
     assert_eq!(response.status(), 200);
     let snapshot: Value = response.json().await.unwrap();
     assert!(snapshot["metrics"].is_object(), "{snapshot}");
+    assert!(snapshot.get("topClients").is_none(), "quotas are off");
     let token = hs256(&claims("deliveries.read", 60));
     let response = anonymous
         .http

@@ -2,9 +2,11 @@
 //! use when the tests run as root), headless, driven by
 //! npm's playwright-core (tests/clients/browser/pages.cjs), against the whole
 //! system in-process. The dashboard's figures must move while the test posts
-//! deliveries; a status URL opened as a browser opens it must show the
-//! delivery's steps, drone or failure; with auth on, the dashboard must ask
-//! for a key and show its figures once given one. No page may log a console
+//! deliveries, with quotas on, and its top clients name the one over its
+//! quota; a status URL opened as a browser opens it must show the
+//! delivery's steps, drone or failure; with auth on (and quotas off), the
+//! dashboard must ask for a key and show its figures once given one, with no
+//! top clients. No page may log a console
 //! error, fail a request or fetch anything from another origin.
 //!
 //! Screenshots are kept under `target/browser/`. With
@@ -13,13 +15,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use skyport_core::status::{DeliveryState, StatusDocument};
-use skyport_runtime::config::{ApiKeySettings, Millis, Scope};
+use skyport_runtime::config::{ApiKeySettings, ClientQuota, Millis, Scope};
 use skyport_tests::{
     TestApp, chromium, delivery_request, installed_tool, run_tool_ok, test_settings, workspace,
 };
@@ -65,6 +68,15 @@ async fn the_dashboard_shows_the_figures_moving_while_deliveries_are_posted() {
     // Calls of a few milliseconds and an occasional 503, as services have.
     settings.simulator.latency_ms = Millis::new(5);
     settings.simulator.error_rate = 0.02;
+    // Quotas none of the 97 owners reaches, and one client's that it does.
+    settings.gateway.quotas.default_per_s = Some(1000);
+    settings.gateway.quotas.clients = BTreeMap::from([(
+        "flood".to_owned(),
+        ClientQuota {
+            per_s: 2,
+            burst: None,
+        },
+    )]);
     let app = TestApp::spawn_with(settings).await;
 
     // Deliveries at about 150/s for as long as the browser watches.
@@ -87,6 +99,32 @@ async fn the_dashboard_shows_the_figures_moving_while_deliveries_are_posted() {
             n
         }
     });
+    // "flood" at about 20/s, most of it refused.
+    let flooding = tokio::spawn({
+        let client = app.client.clone();
+        let posting = posting.clone();
+        async move {
+            let mut refused = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            for n in 1_000_000.. {
+                if posting.is_cancelled() {
+                    break;
+                }
+                tick.tick().await;
+                let mut request = delivery_request(n);
+                request["ownerId"] = "flood".into();
+                let response = client
+                    .post_raw("application/json", request.to_string())
+                    .await;
+                match response.status().as_u16() {
+                    202 => {}
+                    429 => refused += 1,
+                    other => panic!("flood was answered {other}"),
+                }
+            }
+            refused
+        }
+    });
 
     let dir = tempfile::tempdir().unwrap();
     let out = screenshots();
@@ -98,7 +136,10 @@ async fn the_dashboard_shows_the_figures_moving_while_deliveries_are_posted() {
     .await;
     posting.cancel();
     let posted = poster.await.unwrap();
-    println!("{posted} deliveries posted while the browser watched");
+    let refused = flooding.await.unwrap();
+    println!(
+        "{posted} deliveries posted while the browser watched; flood was refused {refused} times"
+    );
     publish("dashboard.png");
     app.app.stop().await.unwrap();
 }

@@ -132,6 +132,13 @@ impl GatewaySettings {
         }
         checks.http_url(self.public_url.as_ref(), "public_url");
         self.quotas.validate(&mut checks.section("quotas"));
+        if self.quotas.client_claim.is_some() {
+            checks.check(
+                auth_enabled && self.auth.jwt.is_some(),
+                "quotas.client_claim",
+                "names a bearer token's claim: needs auth on and gateway.auth.jwt",
+            );
+        }
         self.auth
             .validate(&mut checks.section("auth"), auth_enabled);
         self.http.validate(&mut checks.section("http"));
@@ -140,7 +147,8 @@ impl GatewaySettings {
 
 /// `[gateway.quotas]`: how many creating or changing requests (POST, PATCH,
 /// DELETE) a client may make a second, metered per gateway process. A client
-/// is its principal when auth is on, else the request's `ownerId`.
+/// is its principal when auth is on (an API key's name, a bearer token's
+/// `client_claim`), else the request's `ownerId`.
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
@@ -155,6 +163,11 @@ pub struct QuotaSettings {
     /// Clients remembered at once; the least recently seen is forgotten
     /// past it (and starts with a full bucket when it comes back).
     pub max_clients: usize,
+    /// The bearer token claim that names the client (`azp`, `appid`, `tid`
+    /// or one of the issuer's own); unset: `sub`. A token without it as a
+    /// string is refused (401), as no bucket can be chosen for it. An API
+    /// key is always its name.
+    pub client_claim: Option<String>,
 }
 
 impl Default for QuotaSettings {
@@ -164,6 +177,7 @@ impl Default for QuotaSettings {
             burst: None,
             clients: BTreeMap::new(),
             max_clients: 100_000,
+            client_claim: None,
         }
     }
 }
@@ -189,6 +203,23 @@ impl QuotaSettings {
             checks.check(self.default_per_s.is_some(), "burst", "needs default_per_s");
         }
         checks.at_least(self.max_clients, 1, "max_clients");
+        if let Some(claim) = &self.client_claim {
+            checks.check(
+                !claim.trim().is_empty(),
+                "client_claim",
+                "must name a token claim (unset: sub)",
+            );
+            checks.check(
+                !matches!(claim.as_str(), "scp" | "roles"),
+                "client_claim",
+                "scp and roles grant scopes; they do not name a client",
+            );
+            checks.check(
+                self.default_per_s.is_some(),
+                "client_claim",
+                "needs default_per_s",
+            );
+        }
         for (name, quota) in &self.clients {
             let mut client = checks.section("clients");
             let mut client = client.section(name);

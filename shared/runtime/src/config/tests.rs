@@ -670,3 +670,55 @@ fn quota_keys_are_named_when_wrong() {
     .expect("valid");
     assert_eq!(settings.gateway.quotas.clients["bulk"].per_s, 1000);
 }
+
+#[test]
+fn a_client_claim_must_name_a_claim_of_the_bearer_tokens_quotas_meter() {
+    let jwt = [
+        "gateway.auth.enabled=true",
+        "gateway.auth.jwt.issuer=https://issuer.example",
+        "gateway.auth.jwt.audience=skyport",
+        "gateway.auth.jwt.hs256_secret=0123456789abcdef0123456789abcdef",
+        "gateway.quotas.default_per_s=10",
+    ];
+    let load = |extra: &[&str]| {
+        let mut set = jwt.to_vec();
+        set.extend_from_slice(extra);
+        Settings::load(&cli(&set))
+    };
+    for claim in ["", "  ", "scp", "roles"] {
+        let errors = load(&[&format!("gateway.quotas.client_claim={claim}")])
+            .expect_err("not a claim that names a client");
+        assert_eq!(errors.0.len(), 1, "{errors}");
+        assert_eq!(errors.0[0].key, "gateway.quotas.client_claim", "{claim:?}");
+    }
+    let empty = load(&["gateway.quotas.client_claim="]).expect_err("empty");
+    assert_eq!(
+        empty.to_string(),
+        "gateway.quotas.client_claim: must name a token claim (unset: sub)"
+    );
+    let settings = load(&["gateway.quotas.client_claim=azp"]).expect("valid");
+    assert_eq!(settings.gateway.quotas.client_claim.as_deref(), Some("azp"));
+    assert_eq!(load(&[]).expect("valid").gateway.quotas.client_claim, None);
+    // Without quotas there is nothing to name, and without tokens no claim.
+    let errors = Settings::load(&cli(&[
+        "gateway.auth.enabled=true",
+        "gateway.auth.jwt.issuer=https://issuer.example",
+        "gateway.auth.jwt.audience=skyport",
+        "gateway.auth.jwt.hs256_secret=0123456789abcdef0123456789abcdef",
+        "gateway.quotas.client_claim=azp",
+    ]))
+    .expect_err("no quotas");
+    assert_eq!(
+        errors.to_string(),
+        "gateway.quotas.client_claim: needs default_per_s"
+    );
+    let errors = Settings::load(&cli(&[
+        "gateway.quotas.default_per_s=10",
+        "gateway.quotas.client_claim=azp",
+    ]))
+    .expect_err("no tokens");
+    assert_eq!(
+        errors.to_string(),
+        "gateway.quotas.client_claim: names a bearer token's claim: needs auth on and gateway.auth.jwt"
+    );
+}

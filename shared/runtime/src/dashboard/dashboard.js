@@ -13,6 +13,7 @@ const REASONS = {
 };
 const BREAKERS = ["closed", "half-open", "open"];
 const POST_ROUTE = "/api/deliveryrequests";
+const TOP_CLIENTS = 10;
 
 const history = { accepted: [], outcomes: [] };
 let previous = null;
@@ -196,6 +197,40 @@ function ingest(now, then) {
     statuses.size ? "none" : "nothing recorded in this process");
 }
 
+// Each client's accepted and refused requests per second between the
+// snapshots. Counts are differentiated within one entry of the gateway's
+// summary; an entry the earlier snapshot does not hold began after it, so
+// all of its counts fall within the interval.
+function clientRates(now, then) {
+  const seconds = (now.at - then.at) / 1000;
+  const before = new Map((then.topClients || []).map((c) => [c.entry, c]));
+  return now.topClients.map((c) => {
+    const earlier = before.get(c.entry) || { accepted: 0, refused: 0 };
+    return {
+      name: c.name,
+      accepted: Math.max(0, c.accepted - earlier.accepted) / seconds,
+      refused: Math.max(0, c.refused - earlier.refused) / seconds,
+    };
+  });
+}
+
+// The busiest clients by accepted/s and by refused/s; hidden unless the
+// process meters clients (the gateway with quotas on).
+function topClients(now, then) {
+  const metered = Array.isArray(now.topClients);
+  $("top-clients").hidden = !metered;
+  if (!metered) return;
+  const rates = clientRates(now, then);
+  const top = (by) => rates
+    .filter((c) => c[by] > 0)
+    .sort((a, b) => b[by] - a[by] || a.name.localeCompare(b.name))
+    .slice(0, TOP_CLIENTS)
+    .map((c) => [c.name, number(c.accepted), number(c.refused)]);
+  const head = ["client", "accepted/s", "refused/s"];
+  fill("top-accepted", head, top("accepted"), "none");
+  fill("top-refused", head, top("refused"), "none");
+}
+
 function stream(now) {
   const lag = byLabel(now, "skyport_consumer_lag_events", "partition");
   const inFlight = byLabel(now, "skyport_events_in_flight", "partition");
@@ -277,6 +312,7 @@ function retention(now, then) {
 
 function draw(now, then) {
   ingest(now, then);
+  topClients(now, then);
   stream(now);
   workflow(now, then);
   cosmos(now, then);

@@ -11,10 +11,16 @@
 //! the data route is what the gateway puts behind its credentials (read
 //! scope). The page asks for an API key or a token when the data route
 //! answers 401, and sends it with each poll.
+//!
+//! The gateway's busiest clients are not metrics (a label per client would
+//! grow the registry with every client): its quotas keep their own bounded
+//! summary, which the data route carries beside the metrics through
+//! [`TopClients`].
 
 mod exposition;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -51,12 +57,38 @@ where
         )
 }
 
-/// The page's data: `/dashboard/data`, a [`Snapshot`] of the process's metrics.
-pub fn data<S>() -> axum::Router<S>
+/// The page's data: `/dashboard/data`, a [`Snapshot`] of the process's
+/// metrics, with the busiest clients when `top_clients` counts them.
+pub fn data<S>(top_clients: Option<Arc<dyn TopClients>>) -> axum::Router<S>
 where
     S: Clone + Send + Sync + 'static,
 {
-    axum::Router::new().route("/dashboard/data", get(snapshot_route))
+    axum::Router::new().route(
+        "/dashboard/data",
+        get(move || async move { snapshot_route(top_clients.as_deref()) }),
+    )
+}
+
+/// What the page's "Top clients" table is drawn from: the gateway's
+/// per-client quotas, which count the requests they let through and refuse.
+pub trait TopClients: Send + Sync {
+    /// The clients counted now, busiest first.
+    fn top_clients(&self) -> Vec<ClientCount>;
+}
+
+/// One client's metered requests, counted from its entry among the busiest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientCount {
+    pub name: String,
+    /// The number of its entry, unique in the process: a client forgotten
+    /// and counted again has a new one, so the page takes rates only
+    /// between two readings of the same entry (one it has not seen began
+    /// after its last reading).
+    pub entry: u64,
+    /// Requests its quota let through since its entry.
+    pub accepted: u64,
+    /// Requests its quota refused (429) since its entry.
+    pub refused: u64,
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -83,10 +115,12 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-async fn snapshot_route() -> Response {
+fn snapshot_route(top_clients: Option<&dyn TopClients>) -> Response {
+    let mut snapshot = Snapshot::of(metrics::global());
+    snapshot.top_clients = top_clients.map(TopClients::top_clients);
     (
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-        axum::Json(Snapshot::of(metrics::global())),
+        axum::Json(snapshot),
     )
         .into_response()
 }
@@ -100,6 +134,10 @@ pub struct Snapshot {
     /// The samples by their exposition name (a counter's with `_total`, a
     /// histogram's as `_bucket`, `_sum` and `_count`).
     pub metrics: BTreeMap<String, Vec<Sample>>,
+    /// The busiest clients, when the process meters clients (the gateway
+    /// with quotas on); absent otherwise, and the page hides their table.
+    #[serde(rename = "topClients", skip_serializing_if = "Option::is_none")]
+    pub top_clients: Option<Vec<ClientCount>>,
 }
 
 impl Snapshot {
@@ -114,6 +152,7 @@ impl Snapshot {
         Self {
             at: u64::try_from(at).unwrap_or(0),
             metrics: grouped,
+            top_clients: None,
         }
     }
 }
@@ -232,7 +271,7 @@ mod tests {
     async fn the_data_route_answers_json_that_is_never_cached_and_the_page_only_loads_from_itself()
     {
         metrics::global().throttled_by("dashboard-test");
-        let app = page::<()>().merge(data());
+        let app = page::<()>().merge(data(None));
         let answer = app
             .clone()
             .oneshot(Request::get("/dashboard/data").body(Body::empty()).unwrap())
@@ -253,6 +292,7 @@ mod tests {
             .find(|s| s["labels"]["dependency"] == "dashboard-test")
             .unwrap();
         assert!(throttled["value"].as_f64().unwrap() >= 1.0, "{throttled}");
+        assert!(json.get("topClients").is_none(), "no clients are counted");
 
         for (path, content_type) in [
             ("/dashboard", "text/html; charset=utf-8"),
@@ -276,5 +316,37 @@ mod tests {
             let outside = format!("=\"{reference}");
             assert!(!PAGE.contains(&outside), "the page refers to {reference}");
         }
+    }
+
+    #[derive(Debug)]
+    struct Counted(Vec<ClientCount>);
+
+    impl TopClients for Counted {
+        fn top_clients(&self) -> Vec<ClientCount> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_data_route_carries_the_top_clients_of_a_process_that_counts_them() {
+        let counted = ClientCount {
+            name: "alice".into(),
+            entry: 7,
+            accepted: 3,
+            refused: 2,
+        };
+        let app = data::<()>(Some(Arc::new(Counted(vec![counted]))));
+        let answer = app
+            .oneshot(Request::get("/dashboard/data").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let body = axum::body::to_bytes(answer.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            json["topClients"],
+            serde_json::json!([{"name": "alice", "entry": 7, "accepted": 3, "refused": 2}])
+        );
     }
 }
