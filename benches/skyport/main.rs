@@ -49,6 +49,7 @@
 mod callbacks;
 mod charts;
 mod cpu;
+mod fairness;
 mod held;
 mod load;
 mod memory;
@@ -124,6 +125,12 @@ struct Plan {
     held_deliveries: u64,
     held_rate: u32,
     held: u64,
+    /// The expedited phase's burst, and the expedited deliveries posted at
+    /// least, one a second, while it drains (as many more as the drain takes).
+    expedited_burst: u64,
+    expedited_samples: u64,
+    /// How long each run of the noisy-neighbour phase posts.
+    noisy_duration: Duration,
     drain_timeout: Duration,
 }
 
@@ -149,6 +156,9 @@ impl Plan {
             held_deliveries: 1_000,
             held_rate: 200,
             held: 5_000,
+            expedited_burst: 100_000,
+            expedited_samples: 30,
+            noisy_duration: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(900),
         }
     }
@@ -174,6 +184,9 @@ impl Plan {
             held_deliveries: 50,
             held_rate: 50,
             held: 200,
+            expedited_burst: 1_000,
+            expedited_samples: 2,
+            noisy_duration: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(120),
         }
     }
@@ -187,7 +200,7 @@ const OPEN_LOOP_CONNECTIONS: u32 = 256;
 /// Partitions of the Kafka phase's topic, as many as the embedded stream's.
 const KAFKA_PARTITIONS: u32 = 8;
 
-const PHASES: [&str; 12] = [
+const PHASES: [&str; 14] = [
     "ingest",
     "store",
     "named",
@@ -199,6 +212,8 @@ const PHASES: [&str; 12] = [
     "time-to-terminal",
     "held-reads",
     "quotas",
+    "expedited",
+    "noisy-neighbour",
     "kafka",
 ];
 
@@ -272,6 +287,8 @@ fn main() -> anyhow::Result<()> {
             "time-to-terminal" => results.time_to_terminal = serde_json::from_value(result)?,
             "held-reads" => results.held_reads = serde_json::from_value(result)?,
             "quotas" => results.quotas = serde_json::from_value(result)?,
+            "expedited" => results.expedited = serde_json::from_value(result)?,
+            "noisy-neighbour" => results.noisy_neighbour = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -345,6 +362,8 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "time-to-terminal" => serde_json::to_value(bench.time_to_terminal().await?)?,
             "held-reads" => serde_json::to_value(bench.held_reads().await?)?,
             "quotas" => serde_json::to_value(bench.quota_cost().await?)?,
+            "expedited" => serde_json::to_value(bench.expedited().await?)?,
+            "noisy-neighbour" => serde_json::to_value(bench.noisy_neighbour().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;
@@ -1114,10 +1133,26 @@ impl Timeline {
 
 /// Each terminal delivery's time from its acceptance (`createdAt`, the time
 /// the gateway stamped on its event) to its terminal write (`updatedAt`), in
-/// microseconds: the status documents read through the store's change feed.
+/// microseconds.
 async fn terminal_times(system: &AllInOne) -> anyhow::Result<Vec<u32>> {
+    Ok(terminal_documents(system)
+        .await?
+        .iter()
+        .map(micros_to_terminal)
+        .collect())
+}
+
+/// A terminal delivery's time from its acceptance to its terminal write, in microseconds.
+pub(crate) fn micros_to_terminal(document: &StatusDocument) -> u32 {
+    let micros = (document.updated_at - document.created_at).whole_microseconds();
+    u32::try_from(micros.max(0)).unwrap_or(u32::MAX)
+}
+
+/// Every terminal delivery's status document, the last version of each, read
+/// through the store's change feed.
+pub(crate) async fn terminal_documents(system: &AllInOne) -> anyhow::Result<Vec<StatusDocument>> {
     let changes = system.app.backends.store.changes();
-    let mut times = HashMap::new();
+    let mut documents = HashMap::new();
     for range in changes.ranges().await? {
         let mut from: Option<String> = None;
         loop {
@@ -1130,15 +1165,11 @@ async fn terminal_times(system: &AllInOne) -> anyhow::Result<Vec<u32>> {
             for change in page.changes {
                 let document: StatusDocument = serde_json::from_value(change.document)?;
                 if document.state.is_terminal() {
-                    let micros = (document.updated_at - document.created_at).whole_microseconds();
-                    times.insert(
-                        document.id,
-                        u32::try_from(micros.max(0)).unwrap_or(u32::MAX),
-                    );
+                    documents.insert(document.id.clone(), document);
                 }
             }
             from = Some(page.continuation);
         }
     }
-    Ok(times.into_values().collect())
+    Ok(documents.into_values().collect())
 }

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::cpu::CpuTime;
+use crate::fairness::{Expedited, NoisyNeighbour};
 use crate::held::HeldReads;
 use crate::load::Measured;
 use crate::poster::{Latency, Posted};
@@ -36,6 +37,10 @@ pub(crate) struct Results {
     pub(crate) held_reads: Option<HeldReads>,
     #[serde(default)]
     pub(crate) quotas: Option<QuotaCost>,
+    #[serde(default)]
+    pub(crate) expedited: Option<Expedited>,
+    #[serde(default)]
+    pub(crate) noisy_neighbour: Option<NoisyNeighbour>,
     pub(crate) kafka: Option<KafkaRun>,
 }
 
@@ -322,6 +327,8 @@ impl Results {
             time_to_terminal: Vec::new(),
             held_reads: None,
             quotas: None,
+            expedited: None,
+            noisy_neighbour: None,
             kafka: None,
         }
     }
@@ -677,6 +684,53 @@ impl Results {
                 met: Some(q.ratio >= 0.95),
             });
         }
+        if let Some(e) = &self.expedited {
+            verdicts.push(Verdict {
+                what: format!(
+                    "expedited: a burst of {} drained at {}/s, one expedited delivery a second meanwhile ({} posted)",
+                    e.burst, e.drain_rate, e.expedited
+                ),
+                measured: format!(
+                    "expedited time to terminal {}, {} of {} in their lane; the burst drained in {:.1} s (its time to terminal {}), which an expedited delivery would have waited without its lane",
+                    latency(e.expedited_terminal.as_ref()),
+                    e.in_lane,
+                    e.expedited,
+                    e.drain_s,
+                    latency(e.normal.as_ref())
+                ),
+                target: "p99 ≤ 1 s",
+                met: Some(
+                    e.in_lane == e.expedited
+                        && e.expedited_terminal.as_ref().is_some_and(|l| l.p99_ms <= 1_000.0),
+                ),
+            });
+        }
+        if let Some(n) = &self.noisy_neighbour {
+            verdicts.push(Verdict {
+                what: format!(
+                    "noisy neighbour: A at {}/s (quota {}/s) beside B to E at {}/s each, {} s; B to E alone first",
+                    n.noisy_rate, n.quota_per_s, n.quiet_rate, n.duration_s
+                ),
+                measured: format!(
+                    "A: {} accepted, {} refused (429) of {}; B to E: {} refused beside A, {} alone; their time to terminal {} beside A against {} alone: p99 {:.2} ×",
+                    n.noisy.accepted,
+                    n.noisy.refused,
+                    n.noisy.sent,
+                    n.quiet_beside.refused,
+                    n.quiet_alone.refused,
+                    latency(n.quiet_beside_terminal.as_ref()),
+                    latency(n.quiet_alone_terminal.as_ref()),
+                    n.ratio
+                ),
+                target: "A refused beyond its quota; B to E: no 429, p99 ≤ 2 ×",
+                met: Some(
+                    n.noisy.refused > 0
+                        && n.quiet_beside.refused == 0
+                        && n.quiet_alone.refused == 0
+                        && n.ratio <= 2.0,
+                ),
+            });
+        }
         verdicts
     }
 
@@ -773,6 +827,28 @@ impl Results {
             && q.on.status("202") == 0
         {
             failures.push("quotas: nothing accepted with quotas on".into());
+        }
+        if let Some(e) = &self.expedited
+            && (e.in_lane < e.expedited || e.expedited_terminal.is_none())
+        {
+            failures.push(format!(
+                "expedited: {} of {} expedited deliveries ran in their lane",
+                e.in_lane, e.expedited
+            ));
+        }
+        if let Some(n) = &self.noisy_neighbour
+            && (n.quiet_beside.refused > 0
+                || n.quiet_alone.refused > 0
+                || n.noisy.refused == 0
+                || n.noisy.other + n.quiet_beside.other + n.quiet_alone.other > 0)
+        {
+            failures.push(format!(
+                "noisy neighbour: B to E refused {} and {}, A refused {}, answers neither 202 nor 429: {}",
+                n.quiet_alone.refused,
+                n.quiet_beside.refused,
+                n.noisy.refused,
+                n.noisy.other + n.quiet_beside.other + n.quiet_alone.other
+            ));
         }
         if let Some(k) = &self.kafka {
             let e = &k.end_to_end;
