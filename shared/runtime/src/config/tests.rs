@@ -2,6 +2,7 @@
 //! profile's defaults, and every error of a start reported at once.
 
 use secrecy::ExposeSecret;
+use skyport_core::ports::Lane;
 
 use super::*;
 
@@ -720,5 +721,38 @@ fn a_client_claim_must_name_a_claim_of_the_bearer_tokens_quotas_meter() {
     assert_eq!(
         errors.to_string(),
         "gateway.quotas.client_claim: names a bearer token's claim: needs auth on and gateway.auth.jwt"
+    );
+}
+
+#[test]
+fn an_expedited_lane_needs_partitions_of_its_own_and_turns_a_read_ahead_of_a_window() {
+    let errors = Settings::load(&cli(&[
+        "stream.backend=kafka",
+        "kafka.brokers=[\"broker:9092\"]",
+        "kafka.expedited_topic=deliveries",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "kafka.expedited_topic");
+    let errors = Settings::load(&cli(&[
+        "stream.backend=eventhubs",
+        "eventhubs.expedited_hubs=[\"deliveries\"]",
+    ]))
+    .expect_err("invalid");
+    assert_named(&errors, "eventhubs.expedited_hubs");
+    let errors = Settings::load(&cli(&["worker.max_in_flight=64", "worker.read_ahead=32"]))
+        .expect_err("invalid");
+    assert_named(&errors, "worker.read_ahead");
+    let settings = Settings::load(&cli(&[
+        "stream.backend=kafka",
+        "kafka.brokers=[\"broker:9092\"]",
+        "kafka.expedited_topic=deliveries-expedited",
+    ]))
+    .expect("valid");
+    assert_eq!(
+        settings.kafka.lane_topics(),
+        [
+            ("deliveries".to_owned(), Lane::Normal),
+            ("deliveries-expedited".to_owned(), Lane::Expedited)
+        ]
     );
 }
