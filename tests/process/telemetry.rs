@@ -142,10 +142,25 @@ fn check_metrics(families: &Families) {
     for step in ["account", "package", "delivery", "thirdparty", "drone"] {
         assert!(steps.iter().any(|s| s == step), "{step} is timed:\n{text}");
     }
+    let lanes: Vec<String> = labels("skyport_consumer_lag_events")
+        .iter()
+        .map(|l| l["lane"].clone())
+        .collect();
     assert_eq!(
-        labels("skyport_consumer_lag_events").len(),
+        lanes.iter().filter(|lane| *lane == "normal").count(),
         8,
         "one per partition"
+    );
+    assert_eq!(
+        lanes.iter().filter(|lane| *lane == "expedited").count(),
+        1,
+        "the expedited lane's partition"
+    );
+    assert!(
+        labels("skyport_delivery_time_to_terminal_seconds")
+            .iter()
+            .any(|l| l["lane"] == "normal"),
+        "time to terminal by lane:\n{text}"
     );
 }
 
