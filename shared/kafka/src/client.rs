@@ -131,7 +131,13 @@ impl Topics {
                 Some(topic) if topic.error().is_none() && !topic.partitions().is_empty() => {
                     u32::try_from(topic.partitions().len()).unwrap_or(u32::MAX)
                 }
-                _ => return Err(KafkaOpenError::NoTopic(name.clone())),
+                _ => {
+                    let key = match lane {
+                        Lane::Normal => "kafka.topics",
+                        Lane::Expedited => "kafka.expedited_topic",
+                    };
+                    return Err(KafkaOpenError::NoTopic(name.clone(), key));
+                }
             };
             topics.push(Topic {
                 name: name.clone(),

@@ -38,8 +38,9 @@ pub enum KafkaOpenError {
         #[source]
         source: rdkafka::error::KafkaError,
     },
-    #[error("Kafka topic {0} does not exist or has no partitions (kafka.topics)")]
-    NoTopic(String),
+    /// A configured topic the brokers do not have, and the key that names it.
+    #[error("Kafka topic {0} does not exist or has no partitions ({1})")]
+    NoTopic(String, &'static str),
     #[error("cannot start the Kafka consumer's poll thread")]
     Thread(#[source] std::io::Error),
     #[error("the Kafka client's start was interrupted")]

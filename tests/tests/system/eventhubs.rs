@@ -27,7 +27,11 @@ use skyport_tests::eventhubs_broker::EventHubsBroker;
 use skyport_tests::{TestApp, delivery_request, test_settings};
 
 /// Settings that stream through `hubs` on `broker`, with a SAS connection string.
-fn settings_on(broker: &EventHubsBroker, dir: &tempfile::TempDir, hubs: &[&str]) -> Settings {
+pub(crate) fn settings_on(
+    broker: &EventHubsBroker,
+    dir: &tempfile::TempDir,
+    hubs: &[&str],
+) -> Settings {
     let mut settings = test_settings(dir.path());
     settings.stream.backend = Some(StreamBackend::EventHubs);
     settings.eventhubs.hubs = hubs.iter().map(|h| (*h).to_owned()).collect();

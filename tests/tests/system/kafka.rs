@@ -138,7 +138,7 @@ async fn a_property_librdkafka_refuses_is_a_configuration_error_naming_its_key()
     settings.delivery_timeout_ms = Millis::new(2_000);
     let error = KafkaPublisher::open(&settings).await.unwrap_err();
     assert!(
-        matches!(error, KafkaOpenError::NoTopic(ref topic) if topic == "no-such-topic"),
+        matches!(error, KafkaOpenError::NoTopic(ref topic, "kafka.topics") if topic == "no-such-topic"),
         "{error:?}"
     );
     let dir = tempfile::tempdir().unwrap();

@@ -14,10 +14,12 @@ use serde_json::{Value, json};
 use skyport_core::ports::Lane;
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_gateway::routes::resources::Accepted;
-use skyport_runtime::config::{Millis, Settings, StreamBackend};
+use skyport_runtime::config::{Millis, Settings};
 use skyport_tests::eventhubs_broker::EventHubsBroker;
 use skyport_tests::kafka::Broker;
 use skyport_tests::{Client, TestApp, delivery_request, test_settings};
+
+use crate::eventhubs::settings_on;
 
 /// Normal deliveries posted before the expedited ones.
 const BACKLOG: usize = 480;
@@ -139,20 +141,8 @@ async fn expedited_deliveries_overtake_a_backlog_on_event_hubs() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(dir.path());
-    settings.stream.backend = Some(StreamBackend::EventHubs);
-    settings.eventhubs.hubs = vec!["deliveries".into()];
+    let mut settings = settings_on(&broker, &dir, &["deliveries"]);
     settings.eventhubs.expedited_hubs = vec!["expedited".into()];
-    settings.eventhubs.connection_string = Some(
-        format!(
-            "Endpoint=sb://{}/;SharedAccessKeyName=skyport;SharedAccessKey=dGVzdC1rZXk=",
-            broker.namespace()
-        )
-        .into(),
-    );
-    settings.eventhubs.custom_endpoint = Some(broker.endpoint().parse().unwrap());
-    settings.eventhubs.update_interval_ms = Millis::new(250);
-    settings.eventhubs.partition_expiration_ms = Millis::new(5_000);
     expedited_deliveries_overtake_a_backlog(settings).await;
     broker.stop().await;
 }
