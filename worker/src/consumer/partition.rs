@@ -190,7 +190,7 @@ impl Partition {
             panics,
         };
         match waiting.admitted.client().map(str::to_owned) {
-            Some(client) => self.ready.push(&client, waiting),
+            Some(client) => self.ready.push(client, waiting),
             None => self.start(waiting, false, shutdown, abandon),
         }
     }

@@ -49,15 +49,14 @@ impl Ready {
     }
 
     /// Queues `waiting` behind `client`'s other events.
-    pub(super) fn push(&mut self, client: &str, waiting: Waiting) {
+    pub(super) fn push(&mut self, client: String, waiting: Waiting) {
         self.len += 1;
-        if let Some(queue) = self.queues.get_mut(client) {
+        if let Some(queue) = self.queues.get_mut(&client) {
             queue.push_back(waiting);
             return;
         }
-        self.queues
-            .insert(client.to_owned(), VecDeque::from([waiting]));
-        self.turns.push_back(client.to_owned());
+        self.turns.push_back(client.clone());
+        self.queues.insert(client, VecDeque::from([waiting]));
     }
 
     /// The next event to start: the first of the client whose turn it is,
@@ -125,11 +124,11 @@ mod tests {
         let mut ready = Ready::default();
         // A floods first; B and C send one each, read last.
         for offset in 0..6 {
-            ready.push("a", waiting(offset));
+            ready.push("a".into(), waiting(offset));
         }
-        ready.push("b", waiting(6));
-        ready.push("c", waiting(7));
-        ready.push("b", waiting(8));
+        ready.push("b".into(), waiting(6));
+        ready.push("c".into(), waiting(7));
+        ready.push("b".into(), waiting(8));
         assert_eq!(ready.len(), 9);
         assert_eq!(drain(&mut ready), [0, 6, 7, 1, 8, 2, 3, 4, 5]);
         assert_eq!(ready.len(), 0);
@@ -140,10 +139,10 @@ mod tests {
     fn the_holes_below_the_highest_start_are_taken_in_order_and_the_rest_given_up() {
         let mut ready = Ready::default();
         for offset in 0..5 {
-            ready.push("a", waiting(offset));
+            ready.push("a".into(), waiting(offset));
         }
-        ready.push("b", waiting(5));
-        ready.push("b", waiting(6));
+        ready.push("b".into(), waiting(5));
+        ready.push("b".into(), waiting(6));
         // A's 0 and B's 5 start: 1 to 4 are holes below 5, and 6 is above it.
         assert_eq!(drain_two(&mut ready), [0, 5]);
         let holes: Vec<u64> = ready.take_below(5).iter().map(|w| w.event.offset).collect();
@@ -159,12 +158,12 @@ mod tests {
     #[test]
     fn a_client_that_comes_back_joins_the_end_of_the_turns() {
         let mut ready = Ready::default();
-        ready.push("a", waiting(0));
-        ready.push("b", waiting(1));
+        ready.push("a".into(), waiting(0));
+        ready.push("b".into(), waiting(1));
         assert_eq!(ready.pop().unwrap().event.offset, 0);
-        ready.push("a", waiting(2));
+        ready.push("a".into(), waiting(2));
         assert_eq!(drain(&mut ready), [1, 2]);
-        ready.push("a", waiting(3));
+        ready.push("a".into(), waiting(3));
         assert_eq!(ready.take_below(0).len(), 0);
         assert_eq!(ready.len(), 0);
         assert!(ready.pop().is_none());
