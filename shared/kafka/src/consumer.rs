@@ -11,10 +11,14 @@
 //! callbacks: an assigned partition gets its queue before its first fetch; a
 //! revoked one is told to stop, and the revocation completes once its
 //! in-flight work has drained and its offsets are committed, or after
-//! `kafka.drain_timeout_ms`. The partitions kept go on meanwhile. A
-//! partition whose work is saturated (the worker's in-flight window full, or
-//! its intake paused) is paused: not fetched, while the poll thread keeps the
-//! membership alive; it resumes as soon as the worker takes events again.
+//! `kafka.drain_timeout_ms`. The partitions kept go on meanwhile. Each
+//! partition's queue holds at most [`PREFETCH_MESSAGES`] fetched ahead of
+//! the worker, whose read-ahead takes from it as its window frees. While
+//! the worker's intake is paused, its partitions are paused: not fetched,
+//! while the poll thread keeps the membership alive. They are never paused
+//! as the window fills and frees: librdkafka drops what it fetched for a
+//! paused partition and fetches it again on resuming, and, event by event,
+//! that round trip held the whole system to a quarter of its rate.
 //!
 //! The consumer joins the group on the first [`Consumer::next_partition`],
 //! so a process that only publishes never becomes a member.
@@ -48,6 +52,12 @@ use crate::client::{Topics, client_config, creation_error};
 /// How often the poll thread polls the consumer when nothing wakes it, and
 /// how often librdkafka reports the partitions' high watermarks.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Messages librdkafka keeps fetched ahead in each assigned partition's
+/// queue (`queued.min.messages`, 100,000 by default): twice the worker's
+/// default read-ahead, about half a megabyte of deliveries a partition.
+/// `kafka.properties.queued.min.messages` sets another.
+const PREFETCH_MESSAGES: u32 = 1_000;
 
 type GroupConsumer = StreamConsumer<Context>;
 
@@ -363,6 +373,9 @@ impl KafkaConsumer {
                 POLL_INTERVAL.as_millis().to_string(),
             )
             .set("enable.partition.eof", "false");
+        if !settings.properties.contains_key("queued.min.messages") {
+            config.set("queued.min.messages", PREFETCH_MESSAGES.to_string());
+        }
         // A new group reads from the beginning: an event accepted before the
         // first worker joined is still work to do.
         if !settings.properties.contains_key("auto.offset.reset") {

@@ -46,8 +46,8 @@ struct Partition {
     /// The highest offset started since the partition was assigned.
     highest_started: Option<u64>,
     lane: Lane,
-    /// Whether the reader was told that the worker takes no more events now.
-    saturated: bool,
+    /// Whether the reader was told that intake is paused.
+    fetching_paused: bool,
 }
 
 pub async fn run(
@@ -69,7 +69,7 @@ pub async fn run(
         windowed: 0,
         highest_started: None,
         lane,
-        saturated: false,
+        fetching_paused: false,
     };
     // In-flight events keep running through the grace period; this gives them up after it.
     let abandon = CancellationToken::new();
@@ -130,11 +130,15 @@ pub async fn run(
                 }
             }
         }
-        let pulling = room > 0 && !intake_paused;
-        if pulling == partition.saturated {
-            partition.saturated = !pulling;
-            partition.reader.set_paused(partition.saturated);
+        // Fetching pauses with intake (seconds at least), not as the window
+        // fills and frees: Kafka drops what it fetched for a paused partition
+        // and fetches it again on resuming, which, event by event, starved
+        // the partition. Its fetcher bounds what it holds ahead on its own.
+        if intake_paused != partition.fetching_paused {
+            partition.fetching_paused = intake_paused;
+            partition.reader.set_paused(intake_paused);
         }
+        let pulling = room > 0 && !intake_paused;
         tokio::select! {
             () = shutdown.cancelled() => break,
             Some(joined) = partition.tasks.join_next_with_id(), if !partition.tasks.is_empty() => {

@@ -196,14 +196,16 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
         None
     }
 
-    /// Whether the worker takes more events from this partition now (its
-    /// in-flight window is full, or intake is paused). A stream that fetches
-    /// ahead stops fetching the partition while it does not; nothing is
-    /// lost either way: what was fetched and not handed out, and what is
-    /// published meanwhile, is handed out, in order, once resumed. Pausing
-    /// twice is pausing once. Kafka pauses the partition's fetches; the
-    /// embedded log reads only when asked; Event Hubs' bounded prefetch
-    /// channel fills and stops the receiver on its own, so it ignores this.
+    /// Whether the worker's intake is paused (an open circuit, a backlog
+    /// past its limit: seconds at least), not called as its window fills
+    /// and frees, so a stream that fetches ahead bounds what it holds on its
+    /// own. A stream that fetches ahead may stop fetching the partition
+    /// while paused; nothing is lost either way: what was fetched and not
+    /// handed out, and what is published meanwhile, is handed out, in
+    /// order, once resumed. Pausing twice is pausing once. Kafka pauses the
+    /// partition's fetches; the embedded log reads only when asked; Event
+    /// Hubs' bounded prefetch channel fills and stops the receiver on its
+    /// own, so it ignores this.
     fn set_paused(&mut self, _paused: bool) {}
 
     /// Reads again from `offset`, an event handed out and not checkpointed:
