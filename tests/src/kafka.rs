@@ -6,7 +6,9 @@
 //! broker advertises), which a test can cut to make the broker unreachable
 //! for a while without losing what it holds (the memory engine keeps
 //! nothing across a restart), and which can serve TLS in front of the
-//! broker's plain listener (tansu 0.6 has no TLS listener of its own).
+//! broker's plain listener (tansu 0.6 has no TLS listener of its own). A
+//! benchmark starts it without the relay ([`Broker::start_direct`]), so that
+//! no byte of the stream is copied by the process it measures.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -26,7 +28,8 @@ pub struct Broker {
     /// Where the broker itself listens.
     listen: String,
     child: Child,
-    relay: Relay,
+    /// `None` when clients reach the broker directly.
+    relay: Option<Relay>,
 }
 
 impl Broker {
@@ -48,6 +51,16 @@ impl Broker {
         Self::start_with(topics, partitions, Some(acceptor.into())).await
     }
 
+    /// [`Broker::start`] with clients connecting to the broker itself, not
+    /// through a relay: it cannot be cut off ([`Broker::disconnect`] panics).
+    ///
+    /// # Panics
+    /// As [`Broker::start`].
+    pub async fn start_direct(topics: &[&str], partitions: u32) -> Self {
+        let listen = format!("127.0.0.1:{}", free_port());
+        Self::started(listen.clone(), listen, None, topics, partitions).await
+    }
+
     async fn start_with(
         topics: &[&str],
         partitions: u32,
@@ -56,6 +69,16 @@ impl Broker {
         let listen = format!("127.0.0.1:{}", free_port());
         let relay = Relay::start(listen.clone(), tls).await;
         let address = relay.address.clone();
+        Self::started(listen, address, Some(relay), topics, partitions).await
+    }
+
+    async fn started(
+        listen: String,
+        address: String,
+        relay: Option<Relay>,
+        topics: &[&str],
+        partitions: u32,
+    ) -> Self {
         let child = spawn(&listen, &address).await;
         let broker = Self {
             address,
@@ -66,6 +89,11 @@ impl Broker {
         broker.wait_until_listening().await;
         broker.create_topics(topics, partitions).await;
         broker
+    }
+
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Starts a new broker on the same address (the memory engine kept
@@ -136,13 +164,25 @@ impl Broker {
 
     /// Makes the broker unreachable: open connections are cut and new ones
     /// refused until [`Broker::reconnect`].
+    ///
+    /// # Panics
+    /// When the broker was started without a relay.
     pub async fn disconnect(&self) {
-        self.relay.set(false).await;
+        self.relay().set(false).await;
     }
 
     /// Lets clients reach the broker again.
+    ///
+    /// # Panics
+    /// As [`Broker::disconnect`].
     pub async fn reconnect(&self) {
-        self.relay.set(true).await;
+        self.relay().set(true).await;
+    }
+
+    fn relay(&self) -> &Relay {
+        self.relay
+            .as_ref()
+            .expect("a broker started with a relay (Broker::start)")
     }
 
     /// Stops the broker (a test of an outage starts another on the same port).

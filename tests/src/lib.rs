@@ -601,7 +601,7 @@ pub async fn run_tool(
         .process_group(0)
         .kill_on_drop(true);
     let shown = format!("{:?}", command.as_std());
-    println!("== {what}: {shown}");
+    eprintln!("== {what}: {shown}");
     let started = std::time::Instant::now();
     let mut child = command
         .spawn()
@@ -616,7 +616,7 @@ pub async fn run_tool(
         Ok(status) => {
             let status = status.unwrap();
             let (stdout, stderr) = read();
-            println!("== {what}: {status} after {:.1?}", started.elapsed());
+            eprintln!("== {what}: {status} after {:.1?}", started.elapsed());
             ToolOutput {
                 status,
                 stdout,

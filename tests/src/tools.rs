@@ -159,7 +159,7 @@ pub fn installed_tool(relative: &str) -> PathBuf {
 
 /// Runs `command` to its end; panics with what it printed when it fails.
 fn run(what: &str, command: &mut Command) {
-    println!("== installing {what}: {command:?}");
+    eprintln!("== installing {what}: {command:?}");
     let output = command
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot start {command:?}: {e}"));

@@ -15,8 +15,8 @@ use skyport_tests::metric_sum;
 use skyport_tests::webhooks::{Behaviour, Receiver};
 use tokio::process::Child;
 
-use crate::servers::{Server, announced, process};
-use crate::shape::{Endpoints, Role, Shape, Stream, overrides};
+use super::servers::{Server, announced, process};
+use super::shape::{Endpoints, Role, Shape, Stream, overrides};
 
 /// Kafka's topic and partitions (`ci/kafka-values.yaml` assumes 6), and
 /// Event Hubs' hubs of 4 partitions each (`ci/azure-values.yaml`).
@@ -41,6 +41,8 @@ pub(crate) struct Options {
     pub(crate) throughput: u32,
     /// Keys on top of the shape's overrides.
     pub(crate) keys: Vec<(&'static str, String)>,
+    /// How long each simulated service takes to answer.
+    pub(crate) service_latency_ms: u64,
 }
 
 impl Options {
@@ -51,6 +53,7 @@ impl Options {
             throttling: false,
             throughput: 100_000,
             keys: Vec::new(),
+            service_latency_ms: 5,
         }
     }
 }
@@ -66,6 +69,11 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
     /// SIGKILL: no drain, no goodbye.
     pub(crate) async fn kill(mut self) {
         self.child.kill().await.unwrap();
@@ -111,7 +119,7 @@ impl Member {
 /// The stream's broker.
 #[derive(Debug)]
 enum StreamBroker {
-    /// tansu, a process of its own (through the test's relay).
+    /// tansu, a process of its own, which the processes reach directly.
     Kafka(Broker),
     /// The Event Hubs test broker, a process of its own.
     EventHubs(Server),
@@ -149,7 +157,7 @@ impl Fleet {
         let cosmos = Server::start(&cosmos_role).await;
         let (broker, stream_address) = match stream {
             Stream::Kafka => {
-                let broker = Broker::start(&[TOPIC], KAFKA_PARTITIONS).await;
+                let broker = Broker::start_direct(&[TOPIC], KAFKA_PARTITIONS).await;
                 let address = broker.address.clone();
                 (StreamBroker::Kafka(broker), address)
             }
@@ -165,7 +173,7 @@ impl Fleet {
                 (StreamBroker::EventHubs(server), address)
             }
         };
-        let simulator = simulator(dir.path()).await;
+        let simulator = simulator(dir.path(), options.service_latency_ms).await;
         let endpoints = Endpoints {
             cosmos: cosmos.address.clone(),
             stream: stream_address,
@@ -310,6 +318,15 @@ impl Fleet {
         .unwrap()
     }
 
+    /// The process ids of the stream's broker and of the Cosmos DB emulator.
+    pub(crate) fn server_pids(&self) -> (u32, u32) {
+        let broker = match &self.broker {
+            StreamBroker::Kafka(broker) => broker.pid(),
+            StreamBroker::EventHubs(server) => server.pid(),
+        };
+        (broker, self.cosmos.pid())
+    }
+
     /// Stops every process and server.
     pub(crate) async fn stop(self) {
         for member in self.gateways.into_iter().chain(self.workers) {
@@ -351,8 +368,8 @@ pub(crate) fn even(counts: &[usize], total: usize) -> bool {
     counts.iter().sum::<usize>() == total && matches!((min, max), (Some(a), Some(b)) if b - a <= 1)
 }
 
-/// The simulated services, a process of their own, answering in 5 ms.
-async fn simulator(dir: &std::path::Path) -> Member {
+/// The simulated services, a process of their own, answering in `latency_ms`.
+async fn simulator(dir: &std::path::Path, latency_ms: u64) -> Member {
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_skyport-simulator"));
     let log = dir.join("skyport-simulator.log");
     let mut child = process(binary)
@@ -362,7 +379,7 @@ async fn simulator(dir: &std::path::Path) -> Member {
             "--listen",
             "127.0.0.1:0",
             "--set",
-            "simulator.latency_ms=5",
+            &format!("simulator.latency_ms={latency_ms}"),
             "--set",
             "simulator.max_resources=100000",
         ])

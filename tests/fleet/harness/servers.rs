@@ -145,6 +145,11 @@ impl Server {
         Self { address, child }
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
     /// Stops it (its standard input closes) and waits for it.
     pub(crate) async fn stop(mut self) {
         drop(self.child.stdin.take());
