@@ -9,6 +9,7 @@ pub mod backends;
 pub mod callbacks;
 pub mod gateway;
 pub mod listing;
+pub mod plan;
 pub mod worker;
 
 pub use self::app::App;

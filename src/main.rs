@@ -1,4 +1,5 @@
-//! `cargo run --release`: the whole Skyport on one machine, data under `./data`.
+//! `cargo run --release`: the whole Skyport on one machine, data under `./data`;
+//! `skyport plan …`: the capacity planner ([`skyport::plan`]).
 
 use std::process::ExitCode;
 
@@ -13,5 +14,11 @@ const BINARY: Binary = Binary::new(
 );
 
 fn main() -> ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|first| first == "plan")
+    {
+        return skyport::plan::main(std::env::args_os().skip(1));
+    }
     BINARY.run(skyport::app::run)
 }

@@ -33,6 +33,7 @@ mod long_running;
 mod markdown_links;
 mod native_libraries;
 mod openapi_clients;
+mod plan;
 mod quotas;
 mod redrive;
 mod reschedule;
