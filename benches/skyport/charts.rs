@@ -18,7 +18,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::report::{BurstSample, EndToEnd, Results};
+use crate::report::{BurstSample, EndToEnd, FleetPhase, Results};
 
 const WIDTH: u32 = 800;
 const FONT: &str = "sans-serif";
@@ -50,11 +50,12 @@ enum Outcome {
 /// expects some).
 pub(crate) fn write(results: &Results, dir: &Path) -> anyhow::Result<Vec<String>> {
     type Draw = fn(&Results, &Path) -> anyhow::Result<Outcome>;
-    let charts: [(&str, Draw); 4] = [
+    let charts: [(&str, Draw); 5] = [
         ("ingest.svg", ingest),
         ("latency.svg", latency),
         ("burst.svg", burst),
         ("workflows.svg", workflows),
+        ("fleet.svg", fleet),
     ];
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut lacking = Vec::new();
@@ -817,4 +818,96 @@ fn workflow_panel(area: &Area<'_>, runs: &[Run], panel: &Panel) -> anyhow::Resul
         TARGET.stroke_width(2),
     ))?;
     Ok(())
+}
+
+/// (10): the fleet's workflows/s against its worker count on each stream,
+/// measured and as the capacity plan predicts it.
+fn fleet(results: &Results, path: &Path) -> anyhow::Result<Outcome> {
+    let phases: Vec<(&str, RGBColor, &FleetPhase)> = [
+        ("Kafka", BLUE, results.fleet_kafka.as_ref()),
+        ("Event Hubs", ORANGE, results.fleet_eventhubs.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(name, color, phase)| Some((name, color, phase?)))
+    .collect();
+    if phases.is_empty() {
+        return Ok(Outcome::NotRun("fleet-kafka or fleet-eventhubs"));
+    }
+    if phases.iter().any(|(_, _, phase)| phase.runs.is_empty()) {
+        return Ok(Outcome::Lacking("a fleet phase without runs"));
+    }
+    let title = "The fleet: workflows per second against its workers, on 2 shared cores";
+    let legend: Vec<(String, Mark)> = phases
+        .iter()
+        .flat_map(|(name, color, _)| {
+            [
+                (format!("{name}, measured"), Mark::Line(*color)),
+                (
+                    format!("{name}, the plan's prediction"),
+                    Mark::Dashed(*color),
+                ),
+            ]
+        })
+        .collect();
+    let (root, body) = frame(path, 420, results, title, &legend)?;
+    let runs = || phases.iter().flat_map(|(_, _, phase)| &phase.runs);
+    let most = runs().map(|r| r.workers).max().unwrap_or(1);
+    let top = runs()
+        .map(|r| r.workflows_per_s.max(r.predicted_workflows_per_s))
+        .fold(0.0, f64::max)
+        * 1.2;
+    let mut chart = ChartBuilder::on(&body)
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            linear(0.5..most as f64 + 0.5, (1..=most).map(|w| w as f64)),
+            0.0..top.max(1.0),
+        )?;
+    let count = |x: &f64| format!("{x:.0}");
+    let value = |y: &f64| thousands(*y);
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&count)
+        .y_label_formatter(&value)
+        .x_desc("workers (one gateway; broker, Cosmos DB emulator and services beside them)")
+        .y_desc("workflows per second")
+        .label_style(text(12))
+        .axis_desc_style(text(13))
+        .draw()?;
+    for (_, color, phase) in &phases {
+        let measured: Vec<(f64, f64)> = phase
+            .runs
+            .iter()
+            .map(|r| (r.workers as f64, r.workflows_per_s))
+            .collect();
+        let predicted: Vec<(f64, f64)> = phase
+            .runs
+            .iter()
+            .map(|r| (r.workers as f64, r.predicted_workflows_per_s))
+            .collect();
+        chart.draw_series(LineSeries::new(measured.clone(), color.stroke_width(2)))?;
+        chart.draw_series(
+            measured
+                .iter()
+                .map(|&point| Circle::new(point, 4, color.filled())),
+        )?;
+        chart.draw_series(DashedLineSeries::new(
+            predicted,
+            6,
+            4,
+            color.stroke_width(2),
+        ))?;
+        chart.draw_series(measured.iter().map(|&(x, y)| {
+            EmptyElement::at((x, y))
+                + Text::new(
+                    format!("{}/s", thousands(y)),
+                    (6, -12),
+                    text(12).pos(Pos::new(HPos::Left, VPos::Center)),
+                )
+        }))?;
+    }
+    root.present()?;
+    Ok(Outcome::Drawn(texts(title, &legend)))
 }

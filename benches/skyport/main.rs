@@ -36,6 +36,12 @@
 //! 9. Kafka: the gateway alone against the ceiling and end to end with the
 //!    stream on a local tansu broker (memory engine, installed as the tests
 //!    install it): Skyport's cost on Kafka, not a production broker's speed.
+//! 10. The fleet on each stream (`fleet-kafka`, `fleet-eventhubs`, see
+//!     [`fleets`]): all in one on the stream against the embedded one, then
+//!     gateways and workers as processes of their own as the Helm chart
+//!     installs them, with 1, 2 and 3 workers: each process's CPU time per
+//!     request or workflow and its memory, the broker's and the Cosmos DB
+//!     emulator's apart, and the capacity plan's prediction beside it.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `BENCHMARKS.json` and its charts (SVG, in `benchmarks/`, see [`charts`]).
@@ -50,6 +56,11 @@ mod callbacks;
 mod charts;
 mod cpu;
 mod fairness;
+mod fleets;
+// The fleet test's processes and servers; the fleet phases use part of them.
+#[allow(dead_code, reason = "the fleet test uses what the fleet phases do not")]
+#[path = "../../tests/fleet/harness/mod.rs"]
+mod harness;
 mod held;
 mod load;
 mod memory;
@@ -60,12 +71,14 @@ mod servers;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use cpu::CpuTime;
+use harness::shape::Stream;
 use load::{Load, Measured};
 use poster::Latency;
 use poster::{Naming, Schedule};
@@ -131,6 +144,9 @@ struct Plan {
     expedited_samples: u64,
     /// How long each run of the noisy-neighbour phase posts.
     noisy_duration: Duration,
+    /// The fleet phases' worker counts, and the backlog each fleet drains.
+    fleet_workers: Vec<usize>,
+    fleet_requests: u64,
     drain_timeout: Duration,
 }
 
@@ -159,6 +175,8 @@ impl Plan {
             expedited_burst: 100_000,
             expedited_samples: 30,
             noisy_duration: Duration::from_secs(30),
+            fleet_workers: vec![1, 2, 3],
+            fleet_requests: 20_000,
             drain_timeout: Duration::from_secs(900),
         }
     }
@@ -187,6 +205,8 @@ impl Plan {
             expedited_burst: 1_000,
             expedited_samples: 2,
             noisy_duration: Duration::from_secs(2),
+            fleet_workers: vec![1],
+            fleet_requests: 200,
             drain_timeout: Duration::from_secs(120),
         }
     }
@@ -200,7 +220,7 @@ const OPEN_LOOP_CONNECTIONS: u32 = 256;
 /// Partitions of the Kafka phase's topic, as many as the embedded stream's.
 const KAFKA_PARTITIONS: u32 = 8;
 
-const PHASES: [&str; 14] = [
+const PHASES: [&str; 16] = [
     "ingest",
     "store",
     "named",
@@ -215,10 +235,26 @@ const PHASES: [&str; 14] = [
     "expedited",
     "noisy-neighbour",
     "kafka",
+    "fleet-kafka",
+    "fleet-eventhubs",
 ];
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The fleet phases' brokers and emulator: this binary again, as a server.
+    if args.first().map(String::as_str) == Some(harness::servers::ROLE) {
+        return harness::servers::serve(&args[1..]);
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> anyhow::Result<()> {
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--smoke");
     let plan = if full { Plan::full() } else { Plan::smoke() };
     if let Some(i) = args.iter().position(|a| a == "--post") {
@@ -289,6 +325,8 @@ fn main() -> anyhow::Result<()> {
             "quotas" => results.quotas = serde_json::from_value(result)?,
             "expedited" => results.expedited = serde_json::from_value(result)?,
             "noisy-neighbour" => results.noisy_neighbour = serde_json::from_value(result)?,
+            "fleet-kafka" => results.fleet_kafka = serde_json::from_value(result)?,
+            "fleet-eventhubs" => results.fleet_eventhubs = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -364,6 +402,8 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "quotas" => serde_json::to_value(bench.quota_cost().await?)?,
             "expedited" => serde_json::to_value(bench.expedited().await?)?,
             "noisy-neighbour" => serde_json::to_value(bench.noisy_neighbour().await?)?,
+            "fleet-kafka" => serde_json::to_value(bench.fleet(Stream::Kafka).await?)?,
+            "fleet-eventhubs" => serde_json::to_value(bench.fleet(Stream::EventHubs).await?)?,
             other => bail!("no phase {other:?}; the phases are {}", PHASES.join(", ")),
         })
     })?;
@@ -676,11 +716,18 @@ impl Bench {
         phase: &str,
         extra: &[(&str, String)],
     ) -> anyhow::Result<EndToEnd> {
+        self.end_to_end_of(phase, extra, self.plan.end_to_end).await
+    }
+
+    /// End to end on the settings `extra` adds, with `requests` requests.
+    async fn end_to_end_of(
+        &self,
+        phase: &str,
+        extra: &[(&str, String)],
+        requests: u64,
+    ) -> anyhow::Result<EndToEnd> {
         let plan = &self.plan;
-        eprintln!(
-            "{phase}: {} requests, 5 services at 20 ms per call, rate limiter off",
-            plan.end_to_end
-        );
+        eprintln!("{phase}: {requests} requests, 5 services at 20 ms per call, rate limiter off");
         memory::reset_peak()?;
         let partitions = {
             let settings = self.settings(phase, extra)?;
@@ -695,7 +742,7 @@ impl Bench {
         let cpu_before = (CpuTime::this()?, CpuTime::of(services.pid())?);
         let post = poster::post(
             &system.url,
-            Schedule::Requests(plan.end_to_end),
+            Schedule::Requests(requests),
             64,
             Naming::Unnamed,
             0,
@@ -703,7 +750,7 @@ impl Bench {
         let sample = async {
             let mut samples = vec![0];
             let deadline = started + plan.drain_timeout;
-            while samples.last().copied() < Some(plan.end_to_end) && Instant::now() < deadline {
+            while samples.last().copied() < Some(requests) && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 samples.push(system.terminal());
             }
@@ -723,7 +770,7 @@ impl Bench {
             .max()
             .unwrap_or(completed);
         Ok(EndToEnd {
-            requests: plan.end_to_end,
+            requests,
             accepted: posted.status("202"),
             completed,
             failed,

@@ -111,6 +111,8 @@ struct Job {
     first: u64,
     /// Where each request asks for its callback: this URL, then `/bench-N`.
     callback: Option<String>,
+    /// The API key each request carries (`x-api-key`), where the gateway asks for one.
+    api_key: Option<String>,
 }
 
 /// Posts distinct delivery requests to `url` from another process, over at
@@ -132,6 +134,27 @@ pub(crate) async fn post(
         naming,
         first,
         callback: None,
+        api_key: None,
+    })
+    .await
+}
+
+/// As [`post`], unnamed, each request carrying `api_key` (a fleet's
+/// gateways, which the Helm chart configures with API keys).
+pub(crate) async fn post_with_key(
+    url: &str,
+    schedule: Schedule,
+    connections: u32,
+    api_key: &str,
+) -> anyhow::Result<Posted> {
+    run_job(Job {
+        url: url.to_owned(),
+        schedule,
+        connections,
+        naming: Naming::Unnamed,
+        first: 0,
+        callback: None,
+        api_key: Some(api_key.to_owned()),
     })
     .await
 }
@@ -151,6 +174,7 @@ pub(crate) async fn post_calling_back(
         naming: Naming::Unnamed,
         first: 0,
         callback: Some(callback.to_owned()),
+        api_key: None,
     })
     .await
 }
@@ -241,6 +265,9 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
                     .body(body);
                 if job.naming == Naming::Keyed {
                     post = post.header("idempotency-key", format!("bench-{n}"));
+                }
+                if let Some(key) = &job.api_key {
+                    post = post.header("x-api-key", key);
                 }
                 match post.send().await {
                     Ok(response) => {

@@ -42,6 +42,10 @@ pub(crate) struct Results {
     #[serde(default)]
     pub(crate) noisy_neighbour: Option<NoisyNeighbour>,
     pub(crate) kafka: Option<KafkaRun>,
+    #[serde(default)]
+    pub(crate) fleet_kafka: Option<FleetPhase>,
+    #[serde(default)]
+    pub(crate) fleet_eventhubs: Option<FleetPhase>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -231,6 +235,226 @@ pub(crate) struct KafkaRun {
     pub(crate) end_to_end: EndToEnd,
 }
 
+/// A fleet phase: one stream's all-in-one runs, its gateway alone, and the
+/// fleet at each worker count.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct FleetPhase {
+    /// `kafka` or `eventhubs`.
+    pub(crate) stream: String,
+    /// All in one on the embedded stream and store: the baseline.
+    pub(crate) embedded: EndToEnd,
+    /// All in one on the stream, status on the embedded store.
+    pub(crate) on_stream: StreamRun,
+    /// All in one on the stream, status on Cosmos DB (the emulator server).
+    pub(crate) on_cosmos: StreamRun,
+    pub(crate) gateway_alone: GatewayAlone,
+    pub(crate) runs: Vec<FleetRun>,
+}
+
+impl FleetPhase {
+    /// The stream's name in the table.
+    fn title(&self) -> &'static str {
+        if self.stream == "kafka" {
+            "Kafka (tansu)"
+        } else {
+            "Event Hubs (the test broker)"
+        }
+    }
+
+    /// The all-in-one run on the stream against the embedded one: its rate,
+    /// and Skyport's CPU per workflow.
+    pub(crate) fn ratios(&self) -> (f64, f64) {
+        let (on, base) = (&self.on_stream.end_to_end, &self.embedded);
+        (
+            on.workflows_per_s / base.workflows_per_s.max(f64::EPSILON),
+            on.cpu_us_per_workflow / base.cpu_us_per_workflow.max(f64::EPSILON),
+        )
+    }
+}
+
+impl FleetPhase {
+    fn verdicts(&self) -> Vec<Verdict> {
+        let title = self.title();
+        let kafka = self.stream == "kafka";
+        let (rate, cpu) = self.ratios();
+        let (on, base) = (&self.on_stream.end_to_end, &self.embedded);
+        let mut verdicts = vec![Verdict {
+            what: format!("{title}: all in one against the embedded stream, services at 20 ms"),
+            measured: format!(
+                "{:.0} workflows/s against {:.0}/s: **{rate:.2} ×**; Skyport's CPU {:.0} µs against \
+                 {:.0} µs per workflow: **{cpu:.2} ×**; the broker's {:.0} µs apart; peak RSS {:.0} MiB",
+                on.workflows_per_s,
+                base.workflows_per_s,
+                on.cpu_us_per_workflow,
+                base.cpu_us_per_workflow,
+                self.on_stream.broker_cpu_us_per_workflow,
+                on.peak_rss_mib
+            ),
+            target: if kafka {
+                "rate ≥ 0.8 ×, CPU ≤ 1.2 ×"
+            } else {
+                "CPU ≤ 1.2 × (the rate is the test broker's)"
+            },
+            met: Some(cpu <= 1.2 && (!kafka || rate >= 0.8)),
+        }];
+        let cosmos = &self.on_cosmos;
+        let alone = &self.gateway_alone;
+        verdicts.push(Verdict {
+            what: format!("{title}: all in one, status on Cosmos DB (emulator); the gateway alone"),
+            measured: format!(
+                "{:.0} workflows/s, Skyport's CPU {:.0} µs per workflow (broker {:.0} µs, emulator {:.0} µs apart); \
+                 the gateway alone {:.0} accepted/s at {:.0} µs per request (broker {:.0} µs apart)",
+                cosmos.end_to_end.workflows_per_s,
+                cosmos.end_to_end.cpu_us_per_workflow,
+                cosmos.broker_cpu_us_per_workflow,
+                cosmos.emulator_cpu_us_per_workflow.unwrap_or(0.0),
+                alone.accepted_per_s,
+                alone.cpu_us_per_request,
+                alone.broker_cpu_us_per_request
+            ),
+            target: "(the fleet's baselines)",
+            met: None,
+        });
+        for run in &self.runs {
+            let (worker, gateway, plan) = self.run_ratios(run);
+            verdicts.push(Verdict {
+                what: format!("{title}: fleet, 1 gateway and {} workers", run.workers),
+                measured: format!(
+                    "{:.0} accepted/s; {:.0} workflows/s ({} in {:.1} s), the plan predicts {:.0}/s \
+                     ({:.1} s): **{:+.0} %**; CPU per workflow: gateway and workers {:.0} µs against \
+                     {:.0} µs all in one: **{worker:.2} ×** (idle, the gateway used {:.3} and the workers \
+                     {:.3} cores: {:.0} µs a workflow net of it, {:.2} ×); gateway {:.0} µs per request \
+                     against {:.0} µs alone: **{gateway:.2} ×**; apart: broker {:.0} µs, emulator {:.0} µs, services \
+                     {:.0} µs; {:.0} read and not completed; a workflow alone {:.0} ms; peak RSS gateway {:.0} MiB, worker {:.0} MiB",
+                    run.accepted_per_s,
+                    run.workflows_per_s,
+                    run.completed,
+                    run.seconds,
+                    run.predicted_workflows_per_s,
+                    run.predicted_seconds,
+                    plan * 100.0,
+                    fleet_cpu_per_workflow(run),
+                    cosmos.end_to_end.cpu_us_per_workflow,
+                    run.gateway_idle_cores,
+                    run.workers_idle_cores,
+                    net_cpu_per_workflow(run),
+                    net_cpu_per_workflow(run)
+                        / cosmos.end_to_end.cpu_us_per_workflow.max(f64::EPSILON),
+                    run.gateway_cpu_us_per_request,
+                    alone.cpu_us_per_request,
+                    run.broker_cpu_us_per_workflow,
+                    run.emulator_cpu_us_per_workflow,
+                    run.services_cpu_us_per_workflow,
+                    run.mean_in_flight,
+                    run.workflow_latency_ms,
+                    run.gateway_rss_mib,
+                    run.worker_rss_mib
+                ),
+                target: "CPU ≤ 1.2 × each; plan within ±15 %",
+                met: Some(worker <= 1.2 && gateway <= 1.2 && plan.abs() <= 0.15),
+            });
+        }
+        verdicts
+    }
+
+    /// A fleet run against its baselines: the fleet's gateway and workers'
+    /// CPU per workflow against the all-in-one's on Cosmos DB, the gateway's
+    /// per request against the gateway alone's, and the measured rate's
+    /// departure from the plan's.
+    pub(crate) fn run_ratios(&self, run: &FleetRun) -> (f64, f64, f64) {
+        (
+            fleet_cpu_per_workflow(run)
+                / self
+                    .on_cosmos
+                    .end_to_end
+                    .cpu_us_per_workflow
+                    .max(f64::EPSILON),
+            run.gateway_cpu_us_per_request
+                / self.gateway_alone.cpu_us_per_request.max(f64::EPSILON),
+            run.workflows_per_s / run.predicted_workflows_per_s.max(f64::EPSILON) - 1.0,
+        )
+    }
+}
+
+/// A fleet run's gateway and workers together, per workflow: what an
+/// all-in-one process spends alone.
+fn fleet_cpu_per_workflow(run: &FleetRun) -> f64 {
+    run.gateway_cpu_us_per_request * run.accepted as f64 / run.completed.max(1) as f64
+        + run.worker_cpu_us_per_workflow
+}
+
+/// [`fleet_cpu_per_workflow`] less what the gateway and the workers spend
+/// idle, over the run's seconds.
+fn net_cpu_per_workflow(run: &FleetRun) -> f64 {
+    fleet_cpu_per_workflow(run)
+        - (run.gateway_idle_cores + run.workers_idle_cores) * run.seconds * 1e6
+            / run.completed.max(1) as f64
+}
+
+/// All in one on a stream whose broker (and emulator) run as processes of
+/// their own; their CPU time over the run, per workflow.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct StreamRun {
+    pub(crate) end_to_end: EndToEnd,
+    pub(crate) broker_cpu_us_per_workflow: f64,
+    pub(crate) emulator_cpu_us_per_workflow: Option<f64>,
+}
+
+/// The gateway alone on a stream, its CPU time per accepted request.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct GatewayAlone {
+    pub(crate) requests: u64,
+    pub(crate) accepted: u64,
+    pub(crate) accepted_per_s: f64,
+    pub(crate) cpu_us_per_request: f64,
+    pub(crate) broker_cpu_us_per_request: f64,
+    pub(crate) peak_rss_mib: f64,
+}
+
+/// One gateway and `workers` workers, processes of their own: a backlog
+/// posted at once and drained.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct FleetRun {
+    pub(crate) workers: usize,
+    pub(crate) requests: u64,
+    pub(crate) accepted: u64,
+    /// Deliveries the workers brought to a terminal state.
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    /// From the first request until the last workflow completed.
+    pub(crate) seconds: f64,
+    pub(crate) posting_s: f64,
+    pub(crate) accepted_per_s: f64,
+    pub(crate) workflows_per_s: f64,
+    pub(crate) gateway_cpu_us_per_request: f64,
+    /// The workers' CPU time together, per workflow.
+    pub(crate) worker_cpu_us_per_workflow: f64,
+    pub(crate) broker_cpu_us_per_workflow: f64,
+    pub(crate) emulator_cpu_us_per_workflow: f64,
+    pub(crate) services_cpu_us_per_workflow: f64,
+    /// The process posting the requests: it shares the cores too.
+    pub(crate) poster_cpu_us_per_workflow: f64,
+    /// Cores the gateway, and the workers together, use idle before the
+    /// run: what they spend whatever the load (leases, change-feed polls,
+    /// metrics), over the run's seconds in the figures per workflow.
+    pub(crate) gateway_idle_cores: f64,
+    pub(crate) workers_idle_cores: f64,
+    pub(crate) gateway_rss_mib: f64,
+    /// The largest worker's peak.
+    pub(crate) worker_rss_mib: f64,
+    /// Events the workers had read and not completed (their read-ahead
+    /// included), on average over the run.
+    pub(crate) mean_in_flight: f64,
+    /// A workflow's time from its POST to its terminal state with the fleet
+    /// idle, after the run, and what of it is not the five service calls.
+    pub(crate) workflow_latency_ms: f64,
+    pub(crate) workflow_overhead_ms: f64,
+    /// The capacity plan's model for the same shape and backlog, with the
+    /// costs the fewest workers measured (set once every run is measured).
+    pub(crate) predicted_workflows_per_s: f64,
+    pub(crate) predicted_seconds: f64,
+}
+
 /// The gateway alone on Kafka against the ceiling, at one connection count.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct KafkaIngest {
@@ -330,6 +554,8 @@ impl Results {
             expedited: None,
             noisy_neighbour: None,
             kafka: None,
+            fleet_kafka: None,
+            fleet_eventhubs: None,
         }
     }
 
@@ -731,6 +957,12 @@ impl Results {
                 ),
             });
         }
+        for f in [&self.fleet_kafka, &self.fleet_eventhubs]
+            .into_iter()
+            .flatten()
+        {
+            verdicts.extend(f.verdicts());
+        }
         verdicts
     }
 
@@ -857,6 +1089,27 @@ impl Results {
                     "Kafka end to end: {} of {} accepted completed, {} Failed",
                     e.completed, e.accepted, e.failed
                 ));
+            }
+        }
+        for f in [&self.fleet_kafka, &self.fleet_eventhubs]
+            .into_iter()
+            .flatten()
+        {
+            let runs = [
+                &f.embedded,
+                &f.on_stream.end_to_end,
+                &f.on_cosmos.end_to_end,
+            ]
+            .into_iter()
+            .map(|e| (e.accepted, e.completed, e.failed))
+            .chain(f.runs.iter().map(|r| (r.accepted, r.completed, r.failed)));
+            for (accepted, completed, failed) in runs {
+                if completed < accepted || failed > 0 || (!full && completed == 0) {
+                    failures.push(format!(
+                        "fleet on {}: {completed} of {accepted} accepted completed, {failed} Failed",
+                        f.stream
+                    ));
+                }
             }
         }
         if let Some(a) = &self.all_in_one {
