@@ -187,8 +187,18 @@ async fn a_reschedule_mid_workflow_updates_the_bookings_once_the_delivery_is_sch
     settings.simulator.jitter_ms = Millis::new(0);
     let app = TestApp::spawn_with(settings).await;
     let accepted = app.client.post_delivery(&delivery_request(1)).await;
-    status_when(&app.client, &accepted.status_url, "Processing", |d| {
-        d.state == DeliveryState::Processing
+    // Reads that do not wait: one that waits, sent once Processing is
+    // written (late, on a busy machine), is held until the delivery is
+    // terminal and never sees Processing.
+    eventually("Processing", Duration::from_secs(60), || async {
+        let document: StatusDocument = app
+            .client
+            .status(&accepted.status_url)
+            .await
+            .json()
+            .await
+            .unwrap();
+        (document.state == DeliveryState::Processing).then_some(())
     })
     .await;
     let response = patch(&app.client, &accepted.status_url, &later(), &[]).await;
