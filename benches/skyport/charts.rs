@@ -17,6 +17,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use skyport::plan::thousands;
 
 use crate::report::{BurstSample, EndToEnd, FleetPhase, Results};
 
@@ -205,19 +206,6 @@ fn texts(title: &str, legend: &[(String, Mark)]) -> Vec<String> {
 
 fn text(size: u32) -> TextStyle<'static> {
     (FONT, size).into_font().into()
-}
-
-/// A count with thousands separated: 36,330.
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.abs());
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    if value < -0.5 { format!("-{out}") } else { out }
 }
 
 /// An axis of `f64` (linear or log, `inner`) with its ticks where the chart
