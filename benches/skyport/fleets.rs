@@ -9,7 +9,8 @@
 //!    the rate against (1) and Skyport's CPU per workflow against (1).
 //! 3. The same with status on Cosmos DB (the SDK's emulator served over
 //!    HTTP, a process of its own): what a fleet worker is compared with.
-//! 4. The gateway alone on the stream: what a fleet gateway is compared with.
+//! 4. The gateway alone on the stream and Cosmos DB: what a fleet gateway is
+//!    compared with.
 //! 5. The fleet as the Helm chart installs it (`tests/fleet/harness`): one
 //!    gateway and 1, 2 and 3 workers as processes of the real binaries, its
 //!    own broker and emulator, the services at 20 ms; a backlog posted at
