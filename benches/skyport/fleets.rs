@@ -458,7 +458,7 @@ fn cosmos_keys(endpoint: &str) -> Vec<(&'static str, String)> {
 }
 
 /// The fleet's partitions on `stream` (`tests/fleet`'s topic and hubs).
-pub(crate) fn fleet_partitions(stream: Stream) -> u32 {
+fn fleet_partitions(stream: Stream) -> u32 {
     match stream {
         Stream::Kafka => KAFKA_PARTITIONS,
         Stream::EventHubs => u32::try_from(HUBS.len()).unwrap_or(u32::MAX) * HUB_PARTITIONS,

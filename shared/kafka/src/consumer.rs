@@ -17,8 +17,8 @@
 //! the worker's intake is paused, its partitions are paused: not fetched,
 //! while the poll thread keeps the membership alive. They are never paused
 //! as the window fills and frees: librdkafka drops what it fetched for a
-//! paused partition and fetches it again on resuming, and, event by event,
-//! that round trip held the whole system to a quarter of its rate.
+//! paused partition and fetches it again on resuming, so, event by event,
+//! each completion waited for a fetch round trip before the next could start.
 //!
 //! The consumer joins the group on the first [`Consumer::next_partition`],
 //! so a process that only publishes never becomes a member.
