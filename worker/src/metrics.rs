@@ -107,7 +107,8 @@ pub struct WorkerMetrics {
     pub replays: Counter,
     /// Redrives read, by whether their epoch `began` (or had) or they were `skipped`.
     pub redrives: Family<OutcomeLabels, Counter>,
-    checkpoints: Arc<CheckpointAges>,
+    /// The partitions read here, for their checkpoint age and their loops.
+    partitions: Arc<CheckpointAges>,
 }
 
 impl WorkerMetrics {
@@ -181,8 +182,8 @@ impl WorkerMetrics {
             "Redrives (delivery requests of a later attempt epoch) read, by whether their epoch began or they were skipped",
             redrives.clone(),
         );
-        let checkpoints = Arc::new(CheckpointAges::default());
-        registry.register_collector(Box::new(Arc::clone(&checkpoints)));
+        let partitions = Arc::new(CheckpointAges::default());
+        registry.register_collector(Box::new(Arc::clone(&partitions)));
         exposition.register(registry);
         let worker = Self {
             consumer_lag,
@@ -196,7 +197,7 @@ impl WorkerMetrics {
             workflow_events,
             replays,
             redrives,
-            checkpoints,
+            partitions,
         };
         worker.start_at_zero();
         worker
@@ -228,25 +229,31 @@ impl WorkerMetrics {
         }
     }
 
-    /// A partition began here: its checkpoint age counts from now.
-    pub fn partition_assigned(&self, labels: &PartitionLabels) {
-        self.checkpoints
-            .lock()
-            .insert(labels.partition, (labels.lane, Instant::now()));
+    /// A partition began here: its series exist, and its checkpoint age
+    /// counts from now, until the last of its loops here lets go of what
+    /// this returns. A worker that wins a partition back while the loop
+    /// that lost it still drains runs two loops of it for a while; the
+    /// first to end must not take the other's series with it.
+    pub fn partition_read(&self, labels: &PartitionLabels) -> PartitionSeries<'_> {
+        let mut partitions = self.partitions.lock();
+        let read = partitions.entry(labels.partition).or_insert(Read {
+            lane: labels.lane,
+            at: Instant::now(),
+            loops: 0,
+        });
+        read.loops += 1;
+        read.at = Instant::now();
+        PartitionSeries {
+            metrics: self,
+            labels: labels.clone(),
+        }
     }
 
     /// `partition` wrote a checkpoint.
     pub fn checkpointed(&self, partition: u32) {
-        if let Some((_, at)) = self.checkpoints.lock().get_mut(&partition) {
-            *at = Instant::now();
+        if let Some(read) = self.partitions.lock().get_mut(&partition) {
+            read.at = Instant::now();
         }
-    }
-
-    /// A partition is no longer read here: its series go.
-    pub fn partition_released(&self, labels: &PartitionLabels) {
-        self.checkpoints.lock().remove(&labels.partition);
-        self.consumer_lag.remove(labels);
-        self.events_in_flight.remove(labels);
     }
 
     /// The state of a step's circuit breaker.
@@ -257,13 +264,46 @@ impl WorkerMetrics {
     }
 }
 
+/// A partition loop's hold on its partition's series; see
+/// [`WorkerMetrics::partition_read`].
+#[derive(Debug)]
+pub struct PartitionSeries<'a> {
+    metrics: &'a WorkerMetrics,
+    labels: PartitionLabels,
+}
+
+impl Drop for PartitionSeries<'_> {
+    /// The partition's last loop here ended: its series go.
+    fn drop(&mut self) {
+        let mut partitions = self.metrics.partitions.lock();
+        let Some(read) = partitions.get_mut(&self.labels.partition) else {
+            return;
+        };
+        read.loops -= 1;
+        if read.loops == 0 {
+            partitions.remove(&self.labels.partition);
+            self.metrics.consumer_lag.remove(&self.labels);
+            self.metrics.events_in_flight.remove(&self.labels);
+        }
+    }
+}
+
+/// A partition read here: its lane, when it last checkpointed (or began),
+/// and how many of its loops run here.
+#[derive(Debug)]
+struct Read {
+    lane: &'static str,
+    at: Instant,
+    loops: usize,
+}
+
 /// When each partition read here last checkpointed; its age is taken at scrape time, so a
 /// partition whose checkpoints have stopped shows a growing age.
 #[derive(Debug, Default)]
-struct CheckpointAges(Mutex<BTreeMap<u32, (&'static str, Instant)>>);
+struct CheckpointAges(Mutex<BTreeMap<u32, Read>>);
 
 impl CheckpointAges {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u32, (&'static str, Instant)>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u32, Read>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -273,12 +313,12 @@ impl Collector for CheckpointAges {
         let ages: Vec<(PartitionLabels, f64)> = self
             .lock()
             .iter()
-            .map(|(partition, (lane, at))| {
+            .map(|(partition, read)| {
                 let labels = PartitionLabels {
-                    lane,
+                    lane: read.lane,
                     partition: *partition,
                 };
-                (labels, at.elapsed().as_secs_f64())
+                (labels, read.at.elapsed().as_secs_f64())
             })
             .collect();
         let mut metric = encoder.encode_descriptor(
@@ -302,7 +342,7 @@ mod tests {
     fn the_workers_series_are_exposed_with_known_labels_at_zero() {
         let exposition = metrics::Metrics::new();
         let worker = WorkerMetrics::registered_in(&exposition);
-        worker.partition_assigned(&PartitionLabels {
+        let read = worker.partition_read(&PartitionLabels {
             lane: "normal",
             partition: 3,
         });
@@ -334,10 +374,32 @@ mod tests {
             text.contains("skyport_checkpoint_age_seconds{lane=\"normal\",partition=\"3\"} "),
             "{text}"
         );
-        worker.partition_released(&PartitionLabels {
-            lane: "normal",
-            partition: 3,
-        });
+        drop(read);
         assert!(!exposition.render().contains("partition=\"3\""));
+    }
+
+    #[test]
+    fn a_partitions_series_stay_while_any_of_its_loops_runs() {
+        let exposition = metrics::Metrics::new();
+        let worker = WorkerMetrics::registered_in(&exposition);
+        let labels = PartitionLabels {
+            lane: "normal",
+            partition: 5,
+        };
+        let draining = worker.partition_read(&labels);
+        worker.events_in_flight.get_or_create(&labels).set(7);
+        let won_back = worker.partition_read(&labels);
+        drop(draining);
+        let text = exposition.render();
+        assert!(
+            text.contains("skyport_events_in_flight{lane=\"normal\",partition=\"5\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("skyport_checkpoint_age_seconds{lane=\"normal\",partition=\"5\"} "),
+            "{text}"
+        );
+        drop(won_back);
+        assert!(!exposition.render().contains("partition=\"5\""));
     }
 }

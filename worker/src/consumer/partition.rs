@@ -80,7 +80,8 @@ pub async fn run(
         lane: lane.as_str(),
         partition: id,
     };
-    metrics.partition_assigned(&labels);
+    let _series = metrics.partition_read(&labels);
+    let backlog = context.intake.track();
     let in_flight = metrics.events_in_flight.get_or_create(&labels).clone();
     // A stream that cannot tell what is unread shows no lag rather than a wrong one.
     let lag = partition
@@ -89,9 +90,7 @@ pub async fn run(
         .map(|_| metrics.consumer_lag.get_or_create(&labels).clone());
     loop {
         let pending = partition.tracker.in_flight();
-        context
-            .intake
-            .report(id, pending, partition.tracker.oldest_in_flight());
+        backlog.report(pending, partition.tracker.oldest_in_flight());
         in_flight.set(i64::try_from(pending).unwrap_or(i64::MAX));
         if let (Some(lag), Some(unread)) = (&lag, partition.reader.unread()) {
             let events = unread.saturating_add(pending as u64);
@@ -173,7 +172,6 @@ pub async fn run(
     partition
         .drain(settings.shutdown_grace_period_ms.duration(), &abandon)
         .await;
-    metrics.partition_released(&labels);
 }
 
 impl Partition {

@@ -7,6 +7,7 @@
 //! orchestrator restarts it from the last checkpoint.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -31,7 +32,35 @@ pub struct BacklogGuard {
     allow_backlog_of: usize,
     allow_backlog_to: Duration,
     grace: Duration,
-    partitions: Mutex<HashMap<u32, (usize, Option<Instant>)>>,
+    /// Each partition loop's pending events and when the oldest began, by
+    /// the key of its [`Pending`].
+    partitions: Mutex<HashMap<u64, (usize, Option<Instant>)>>,
+    next_key: AtomicU64,
+}
+
+/// One partition loop's entry in the backlog: what it last reported counts
+/// until it is dropped, when its loop ends. Keyed by loop, not by
+/// partition: a partition the worker wins back while the loop that lost it
+/// still drains has two loops here for a while, and what a finished loop
+/// last reported must not count for ever (its oldest event would age past
+/// `allow_backlog_to_ms` and stop the worker).
+#[derive(Debug)]
+pub struct Pending<'a> {
+    guard: &'a BacklogGuard,
+    key: u64,
+}
+
+impl Pending<'_> {
+    /// The loop's pending events and when the oldest of them began.
+    pub fn report(&self, pending: usize, oldest: Option<Instant>) {
+        self.guard.lock().insert(self.key, (pending, oldest));
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.guard.lock().remove(&self.key);
+    }
 }
 
 impl BacklogGuard {
@@ -41,23 +70,26 @@ impl BacklogGuard {
             allow_backlog_to: settings.allow_backlog_to_ms.duration(),
             grace: settings.backlog_grace_period_ms.duration(),
             partitions: Mutex::default(),
+            next_key: AtomicU64::new(0),
         }
     }
 
-    /// A partition's pending events and when the oldest of them began.
-    pub fn report(&self, partition: u32, pending: usize, oldest: Option<Instant>) {
+    /// An entry for a partition loop that starts now, with nothing pending.
+    pub fn track(&self) -> Pending<'_> {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(key, (0, None));
+        Pending { guard: self, key }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (usize, Option<Instant>)>> {
         self.partitions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(partition, (pending, oldest));
     }
 
     /// The limit that is breached now, if any.
     pub fn breach(&self, now: Instant) -> Option<String> {
-        let partitions = self
-            .partitions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let partitions = self.lock();
         let pending: usize = partitions.values().map(|(pending, _)| pending).sum();
         let oldest = partitions.values().filter_map(|(_, oldest)| *oldest).min();
         if pending > self.allow_backlog_of {
@@ -136,8 +168,9 @@ mod tests {
     async fn too_many_pending_events_pause_intake_then_stop_the_worker() {
         let guard = guard();
         let intake = Pauses::default();
-        guard.report(0, 60, Some(Instant::now()));
-        guard.report(1, 41, Some(Instant::now()));
+        let (first, second) = (guard.track(), guard.track());
+        first.report(60, Some(Instant::now()));
+        second.report(41, Some(Instant::now()));
         let error = guard
             .watch(&intake, Duration::from_secs(1), &CancellationToken::new())
             .await
@@ -149,7 +182,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_old_pending_event_is_a_breach_that_names_its_limit() {
         let guard = guard();
-        guard.report(0, 1, Some(Instant::now()));
+        let partition = guard.track();
+        partition.report(1, Some(Instant::now()));
         assert_eq!(guard.breach(Instant::now()), None);
         tokio::time::advance(Duration::from_secs(11)).await;
         let reason = guard.breach(Instant::now()).expect("breach");
@@ -157,11 +191,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_loop_that_ended_counts_no_more_though_another_reads_its_partition() {
+        let guard = guard();
+        let lost = guard.track();
+        lost.report(80, Some(Instant::now()));
+        let won_back = guard.track();
+        won_back.report(30, Some(Instant::now()));
+        assert!(guard.breach(Instant::now()).is_some(), "110 pending of 100");
+        drop(lost);
+        won_back.report(0, None);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(guard.breach(Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_breach_that_clears_within_the_grace_period_resumes_intake() {
         let guard = std::sync::Arc::new(guard());
         let intake = Pauses::default();
         let shutdown = CancellationToken::new();
-        guard.report(0, 500, Some(Instant::now()));
+        let partition = guard.track();
+        partition.report(500, Some(Instant::now()));
         let watcher = {
             let (guard, intake, shutdown) = (guard.clone(), intake.clone(), shutdown.clone());
             tokio::spawn(async move {
@@ -172,7 +221,7 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(intake.reasons().len(), 1);
-        guard.report(0, 5, Some(Instant::now()));
+        partition.report(5, Some(Instant::now()));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(intake.reasons().is_empty());
         shutdown.cancel();

@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use skyport_core::ports::Lane;
 use skyport_runtime::config::WorkerSettings;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::backlog::{BacklogExceeded, BacklogGuard};
+use self::backlog::{BacklogExceeded, BacklogGuard, Pending};
 use self::pauses::Pauses;
 use self::rate_limit::RateLimiter;
 use self::window::Window;
@@ -62,9 +61,10 @@ impl Intake {
         self.window.get()
     }
 
-    /// A partition's pending events and when the oldest of them began.
-    pub fn report(&self, partition: u32, pending: usize, oldest: Option<Instant>) {
-        self.backlog.report(partition, pending, oldest);
+    /// An entry in the backlog for a partition loop that starts now; it
+    /// reports the loop's pending events until it is dropped.
+    pub fn track(&self) -> Pending<'_> {
+        self.backlog.track()
     }
 
     /// Waits until an event of `lane` may start (a rate-limit slot, the
