@@ -10,6 +10,7 @@
 //! fails, every operation in it fails and nothing of it is visible.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
@@ -18,7 +19,7 @@ use time::format_description::well_known::Rfc3339;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::faults::Faults;
-use crate::group_commit;
+use crate::group_commit::{self, CommitStats};
 use crate::listing::Listed;
 use crate::retention::{self, Cutoffs, Swept};
 use crate::tables::{
@@ -199,23 +200,26 @@ struct Committer {
     faults: Faults,
     /// The last change number committed, for the change feed's readers.
     changes: watch::Sender<u64>,
+    stats: Arc<CommitStats>,
 }
 
 /// Starts the committer thread; it stops when every sender of `ops` is gone and the queue is empty.
 /// Each commit that writes a status document publishes its last change
-/// number on `changes`.
+/// number on `changes`, and each counts in `stats`.
 pub(crate) fn spawn(
     db: Arc<Database>,
     ops: mpsc::Receiver<Op>,
     max_batch: usize,
     faults: Faults,
     changes: watch::Sender<u64>,
+    stats: Arc<CommitStats>,
 ) -> std::io::Result<JoinHandle<()>> {
     let committer = Committer {
         db,
         max_batch: max_batch.max(1),
         faults,
         changes,
+        stats,
     };
     std::thread::Builder::new()
         .name("skyport-committer".into())
@@ -233,6 +237,10 @@ impl Committer {
     fn commit(&self, batch: &mut Vec<Op>) {
         match self.apply(batch) {
             Ok(results) => {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .operations
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 for (op, result) in batch.drain(..).zip(results) {
                     // A caller that gave up waiting is no reason to stop.
                     let _ = op.reply.send(Ok(result));

@@ -84,6 +84,7 @@ pub struct EmbeddedStore {
     partitions: u32,
     receipt_key: [u8; RECEIPT_KEY_LEN],
     stats: Arc<CommitStats>,
+    database_stats: Arc<CommitStats>,
     committer: Mutex<Option<JoinHandle<()>>>,
     /// Reads of the database on the blocking pool at once (see [`Self::blocking`]).
     readers: Semaphore,
@@ -159,11 +160,19 @@ impl EmbeddedStore {
         )?;
         let (ops, rx) = mpsc::channel(settings.queue_capacity);
         let (changed, changes) = watch::channel(0);
-        let committer = committer::spawn(Arc::clone(&db), rx, settings.max_batch, faults, changed)
-            .map_err(|source| OpenError::Storage {
-                path: path.clone(),
-                source: Box::new(source),
-            })?;
+        let database_stats = Arc::new(CommitStats::default());
+        let committer = committer::spawn(
+            Arc::clone(&db),
+            rx,
+            settings.max_batch,
+            faults,
+            changed,
+            Arc::clone(&database_stats),
+        )
+        .map_err(|source| OpenError::Storage {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
         tracing::info!(path = %path.display(), partitions, "Opened the embedded store.");
         Ok(Arc::new(Self {
             db,
@@ -172,6 +181,7 @@ impl EmbeddedStore {
             partitions,
             receipt_key,
             stats,
+            database_stats,
             committer: Mutex::new(Some(committer)),
             readers: Semaphore::new(MAX_CONCURRENT_READS),
             changes,
@@ -186,6 +196,12 @@ impl EmbeddedStore {
     /// The stream's durable commits and the events they carried, since the store opened.
     pub fn commit_stats(&self) -> &CommitStats {
         &self.stats
+    }
+
+    /// The database's durable commits (status documents, dead letters,
+    /// leases) and the writes they carried, since the store opened.
+    pub fn database_commit_stats(&self) -> &CommitStats {
+        &self.database_stats
     }
 
     /// The normal lane's partitions (`stream.partitions`).

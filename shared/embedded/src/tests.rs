@@ -93,6 +93,36 @@ async fn concurrent_appends_share_commits() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_status_writes_share_the_databases_commits() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(&settings(dir.path()), 4).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..500 {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move {
+            let document = StatusDocument::accepted(format!("d{i}"), OffsetDateTime::now_utc());
+            StatusStore::put(&*store, &document, Precondition::IfNoneMatch)
+                .await
+                .unwrap();
+        });
+    }
+    tasks.join_all().await;
+    let stats = store.database_commit_stats();
+    let commits = stats.commits.load(Ordering::Relaxed);
+    assert_eq!(stats.operations.load(Ordering::Relaxed), 500);
+    assert!(
+        (1..500 / 4).contains(&commits),
+        "{commits} commits for 500 concurrent status writes"
+    );
+    assert_eq!(
+        store.commit_stats().operations.load(Ordering::Relaxed),
+        0,
+        "the stream's commits are counted apart"
+    );
+}
+
 #[tokio::test]
 async fn a_key_always_lands_on_the_same_partition() {
     let dir = tempfile::tempdir().unwrap();
