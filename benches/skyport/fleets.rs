@@ -6,7 +6,10 @@
 //!    the end-to-end phase's shape.
 //! 2. The same on the stream (tansu, or the Event Hubs test broker, each a
 //!    process of its own, reached directly), status on the embedded store:
-//!    the rate against (1) and Skyport's CPU per workflow against (1).
+//!    the rate against (1); then (1) again, posted at the rate (2) ran at,
+//!    and Skyport's CPU per workflow against that: the embedded store's
+//!    group commit carries fewer writes a commit at a lower rate, so the
+//!    CPU a workflow costs depends on the rate as well as on the stream.
 //! 3. The same with status on Cosmos DB (the SDK's emulator served over
 //!    HTTP, a process of its own): what a fleet worker is compared with.
 //! 4. The gateway alone on the stream and Cosmos DB: what a fleet gateway is
@@ -99,6 +102,23 @@ impl Bench {
                 self.plan.end_to_end,
             )
             .await?;
+        // The embedded stream at the rate the stream ran at: group commit
+        // groups fewer writes a commit at a lower rate, so Skyport's CPU per
+        // workflow is compared at one rate, not at each stream's own.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a rate of a few thousand a second"
+        )]
+        let stream_rate = on_stream.end_to_end.workflows_per_s.round().max(1.0) as u32;
+        let embedded_paced = self
+            .end_to_end_of(
+                &format!("fleet-{name}-embedded-paced"),
+                &[],
+                self.plan.end_to_end,
+                Some(stream_rate),
+            )
+            .await?;
         let cosmos = Server::start(&["cosmos"]).await;
         let mut keys = on("aio-cosmos");
         keys.extend(cosmos_keys(&cosmos.address));
@@ -127,6 +147,7 @@ impl Bench {
         Ok(FleetPhase {
             stream: name.to_owned(),
             embedded,
+            embedded_paced: Some(embedded_paced),
             on_stream,
             on_cosmos,
             gateway_alone,
@@ -148,7 +169,7 @@ impl Bench {
             CpuTime::of(broker.pid())?,
             cosmos.map(|c| CpuTime::of(c.pid())).transpose()?,
         );
-        let end_to_end = self.end_to_end_of(phase, &keys, requests).await?;
+        let end_to_end = self.end_to_end_of(phase, &keys, requests, None).await?;
         let per_workflow = |s: f64| s * 1e6 / end_to_end.completed.max(1) as f64;
         let broker_cpu_us_per_workflow =
             per_workflow(CpuTime::of(broker.pid())?.since(before.0).own_s);

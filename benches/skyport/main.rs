@@ -83,8 +83,8 @@ use load::{Load, Measured};
 use poster::Latency;
 use poster::{Naming, Schedule};
 use report::{
-    Burst, BurstSample, CpuSplit, EndToEnd, FixedRate, Ingest, KafkaIngest, KafkaRun, Named,
-    RateLimited, Results, Store, TimeToTerminal, WholeRound, WholeSystem,
+    Burst, BurstSample, CpuSplit, DatabaseCommits, EndToEnd, FixedRate, Ingest, KafkaIngest,
+    KafkaRun, Named, RateLimited, Results, Store, TimeToTerminal, WholeRound, WholeSystem,
 };
 use servers::{AllInOne, Ceiling, GatewayOnly, Simulated};
 use skyport::Backends;
@@ -716,15 +716,18 @@ impl Bench {
         phase: &str,
         extra: &[(&str, String)],
     ) -> anyhow::Result<EndToEnd> {
-        self.end_to_end_of(phase, extra, self.plan.end_to_end).await
+        self.end_to_end_of(phase, extra, self.plan.end_to_end, None)
+            .await
     }
 
-    /// End to end on the settings `extra` adds, with `requests` requests.
+    /// End to end on the settings `extra` adds, with `requests` requests:
+    /// posted closed loop, or open loop at `paced` requests a second.
     async fn end_to_end_of(
         &self,
         phase: &str,
         extra: &[(&str, String)],
         requests: u64,
+        paced: Option<u32>,
     ) -> anyhow::Result<EndToEnd> {
         let plan = &self.plan;
         eprintln!("{phase}: {requests} requests, 5 services at 20 ms per call, rate limiter off");
@@ -740,13 +743,11 @@ impl Bench {
         Self::await_partitions(phase, &system, partitions).await?;
         let started = Instant::now();
         let cpu_before = (CpuTime::this()?, CpuTime::of(services.pid())?);
-        let post = poster::post(
-            &system.url,
-            Schedule::Requests(requests),
-            64,
-            Naming::Unnamed,
-            0,
-        );
+        let database_before = system.database_commits();
+        let schedule = paced.map_or(Schedule::Requests(requests), |per_s| {
+            Schedule::paced(requests, per_s)
+        });
+        let post = poster::post(&system.url, schedule, 64, Naming::Unnamed, 0);
         let sample = async {
             let mut samples = vec![0];
             let deadline = started + plan.drain_timeout;
@@ -762,6 +763,15 @@ impl Bench {
         let cpu = CpuSplit::between(cpu_before, services.pid(), elapsed)?;
         let completed = system.terminal();
         let failed = system.failed();
+        let database = system.database_commits().zip(database_before).map(
+            |((commits, writes), (commits_before, writes_before))| {
+                let commits = commits - commits_before;
+                DatabaseCommits {
+                    commits_per_workflow: commits as f64 / completed.max(1) as f64,
+                    writes_per_commit: (writes - writes_before) as f64 / commits.max(1) as f64,
+                }
+            },
+        );
         let peak_rss_mib = memory::peak_mib()?;
         Self::stop(system, services).await?;
         let best_second = samples
@@ -781,6 +791,7 @@ impl Bench {
             cpu_us_per_workflow: cpu.skyport_s * 1e6 / completed.max(1) as f64,
             cpu,
             peak_rss_mib,
+            database,
         })
     }
 

@@ -100,6 +100,17 @@ pub(crate) enum Schedule {
     Rate { per_s: u32, duration: Duration },
 }
 
+impl Schedule {
+    /// Open loop at `per_s`, exactly `requests` of them: request `n` is sent
+    /// when `n / per_s` falls before the duration, as [`post`] times it.
+    pub(crate) fn paced(requests: u64, per_s: u32) -> Self {
+        Self::Rate {
+            per_s,
+            duration: Duration::from_nanos(requests * 1_000_000_000 / u64::from(per_s.max(1))),
+        }
+    }
+}
+
 /// One posting run: the poster's arguments.
 #[derive(Debug, Serialize, Deserialize)]
 struct Job {

@@ -163,6 +163,19 @@ pub(crate) struct EndToEnd {
     pub(crate) cpu_us_per_workflow: f64,
     pub(crate) cpu: CpuSplit,
     pub(crate) peak_rss_mib: f64,
+    /// The embedded database's commits over the run, when status is kept there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) database: Option<DatabaseCommits>,
+}
+
+/// How the embedded database's group commit grouped a run's writes (status
+/// documents, and the Event Hubs processor's leases when it runs on them):
+/// each commit's cost is mostly fixed, so fewer writes a commit cost more a
+/// workflow.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct DatabaseCommits {
+    pub(crate) commits_per_workflow: f64,
+    pub(crate) writes_per_commit: f64,
 }
 
 /// CPU time over a phase, by process: what shares the two cores.
@@ -243,6 +256,10 @@ pub(crate) struct FleetPhase {
     pub(crate) stream: String,
     /// All in one on the embedded stream and store: the baseline.
     pub(crate) embedded: EndToEnd,
+    /// The same, posted at the rate `on_stream` ran at: the baseline of
+    /// Skyport's CPU per workflow.
+    #[serde(default)]
+    pub(crate) embedded_paced: Option<EndToEnd>,
     /// All in one on the stream, status on the embedded store.
     pub(crate) on_stream: StreamRun,
     /// All in one on the stream, status on Cosmos DB (the emulator server).
@@ -262,31 +279,73 @@ impl FleetPhase {
     }
 
     /// The all-in-one run on the stream against the embedded one: its rate,
-    /// and Skyport's CPU per workflow.
+    /// and Skyport's CPU per workflow against [`Self::cpu_base`].
     pub(crate) fn ratios(&self) -> (f64, f64) {
         let (on, base) = (&self.on_stream.end_to_end, &self.embedded);
         (
             on.workflows_per_s / base.workflows_per_s.max(f64::EPSILON),
-            on.cpu_us_per_workflow / base.cpu_us_per_workflow.max(f64::EPSILON),
+            on.cpu_us_per_workflow / self.cpu_base().cpu_us_per_workflow.max(f64::EPSILON),
         )
+    }
+
+    /// The embedded run whose rate is nearer the stream's (posted closed
+    /// loop, or at the stream's rate): group commit carries fewer writes a
+    /// commit at a lower rate, so CPU per workflow compares at one rate.
+    fn cpu_base(&self) -> &EndToEnd {
+        let rate = self.on_stream.end_to_end.workflows_per_s;
+        let off = |run: &EndToEnd| (run.workflows_per_s - rate).abs();
+        match &self.embedded_paced {
+            Some(paced) if off(paced) < off(&self.embedded) => paced,
+            _ => &self.embedded,
+        }
     }
 }
 
 impl FleetPhase {
+    /// What Skyport's CPU per workflow on the stream is held against, and
+    /// how the embedded database grouped its commits in each run.
+    fn cpu_baseline(&self) -> String {
+        let (on, base) = (&self.on_stream.end_to_end, &self.embedded);
+        let Some(paced) = &self.embedded_paced else {
+            return format!(" against {:.0} µs", base.cpu_us_per_workflow);
+        };
+        let runs = [
+            ("the stream", on),
+            ("embedded, closed loop", base),
+            ("embedded, posted at the stream's rate", paced),
+        ];
+        let line = |(what, run): &(&str, &EndToEnd)| {
+            let commits = run.database.as_ref().map_or(String::new(), |db| {
+                format!(
+                    ", {:.3} database commits a workflow ({:.1} writes each)",
+                    db.commits_per_workflow, db.writes_per_commit
+                )
+            });
+            format!(
+                "{what}: {:.0} workflows/s, {:.0} µs{commits}",
+                run.workflows_per_s, run.cpu_us_per_workflow
+            )
+        };
+        format!(
+            " against the embedded run nearer its rate ({})",
+            runs.iter().map(line).collect::<Vec<_>>().join("; ")
+        )
+    }
+
     fn verdicts(&self) -> Vec<Verdict> {
         let title = self.title();
         let kafka = self.stream == "kafka";
         let (rate, cpu) = self.ratios();
         let (on, base) = (&self.on_stream.end_to_end, &self.embedded);
+        let paced = self.cpu_baseline();
         let mut verdicts = vec![Verdict {
             what: format!("{title}: all in one against the embedded stream, services at 20 ms"),
             measured: format!(
-                "{:.0} workflows/s against {:.0}/s: **{rate:.2} ×**; Skyport's CPU {:.0} µs against \
-                 {:.0} µs per workflow: **{cpu:.2} ×**; the broker's {:.0} µs apart; peak RSS {:.0} MiB",
+                "{:.0} workflows/s against {:.0}/s: **{rate:.2} ×**; Skyport's CPU {:.0} µs a \
+                 workflow: **{cpu:.2} ×**{paced}; the broker's {:.0} µs apart; peak RSS {:.0} MiB",
                 on.workflows_per_s,
                 base.workflows_per_s,
                 on.cpu_us_per_workflow,
-                base.cpu_us_per_workflow,
                 self.on_stream.broker_cpu_us_per_workflow,
                 on.peak_rss_mib
             ),

@@ -167,6 +167,18 @@ impl AllInOne {
         self.app.tally.scheduled.load(Ordering::Relaxed)
     }
 
+    /// The embedded database's durable commits so far, and the writes they
+    /// carried; `None` when status is not kept in the embedded store.
+    pub(crate) fn database_commits(&self) -> Option<(u64, u64)> {
+        self.app.backends.embedded.as_ref().map(|store| {
+            let stats = store.database_commit_stats();
+            (
+                stats.commits.load(Ordering::Relaxed),
+                stats.operations.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     /// Deliveries that ended Failed (every request posted is valid: none should).
     pub(crate) fn failed(&self) -> u64 {
         self.app.tally.failed.load(Ordering::Relaxed)
