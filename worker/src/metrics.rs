@@ -99,6 +99,9 @@ pub struct WorkerMetrics {
     pub events_in_flight: Family<PartitionLabels, Gauge>,
     pub consumer_rewinds: Family<PartitionLabels, Counter>,
     pub worker_window: Gauge,
+    /// Events read and not completed over the worker's partition loops
+    /// (kept by the backlog guard's entries).
+    pub worker_pending_events: Gauge,
     pub step_duration: Histograms<StepLabels>,
     pub time_to_terminal: Histograms<LaneLabels>,
     pub step_errors: Family<StepErrorLabels, Counter>,
@@ -139,6 +142,12 @@ impl WorkerMetrics {
             "worker_window",
             "Events each partition may have in flight now (worker.max_in_flight, narrowed while a gateway in the same process answers slower than worker.gateway_latency_goal_ms)",
             worker_window.clone(),
+        );
+        let worker_pending_events = Gauge::default();
+        registry.register(
+            "worker_pending_events",
+            "Events read and not yet completed over the worker's partitions, as its loops last reported them: what worker.allow_backlog_of limits",
+            worker_pending_events.clone(),
         );
         let step_duration = Family::new_with_constructor(latency as fn() -> Histogram);
         registry.register(
@@ -190,6 +199,7 @@ impl WorkerMetrics {
             events_in_flight,
             consumer_rewinds,
             worker_window,
+            worker_pending_events,
             step_duration,
             time_to_terminal,
             step_errors,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use skyport_runtime::config::WorkerSettings;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +37,8 @@ pub struct BacklogGuard {
     /// the key of its [`Pending`].
     partitions: Mutex<HashMap<u64, (usize, Option<Instant>)>>,
     next_key: AtomicU64,
+    /// Their pending events summed, on `/metrics`.
+    pending: Gauge,
 }
 
 /// One partition loop's entry in the backlog: what it last reported counts
@@ -53,13 +56,15 @@ pub struct Pending<'a> {
 impl Pending<'_> {
     /// The loop's pending events and when the oldest of them began.
     pub fn report(&self, pending: usize, oldest: Option<Instant>) {
-        self.guard.lock().insert(self.key, (pending, oldest));
+        let before = self.guard.lock().insert(self.key, (pending, oldest));
+        self.guard.count(pending, before);
     }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        self.guard.lock().remove(&self.key);
+        let before = self.guard.lock().remove(&self.key);
+        self.guard.count(0, before);
     }
 }
 
@@ -71,7 +76,16 @@ impl BacklogGuard {
             grace: settings.backlog_grace_period_ms.duration(),
             partitions: Mutex::default(),
             next_key: AtomicU64::new(0),
+            pending: crate::metrics::global().worker_pending_events.clone(),
         }
+    }
+
+    /// Moves the pending events' gauge from an entry's `before` to `now`.
+    fn count(&self, now: usize, before: Option<(usize, Option<Instant>)>) {
+        let before = before.map_or(0, |(pending, _)| pending);
+        let delta =
+            i64::try_from(now).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX);
+        self.pending.inc_by(delta);
     }
 
     /// An entry for a partition loop that starts now, with nothing pending.
