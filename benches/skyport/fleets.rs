@@ -267,7 +267,15 @@ impl Bench {
         let poster_before = CpuTime::this()?;
         let started = Instant::now();
         let url = format!("{}/api/deliveryrequests", gateway.base);
-        let post = poster::post_with_key(&url, Schedule::Requests(requests), CONNECTIONS, API_KEY);
+        // The gateway's CPU once the last request is answered: what it spent
+        // taking them, as the gateway alone is measured.
+        let gateway_pid = gateway.pid();
+        let post = async {
+            let posted =
+                poster::post_with_key(&url, Schedule::Requests(requests), CONNECTIONS, API_KEY)
+                    .await;
+            (posted, CpuTime::of(gateway_pid))
+        };
         let sample = async {
             let deadline = started + self.plan.drain_timeout;
             let (mut in_flight, mut samples) = (0.0, 0u32);
@@ -281,9 +289,11 @@ impl Bench {
                 samples += 1;
             }
         };
-        let (posted, ((scheduled, failed), mean_in_flight)) = tokio::join!(post, sample);
+        let ((posted, gateway_posted), ((scheduled, failed), mean_in_flight)) =
+            tokio::join!(post, sample);
         let seconds = started.elapsed().as_secs_f64();
         let posted = posted?;
+        let gateway_posting_s = gateway_posted?.since(before[0]).own_s;
         let cpu: Vec<f64> = pids
             .iter()
             .zip(&before)
@@ -311,6 +321,9 @@ impl Bench {
             accepted_per_s: accepted as f64 / posted.seconds,
             workflows_per_s,
             gateway_cpu_us_per_request: cpu[0] * 1e6 / accepted.max(1) as f64,
+            gateway_posting_cpu_us_per_request: Some(
+                gateway_posting_s * 1e6 / accepted.max(1) as f64,
+            ),
             worker_cpu_us_per_workflow: per_workflow(cpu[4..].iter().sum()),
             broker_cpu_us_per_workflow: per_workflow(cpu[1]),
             emulator_cpu_us_per_workflow: per_workflow(cpu[2]),

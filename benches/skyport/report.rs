@@ -380,10 +380,10 @@ impl FleetPhase {
                 what: format!("{title}: fleet, 1 gateway and {} workers", run.workers),
                 measured: format!(
                     "{:.0} accepted/s; {:.0} workflows/s ({} in {:.1} s), the plan predicts {:.0}/s \
-                     ({:.1} s): **{:+.0} %**; CPU per workflow: gateway and workers {:.0} µs against \
+                     ({:.1} s): **{:+.0} %**, the cores {:.0} % busy (the plan: 100 %); CPU per workflow: gateway and workers {:.0} µs against \
                      {:.0} µs all in one: **{worker:.2} ×** (idle, the gateway used {:.3} and the workers \
                      {:.3} cores: {:.0} µs a workflow net of it, {:.2} ×); gateway {:.0} µs per request \
-                     against {:.0} µs alone: **{gateway:.2} ×**; apart: broker {:.0} µs, emulator {:.0} µs, services \
+                     while posting ({:.0} µs over the run) against {:.0} µs alone: **{gateway:.2} ×**; apart: broker {:.0} µs, emulator {:.0} µs, services \
                      {:.0} µs; {:.0} read and not completed; a workflow alone {:.0} ms; peak RSS gateway {:.0} MiB, worker {:.0} MiB",
                     run.accepted_per_s,
                     run.workflows_per_s,
@@ -392,6 +392,7 @@ impl FleetPhase {
                     run.predicted_workflows_per_s,
                     run.predicted_seconds,
                     plan * 100.0,
+                    busy(run) * 100.0,
                     fleet_cpu_per_workflow(run),
                     cosmos.end_to_end.cpu_us_per_workflow,
                     run.gateway_idle_cores,
@@ -399,6 +400,8 @@ impl FleetPhase {
                     net_cpu_per_workflow(run),
                     net_cpu_per_workflow(run)
                         / cosmos.end_to_end.cpu_us_per_workflow.max(f64::EPSILON),
+                    run.gateway_posting_cpu_us_per_request
+                        .unwrap_or(run.gateway_cpu_us_per_request),
                     run.gateway_cpu_us_per_request,
                     alone.cpu_us_per_request,
                     run.broker_cpu_us_per_workflow,
@@ -428,7 +431,8 @@ impl FleetPhase {
                     .end_to_end
                     .cpu_us_per_workflow
                     .max(f64::EPSILON),
-            run.gateway_cpu_us_per_request
+            run.gateway_posting_cpu_us_per_request
+                .unwrap_or(run.gateway_cpu_us_per_request)
                 / self.gateway_alone.cpu_us_per_request.max(f64::EPSILON),
             run.workflows_per_s / run.predicted_workflows_per_s.max(f64::EPSILON) - 1.0,
         )
@@ -440,6 +444,20 @@ impl FleetPhase {
 fn fleet_cpu_per_workflow(run: &FleetRun) -> f64 {
     run.gateway_cpu_us_per_request * run.accepted as f64 / run.completed.max(1) as f64
         + run.worker_cpu_us_per_workflow
+}
+
+/// How busy this machine's cores were over a fleet run (every process on
+/// it shares them): every process's CPU time (Skyport's, the broker's, the
+/// emulator's, the services' and the poster's) over the run's seconds. The
+/// plan's model takes them as busy all the time.
+fn busy(run: &FleetRun) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let per_workflow = fleet_cpu_per_workflow(run)
+        + run.broker_cpu_us_per_workflow
+        + run.emulator_cpu_us_per_workflow
+        + run.services_cpu_us_per_workflow
+        + run.poster_cpu_us_per_workflow;
+    per_workflow * run.completed as f64 / 1e6 / run.seconds.max(f64::EPSILON) / cores
 }
 
 /// [`fleet_cpu_per_workflow`] less what the gateway and the workers spend
@@ -485,7 +503,13 @@ pub(crate) struct FleetRun {
     pub(crate) posting_s: f64,
     pub(crate) accepted_per_s: f64,
     pub(crate) workflows_per_s: f64,
+    /// The gateway's CPU time over the whole run (its idle cost while the
+    /// workers drain included), a request.
     pub(crate) gateway_cpu_us_per_request: f64,
+    /// The gateway's CPU time while the requests were posted (until the last
+    /// was answered), a request: what the gateway alone is measured over.
+    #[serde(default)]
+    pub(crate) gateway_posting_cpu_us_per_request: Option<f64>,
     /// The workers' CPU time together, per workflow.
     pub(crate) worker_cpu_us_per_workflow: f64,
     pub(crate) broker_cpu_us_per_workflow: f64,
