@@ -1067,7 +1067,12 @@ impl BenchmarkFigures {
             _ => ("end_to_end", &json["end_to_end"]),
         };
         Self {
-            gateway_cpu: from_fleet("gateway_cpu_us_per_request").or_else(|| {
+            // Its CPU while it took the requests, when the run has it: over
+            // the whole run it also spent what it costs idle while the
+            // workers drained, which sizing by rate should not count.
+            gateway_cpu: from_fleet("gateway_posting_cpu_us_per_request")
+                .or_else(|| from_fleet("gateway_cpu_us_per_request"))
+                .or_else(|| {
                 let run = ingest?;
                 let per_s = run["skyport"]["requests_per_s"].as_f64()?;
                 let cores = json["machine"]["cores"].as_f64()?;
@@ -2343,6 +2348,23 @@ mod tests {
         // The Kafka plan does not take Event Hubs' fleet.
         let kafka = BenchmarkFigures::from_json(&json, StreamKind::Kafka);
         close(kafka.worker_cpu.unwrap().value, 240.0);
+    }
+
+    #[test]
+    fn a_fleet_gateways_cpu_while_posting_is_preferred_to_the_whole_runs() {
+        let mut json = figures_json();
+        json["fleet_kafka"] = json!({"runs": [
+            {"workers": 1, "gateway_cpu_us_per_request": 66.0,
+             "gateway_posting_cpu_us_per_request": 48.0, "worker_cpu_us_per_workflow": 700.0},
+        ]});
+        let gateway = BenchmarkFigures::from_json(&json, StreamKind::Kafka)
+            .gateway_cpu
+            .unwrap();
+        close(gateway.value, 48.0);
+        assert_eq!(
+            gateway.source,
+            "fleet_kafka.runs[workers = 1].gateway_posting_cpu_us_per_request"
+        );
     }
 
     #[test]
