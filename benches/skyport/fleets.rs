@@ -411,10 +411,7 @@ fn predict(stream: Stream, runs: &mut [FleetRun]) {
         gateway_rss_mib: Some(first.gateway_rss_mib),
         worker_rss_mib: Some(first.worker_rss_mib),
     };
-    let others = first.broker_cpu_us_per_workflow
-        + first.emulator_cpu_us_per_workflow
-        + first.services_cpu_us_per_workflow
-        + first.poster_cpu_us_per_workflow;
+    let others = first.others_cpu_us_per_workflow();
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
     for run in runs {
         let prediction = plan::predict(

@@ -452,11 +452,7 @@ fn fleet_cpu_per_workflow(run: &FleetRun) -> f64 {
 /// plan's model takes them as busy all the time.
 fn busy(run: &FleetRun) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    let per_workflow = fleet_cpu_per_workflow(run)
-        + run.broker_cpu_us_per_workflow
-        + run.emulator_cpu_us_per_workflow
-        + run.services_cpu_us_per_workflow
-        + run.poster_cpu_us_per_workflow;
+    let per_workflow = fleet_cpu_per_workflow(run) + run.others_cpu_us_per_workflow();
     per_workflow * run.completed as f64 / 1e6 / run.seconds.max(f64::EPSILON) / cores
 }
 
@@ -536,6 +532,17 @@ pub(crate) struct FleetRun {
     /// costs the fewest workers measured (set once every run is measured).
     pub(crate) predicted_workflows_per_s: f64,
     pub(crate) predicted_seconds: f64,
+}
+
+impl FleetRun {
+    /// The CPU a workflow of the processes beside Skyport's on the shared
+    /// cores: the broker, the emulator, the services and the poster.
+    pub(crate) fn others_cpu_us_per_workflow(&self) -> f64 {
+        self.broker_cpu_us_per_workflow
+            + self.emulator_cpu_us_per_workflow
+            + self.services_cpu_us_per_workflow
+            + self.poster_cpu_us_per_workflow
+    }
 }
 
 /// The gateway alone on Kafka against the ceiling, at one connection count.
