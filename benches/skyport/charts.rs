@@ -824,7 +824,8 @@ fn fleet(results: &Results, path: &Path) -> anyhow::Result<Outcome> {
     if phases.iter().any(|(_, _, phase)| phase.runs.is_empty()) {
         return Ok(Outcome::Lacking("a fleet phase without runs"));
     }
-    let title = "The fleet: workflows per second against its workers, on 2 shared cores";
+    let title =
+        "The fleet draining a backlog: workflows per second against its workers, on 2 shared cores";
     let legend: Vec<(String, Mark)> = phases
         .iter()
         .flat_map(|(name, color, _)| {

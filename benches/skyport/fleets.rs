@@ -11,19 +11,23 @@
 //!    group commit carries fewer writes a commit at a lower rate, so the
 //!    CPU a workflow costs depends on the rate as well as on the stream.
 //! 3. The same with status on Cosmos DB (the SDK's emulator served over
-//!    HTTP, a process of its own): what a fleet worker is compared with.
+//!    HTTP, a process of its own) and callbacks on, their change-feed
+//!    processor reading every status write as the fleet's workers do: what
+//!    a fleet worker is compared with.
 //! 4. The gateway alone on the stream and Cosmos DB: what a fleet gateway is
 //!    compared with.
 //! 5. The fleet as the Helm chart installs it (`tests/fleet/harness`): one
 //!    gateway and 1, 2 and 3 workers as processes of the real binaries, its
 //!    own broker and emulator, the services at 20 ms; a backlog posted at
-//!    once and drained, each process's CPU time and peak memory read from
+//!    once with the workers stopped, then drained, each process's CPU time and peak memory read from
 //!    `/proc`, the broker's, the emulator's and the services' apart; and the
 //!    capacity plan's prediction for the same shape beside what it measured.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use skyport_azure::cosmos::emulator::Emulator;
 use skyport_core::status::StatusDocument;
 use skyport_tests::kafka::Broker;
@@ -31,9 +35,9 @@ use skyport_tests::kafka::Broker;
 use skyport::plan::{self, Costs, Shape};
 
 use crate::cpu::CpuTime;
-use crate::harness::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Options};
+use crate::harness::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Member, Options};
 use crate::harness::servers::Server;
-use crate::harness::shape::{API_KEY, RECEIPT_KEY, Stream};
+use crate::harness::shape::{API_KEY, CALLBACK_SECRET, RECEIPT_KEY, Stream, change_feed_timings};
 use crate::poster::{self, Naming, Schedule};
 use crate::report::{FleetPhase, FleetRun, GatewayAlone, StreamRun};
 use crate::servers::GatewayOnly;
@@ -53,6 +57,9 @@ const FLEET_MAX_IN_FLIGHT: u32 = 128;
 const IDLE: Duration = Duration::from_secs(5);
 /// Deliveries a fleet run follows one at a time, once idle, for a workflow's latency.
 const LATENCY_PROBES: u32 = 10;
+/// How long a fleet run's workers may stay stopped while its backlog is
+/// posted (the gateway alone takes 20,000 requests in 3 to 9 s here).
+const PAUSE: Duration = Duration::from_secs(15);
 /// How often a fleet run reads its workers' counts.
 const SAMPLE: Duration = Duration::from_millis(200);
 
@@ -122,6 +129,9 @@ impl Bench {
         let cosmos = Server::start(&["cosmos"]).await;
         let mut keys = on("aio-cosmos");
         keys.extend(cosmos_keys(&cosmos.address));
+        // Callbacks on, as in the fleet: the change-feed processor reads every status write.
+        keys.push(("callbacks.secrets", format!("[\"{CALLBACK_SECRET}\"]")));
+        keys.extend(change_feed_timings());
         let on_cosmos = self
             // As many as a fleet drains: the emulator slows as a container grows.
             .stream_run(
@@ -235,6 +245,14 @@ impl Bench {
         options.service_latency_ms = SERVICE_LATENCY_MS;
         // As the all-in-one runs call them.
         options.keys.push(("services.protocol", "h2c".to_owned()));
+        // A worker stopped while the backlog is posted keeps its partitions
+        // and leases: expiries well past the pause.
+        let expiry = (2 * PAUSE.as_millis()).to_string();
+        options.keys.extend([
+            ("kafka.session_timeout_ms", expiry.clone()),
+            ("eventhubs.partition_expiration_ms", expiry.clone()),
+            ("change_feed.expiry_ms", expiry),
+        ]);
         let fleet = Fleet::start(stream, &options).await;
         fleet.wait_spread(Duration::from_secs(120)).await;
         let gateway = &fleet.gateways[0];
@@ -265,16 +283,25 @@ impl Bench {
             .collect();
         // The poster is the only child waited for meanwhile.
         let poster_before = CpuTime::this()?;
-        let started = Instant::now();
         let url = format!("{}/api/deliveryrequests", gateway.base);
-        // The gateway's CPU once the last request is answered: what it spent
-        // taking them, as the gateway alone is measured.
-        let gateway_pid = gateway.pid();
+        // The backlog is posted with the workers stopped (for at most
+        // `PAUSE`), so the gateway takes it on the cores as the gateway alone
+        // does, not beside workers draining it; its CPU once the last request
+        // is answered is what it spent taking them. Then the workers drain it.
+        let workers_pids: Vec<u32> = fleet.workers.iter().map(Member::pid).collect();
+        let started = Instant::now();
+        signal(&workers_pids, Signal::SIGSTOP)?;
+        let post = poster::post_with_key(&url, Schedule::Requests(requests), CONNECTIONS, API_KEY);
+        tokio::pin!(post);
+        let within_pause = tokio::time::timeout(PAUSE, &mut post).await;
+        let gateway_posted = CpuTime::of(gateway.pid());
+        let resumed = (Instant::now(), cpu_now()?);
+        signal(&workers_pids, Signal::SIGCONT)?;
         let post = async {
-            let posted =
-                poster::post_with_key(&url, Schedule::Requests(requests), CONNECTIONS, API_KEY)
-                    .await;
-            (posted, CpuTime::of(gateway_pid))
+            match within_pause {
+                Ok(posted) => (posted, true),
+                Err(_) => (post.await, false),
+            }
         };
         let sample = async {
             let deadline = started + self.plan.drain_timeout;
@@ -289,16 +316,25 @@ impl Bench {
                 samples += 1;
             }
         };
-        let ((posted, gateway_posted), ((scheduled, failed), mean_in_flight)) =
+        let ((posted, posted_in_pause), ((scheduled, failed), mean_in_flight)) =
             tokio::join!(post, sample);
-        let seconds = started.elapsed().as_secs_f64();
+        let (seconds, drain_s) = (
+            started.elapsed().as_secs_f64(),
+            resumed.0.elapsed().as_secs_f64(),
+        );
         let posted = posted?;
-        let gateway_posting_s = gateway_posted?.since(before[0]).own_s;
-        let cpu: Vec<f64> = pids
-            .iter()
-            .zip(&before)
-            .map(|(pid, before)| Ok(CpuTime::of(*pid)?.since(*before).own_s))
-            .collect::<anyhow::Result<_>>()?;
+        // Past the pause, the gateway's CPU while it posted is not apart.
+        let gateway_posting_s = posted_in_pause
+            .then(|| gateway_posted.map(|cpu| cpu.since(before[0]).own_s))
+            .transpose()?;
+        let end = cpu_now()?;
+        let since = |from: &[CpuTime]| -> Vec<f64> {
+            end.iter()
+                .zip(from)
+                .map(|(end, from)| end.since(*from).own_s)
+                .collect()
+        };
+        let (cpu, drain) = (since(&before), since(&resumed.1));
         let poster_s = CpuTime::this()?.since(poster_before).children_s;
         let rss: Vec<f64> = pids
             .iter()
@@ -309,7 +345,6 @@ impl Bench {
         let completed = scheduled + failed;
         let accepted = posted.status("202");
         let per_workflow = |s: f64| s * 1e6 / completed.max(1) as f64;
-        let workflows_per_s = completed as f64 / seconds;
         Ok(FleetRun {
             workers,
             requests,
@@ -317,18 +352,23 @@ impl Bench {
             completed,
             failed,
             seconds,
+            drain_s,
             posting_s: posted.seconds,
             accepted_per_s: accepted as f64 / posted.seconds,
-            workflows_per_s,
+            workflows_per_s: completed as f64 / drain_s,
             gateway_cpu_us_per_request: cpu[0] * 1e6 / accepted.max(1) as f64,
-            gateway_posting_cpu_us_per_request: Some(
-                gateway_posting_s * 1e6 / accepted.max(1) as f64,
-            ),
+            gateway_posting_cpu_us_per_request: gateway_posting_s
+                .map(|s| s * 1e6 / accepted.max(1) as f64),
             worker_cpu_us_per_workflow: per_workflow(cpu[4..].iter().sum()),
             broker_cpu_us_per_workflow: per_workflow(cpu[1]),
             emulator_cpu_us_per_workflow: per_workflow(cpu[2]),
             services_cpu_us_per_workflow: per_workflow(cpu[3]),
             poster_cpu_us_per_workflow: per_workflow(poster_s),
+            // The poster is done by then (unless the posting outlasted the
+            // pause): the other processes are the broker, the emulator and
+            // the services.
+            drain_gateway_cpu_us_per_workflow: per_workflow(drain[0]),
+            drain_others_cpu_us_per_workflow: per_workflow(drain[1..4].iter().sum()),
             gateway_idle_cores: idle[0],
             workers_idle_cores: idle[4..].iter().sum(),
             gateway_rss_mib: rss[0],
@@ -397,21 +437,22 @@ async fn probe_latency(base: &str) -> anyhow::Result<f64> {
     Ok(total_us / 1e3 / f64::from(LATENCY_PROBES))
 }
 
-/// What the capacity plan's model predicts for each run: the costs of the
-/// first run (the fewest workers), each process's per workflow, in the
-/// shape of each, on the cores every process shares here.
+/// What the capacity plan's model predicts for each run's drain: the costs
+/// of the first run's (the fewest workers), each process's per workflow
+/// while the workers drained (the gateway's then is what it spends idle),
+/// in the shape of each, on the cores every process shares here.
 fn predict(stream: Stream, runs: &mut [FleetRun]) {
     let Some(first) = runs.first() else {
         return;
     };
     let costs = Costs {
-        gateway_cpu_us_per_request: first.gateway_cpu_us_per_request,
+        gateway_cpu_us_per_request: first.drain_gateway_cpu_us_per_workflow,
         worker_cpu_us_per_workflow: first.worker_cpu_us_per_workflow,
         workflow_overhead_ms: first.workflow_overhead_ms.max(0.0),
         gateway_rss_mib: Some(first.gateway_rss_mib),
         worker_rss_mib: Some(first.worker_rss_mib),
     };
-    let others = first.others_cpu_us_per_workflow();
+    let others = first.drain_others_cpu_us_per_workflow;
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
     for run in runs {
         let prediction = plan::predict(
@@ -430,6 +471,16 @@ fn predict(stream: Stream, runs: &mut [FleetRun]) {
         run.predicted_workflows_per_s = prediction.workflows_per_s;
         run.predicted_seconds = prediction.drain_s;
     }
+}
+
+/// Sends `signal` to each of `pids`.
+fn signal(pids: &[u32], signal: Signal) -> anyhow::Result<()> {
+    for pid in pids {
+        let pid = Pid::from_raw(i32::try_from(*pid)?);
+        nix::sys::signal::kill(pid, signal)
+            .with_context(|| format!("cannot send {signal} to {pid}"))?;
+    }
+    Ok(())
 }
 
 /// Deliveries the fleet's workers brought to Scheduled, and to Failed.

@@ -379,7 +379,7 @@ impl FleetPhase {
             verdicts.push(Verdict {
                 what: format!("{title}: fleet, 1 gateway and {} workers", run.workers),
                 measured: format!(
-                    "{:.0} accepted/s; {:.0} workflows/s ({} in {:.1} s), the plan predicts {:.0}/s \
+                    "{:.0} accepted/s, the workers stopped; then {:.0} workflows/s ({} drained in {:.1} s), the plan predicts {:.0}/s \
                      ({:.1} s): **{:+.0} %**, the cores {:.0} % busy (the plan: 100 %); CPU per workflow: gateway and workers {:.0} µs against \
                      {:.0} µs all in one: **{worker:.2} ×** (idle, the gateway used {:.3} and the workers \
                      {:.3} cores: {:.0} µs a workflow net of it, {:.2} ×); gateway {:.0} µs per request \
@@ -388,7 +388,7 @@ impl FleetPhase {
                     run.accepted_per_s,
                     run.workflows_per_s,
                     run.completed,
-                    run.seconds,
+                    run.drain_s,
                     run.predicted_workflows_per_s,
                     run.predicted_seconds,
                     plan * 100.0,
@@ -446,14 +446,16 @@ fn fleet_cpu_per_workflow(run: &FleetRun) -> f64 {
         + run.worker_cpu_us_per_workflow
 }
 
-/// How busy this machine's cores were over a fleet run (every process on
-/// it shares them): every process's CPU time (Skyport's, the broker's, the
-/// emulator's, the services' and the poster's) over the run's seconds. The
-/// plan's model takes them as busy all the time.
+/// How busy this machine's cores were over a fleet run's drain (every
+/// process on it shares them): every process's CPU time (the workers', the
+/// gateway's, the broker's, the emulator's and the services') over the
+/// drain's seconds. The plan's model takes them as busy all the time.
 fn busy(run: &FleetRun) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    let per_workflow = fleet_cpu_per_workflow(run) + run.others_cpu_us_per_workflow();
-    per_workflow * run.completed as f64 / 1e6 / run.seconds.max(f64::EPSILON) / cores
+    let per_workflow = run.worker_cpu_us_per_workflow
+        + run.drain_gateway_cpu_us_per_workflow
+        + run.drain_others_cpu_us_per_workflow;
+    per_workflow * run.completed as f64 / 1e6 / run.drain_s.max(f64::EPSILON) / cores
 }
 
 /// [`fleet_cpu_per_workflow`] less what the gateway and the workers spend
@@ -485,7 +487,7 @@ pub(crate) struct GatewayAlone {
 }
 
 /// One gateway and `workers` workers, processes of their own: a backlog
-/// posted at once and drained.
+/// posted at once with the workers stopped, then drained.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FleetRun {
     pub(crate) workers: usize,
@@ -496,14 +498,19 @@ pub(crate) struct FleetRun {
     pub(crate) failed: u64,
     /// From the first request until the last workflow completed.
     pub(crate) seconds: f64,
+    /// The drain: from the workers' resuming until the last workflow completed.
+    #[serde(default)]
+    pub(crate) drain_s: f64,
     pub(crate) posting_s: f64,
     pub(crate) accepted_per_s: f64,
+    /// Over the drain.
     pub(crate) workflows_per_s: f64,
     /// The gateway's CPU time over the whole run (its idle cost while the
     /// workers drain included), a request.
     pub(crate) gateway_cpu_us_per_request: f64,
     /// The gateway's CPU time while the requests were posted (until the last
-    /// was answered), a request: what the gateway alone is measured over.
+    /// was answered) with the workers stopped, a request: what the gateway
+    /// alone is measured over; `None` when the posting outlasted the pause.
     #[serde(default)]
     pub(crate) gateway_posting_cpu_us_per_request: Option<f64>,
     /// The workers' CPU time together, per workflow.
@@ -513,6 +520,13 @@ pub(crate) struct FleetRun {
     pub(crate) services_cpu_us_per_workflow: f64,
     /// The process posting the requests: it shares the cores too.
     pub(crate) poster_cpu_us_per_workflow: f64,
+    /// Over the drain, a workflow: the gateway's CPU, and the broker's, the
+    /// emulator's and the services' together (what the plan's prediction
+    /// of the drain and the cores' busy share take).
+    #[serde(default)]
+    pub(crate) drain_gateway_cpu_us_per_workflow: f64,
+    #[serde(default)]
+    pub(crate) drain_others_cpu_us_per_workflow: f64,
     /// Cores the gateway, and the workers together, use idle before the
     /// run: what they spend whatever the load (leases, change-feed polls,
     /// metrics), over the run's seconds in the figures per workflow.
@@ -532,17 +546,6 @@ pub(crate) struct FleetRun {
     /// costs the fewest workers measured (set once every run is measured).
     pub(crate) predicted_workflows_per_s: f64,
     pub(crate) predicted_seconds: f64,
-}
-
-impl FleetRun {
-    /// The CPU a workflow of the processes beside Skyport's on the shared
-    /// cores: the broker, the emulator, the services and the poster.
-    pub(crate) fn others_cpu_us_per_workflow(&self) -> f64 {
-        self.broker_cpu_us_per_workflow
-            + self.emulator_cpu_us_per_workflow
-            + self.services_cpu_us_per_workflow
-            + self.poster_cpu_us_per_workflow
-    }
 }
 
 /// The gateway alone on Kafka against the ceiling, at one connection count.

@@ -168,6 +168,18 @@ pub(crate) struct Endpoints {
     pub(crate) services: String,
 }
 
+/// The callbacks' change-feed processor's timings, shortened.
+pub(crate) fn change_feed_timings() -> [(&'static str, String); 4] {
+    [
+        ("change_feed.acquire_interval_ms", "500".to_owned()),
+        ("change_feed.renew_interval_ms", "1000".to_owned()),
+        ("change_feed.expiry_ms", LEASE_EXPIRY_MS.to_string()),
+        // The emulator copies a container's items to read its change feed: every
+        // second, not every 100 ms, keeps it from taking the fleet's CPU.
+        ("change_feed.poll_interval_ms", "1000".to_owned()),
+    ]
+}
+
 /// The keys that cannot hold on one machine, and the timings shortened, for
 /// `stream`: what every process gets on top of the chart's rendering.
 pub(crate) fn overrides(stream: Stream, endpoints: &Endpoints) -> BTreeMap<String, String> {
@@ -183,13 +195,6 @@ pub(crate) fn overrides(stream: Stream, endpoints: &Endpoints) -> BTreeMap<Strin
         ("services.base_url", endpoints.services.clone()),
         // The callback receiver is on 127.0.0.1, not the cluster's pod network.
         ("callbacks.allow", "[\"127.0.0.0/8\"]".to_owned()),
-        // Shortened timings.
-        ("change_feed.acquire_interval_ms", "500".to_owned()),
-        ("change_feed.renew_interval_ms", "1000".to_owned()),
-        ("change_feed.expiry_ms", LEASE_EXPIRY_MS.to_string()),
-        // The emulator copies a container's items to read its change feed: every
-        // second, not every 100 ms, keeps it from taking the fleet's CPU.
-        ("change_feed.poll_interval_ms", "1000".to_owned()),
         // A raised offer reaches the groups' budgets within a second (not 15 minutes).
         (
             "cosmos.throughput_control.offer_refresh_interval_ms",
@@ -197,6 +202,7 @@ pub(crate) fn overrides(stream: Stream, endpoints: &Endpoints) -> BTreeMap<Strin
         ),
     ]
     .into_iter()
+    .chain(change_feed_timings())
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     match stream {
