@@ -19,9 +19,10 @@
 //! 5. The fleet as the Helm chart installs it (`tests/fleet/harness`): one
 //!    gateway and 1, 2 and 3 workers as processes of the real binaries, its
 //!    own broker and emulator, the services at 20 ms; a backlog posted at
-//!    once with the workers stopped, then drained, each process's CPU time and peak memory read from
-//!    `/proc`, the broker's, the emulator's and the services' apart; and the
-//!    capacity plan's prediction for the same shape beside what it measured.
+//!    once with the workers stopped, then drained, each process's CPU time
+//!    and peak memory read from `/proc`, the broker's, the emulator's and
+//!    the services' apart; and the capacity plan's prediction for the same
+//!    shape's drain beside what it measured.
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,7 @@ const IDLE: Duration = Duration::from_secs(5);
 /// Deliveries a fleet run follows one at a time, once idle, for a workflow's latency.
 const LATENCY_PROBES: u32 = 10;
 /// How long a fleet run's workers may stay stopped while its backlog is
-/// posted (the gateway alone takes 20,000 requests in 3 to 9 s here).
+/// posted (a fleet's gateway took its 20,000 requests in 2 to 9 s here).
 const PAUSE: Duration = Duration::from_secs(15);
 /// How often a fleet run reads its workers' counts.
 const SAMPLE: Duration = Duration::from_millis(200);
