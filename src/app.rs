@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use skyport_callbacks::change_feed::Processor;
@@ -27,6 +28,10 @@ use url::Url;
 use crate::backends::Backends;
 use crate::callbacks::notifier;
 use crate::listing::listing;
+
+/// How long a stopping process waits for the worker's runtime to end once
+/// every part on it has returned (what is left on it is only dropped).
+const BACKGROUND_STOP_WITHIN: Duration = Duration::from_secs(10);
 
 /// A running all-in-one process.
 #[derive(Debug)]
@@ -209,8 +214,11 @@ impl App {
         if let Some(task) = self.simulator_task.take() {
             task.await.context("the simulated services panicked")??;
         }
-        // Every task on it has finished: stop its threads.
-        drop(self.background);
+        // Every part on it has finished: stop its threads, and wait until
+        // they have, so that whatever a task left on it held (the store's
+        // file) is released before this returns and the data can be opened
+        // again at once.
+        self.background.shutdown(BACKGROUND_STOP_WITHIN).await;
         result
     }
 

@@ -10,6 +10,7 @@
 //! priority when they start; no fixed rate, no idle capacity wasted.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::runtime::{Builder, Runtime};
 use tokio::task::JoinHandle;
@@ -59,7 +60,20 @@ impl BackgroundRuntime {
     {
         match &self.runtime {
             Some(runtime) => runtime.spawn(future),
-            None => unreachable!("the runtime is taken only when dropped"),
+            None => unreachable!("the runtime is taken only when it stops"),
+        }
+    }
+
+    /// Stops the runtime and waits, on a blocking thread and for at most
+    /// `within`, until its threads have ended: every task still on it has
+    /// been dropped, and what those held (the embedded store's lock on its
+    /// file) is released once this returns.
+    pub async fn shutdown(mut self, within: Duration) {
+        if let Some(runtime) = self.runtime.take()
+            && let Err(e) =
+                tokio::task::spawn_blocking(move || runtime.shutdown_timeout(within)).await
+        {
+            tracing::warn!(error = %e, "The background runtime did not stop cleanly.");
         }
     }
 }
