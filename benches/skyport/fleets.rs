@@ -39,7 +39,7 @@ use crate::cpu::CpuTime;
 use crate::harness::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Member, Options};
 use crate::harness::servers::Server;
 use crate::harness::shape::{API_KEY, CALLBACK_SECRET, RECEIPT_KEY, Stream, change_feed_timings};
-use crate::poster::{self, Naming, Schedule};
+use crate::poster::{self, Schedule};
 use crate::report::{FleetPhase, FleetRun, GatewayAlone, StreamRun};
 use crate::servers::GatewayOnly;
 use crate::{BODY, Bench, SERVICE_LATENCY_MS, memory, micros_to_terminal};
@@ -198,27 +198,35 @@ impl Bench {
     }
 
     /// The gateway alone on the stream: distinct requests posted closed loop,
-    /// its CPU time per accepted request.
+    /// its CPU time per accepted request. It asks for an API key, as the
+    /// chart's gateways do, and each request carries the fleet's.
     async fn gateway_on_stream(
         &self,
         name: &str,
-        keys: Vec<(&'static str, String)>,
+        mut keys: Vec<(&'static str, String)>,
         broker: &StreamServer,
     ) -> anyhow::Result<GatewayAlone> {
         let requests = self.plan.end_to_end;
         eprintln!(
             "fleet on {name}: the gateway alone, {requests} requests at {CONNECTIONS} connections"
         );
+        keys.extend([
+            ("gateway.auth.enabled", "true".to_owned()),
+            ("gateway.auth.api_keys.portal.key", API_KEY.to_owned()),
+            (
+                "gateway.auth.api_keys.portal.scopes",
+                "[\"deliveries.read\", \"deliveries.write\"]".to_owned(),
+            ),
+        ]);
         memory::reset_peak()?;
         let gateway =
             GatewayOnly::start(&self.settings(&format!("fleet-{name}-gateway"), &keys)?).await?;
         let before = (CpuTime::this()?, CpuTime::of(broker.pid())?);
-        let posted = poster::post(
+        let posted = poster::post_with_key(
             &gateway.url,
             Schedule::Requests(requests),
             CONNECTIONS,
-            Naming::Unnamed,
-            0,
+            API_KEY,
         )
         .await?;
         let own = CpuTime::this()?.since(before.0).own_s;

@@ -11,6 +11,7 @@ use skyport::App;
 use skyport::Backends;
 use skyport_core::request::DeliveryRequest;
 use skyport_gateway::Gateway;
+use skyport_gateway::auth::Auth;
 use skyport_runtime::config::{Cli, Settings};
 use skyport_runtime::metrics;
 use skyport_worker::workflow::Tally;
@@ -72,6 +73,8 @@ pub(crate) fn settings(dir: &Path, keys: &[(&str, String)]) -> anyhow::Result<Se
 
 /// The gateway alone on the embedded store: what ingest costs, with no worker
 /// taking a share of the machine (on Event Hubs the gateway is its own process).
+/// Built as `skyport-gateway` builds it: its credentials and the sections the
+/// profile fills in from the settings.
 #[derive(Debug)]
 pub(crate) struct GatewayOnly {
     pub(crate) url: String,
@@ -87,9 +90,9 @@ impl GatewayOnly {
             .context("cannot open the embedded store")?;
         let gateway = Gateway::bind(
             &backends.ports,
-            &settings.gateway,
+            &settings.gateway_settings(),
             skyport_runtime::destination::CallbackAcceptance::from_settings(settings),
-            None,
+            Auth::from_settings(settings).await?,
             Vec::new(),
         )
         .await?;
