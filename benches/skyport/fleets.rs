@@ -14,15 +14,17 @@
 //!    HTTP, a process of its own) and callbacks on, their change-feed
 //!    processor reading every status write as the fleet's workers do: what
 //!    a fleet worker is compared with.
-//! 4. The gateway alone on the stream and Cosmos DB: what a fleet gateway is
-//!    compared with.
+//! 4. The gateway alone on the stream and Cosmos DB, in this process: printed
+//!    beside what a fleet gateway is compared with (5).
 //! 5. The fleet as the Helm chart installs it (`tests/fleet/harness`): one
 //!    gateway and 1, 2 and 3 workers as processes of the real binaries, its
 //!    own broker and emulator, the services at 20 ms; a backlog posted at
 //!    once with the workers stopped, then drained, each process's CPU time
 //!    and peak memory read from `/proc`, the broker's, the emulator's and
 //!    the services' apart; and the capacity plan's prediction for the same
-//!    shape's drain beside what it measured.
+//!    shape's drain beside what it measured. Just before each run, the same
+//!    fleet without workers takes the same backlog: its gateway alone, a
+//!    process of its own, what the run's gateway is held against.
 
 use std::time::{Duration, Instant};
 
@@ -262,6 +264,9 @@ impl Bench {
             ("eventhubs.partition_expiration_ms", expiry.clone()),
             ("change_feed.expiry_ms", expiry),
         ]);
+        let gateway_alone_us = self
+            .gateway_process_alone(stream, &options, requests)
+            .await?;
         let fleet = Fleet::start(stream, &options).await;
         fleet.wait_spread(Duration::from_secs(120)).await;
         let gateway = &fleet.gateways[0];
@@ -368,6 +373,7 @@ impl Bench {
             gateway_cpu_us_per_request: cpu[0] * 1e6 / accepted.max(1) as f64,
             gateway_posting_cpu_us_per_request: gateway_posting_s
                 .map(|s| s * 1e6 / accepted.max(1) as f64),
+            gateway_alone_cpu_us_per_request: Some(gateway_alone_us),
             worker_cpu_us_per_workflow: per_workflow(cpu[4..].iter().sum()),
             broker_cpu_us_per_workflow: per_workflow(cpu[1]),
             emulator_cpu_us_per_workflow: per_workflow(cpu[2]),
@@ -388,6 +394,35 @@ impl Bench {
             predicted_workflows_per_s: 0.0,
             predicted_seconds: 0.0,
         })
+    }
+
+    /// The fleet's gateway with no workers beside it, just before a run: the
+    /// same binary, configuration, broker and emulator as the run's gateway,
+    /// `requests` posted with its API key; its CPU time per accepted
+    /// request. The run's gateway is held against this rather than only
+    /// against the gateway alone in this process minutes earlier: this
+    /// machine's speed moves from minute to minute (the same gateway's CPU a
+    /// request by a third).
+    async fn gateway_process_alone(
+        &self,
+        stream: Stream,
+        options: &Options,
+        requests: u64,
+    ) -> anyhow::Result<f64> {
+        let name = stream.name();
+        eprintln!("fleet on {name}: its gateway alone, {requests} requests");
+        let mut options = options.clone();
+        options.workers = 0;
+        let fleet = Fleet::start(stream, &options).await;
+        let gateway = &fleet.gateways[0];
+        let url = format!("{}/api/deliveryrequests", gateway.base);
+        tokio::time::sleep(IDLE).await;
+        let before = CpuTime::of(gateway.pid())?;
+        let posted =
+            poster::post_with_key(&url, Schedule::Requests(requests), CONNECTIONS, API_KEY).await?;
+        let own = CpuTime::of(gateway.pid())?.since(before).own_s;
+        fleet.stop().await;
+        Ok(own * 1e6 / posted.status("202").max(1) as f64)
     }
 }
 

@@ -383,7 +383,8 @@ impl FleetPhase {
                      ({:.1} s): **{:+.0} %**, the cores {:.0} % busy (the plan: 100 %); CPU per workflow: gateway and workers {:.0} µs against \
                      {:.0} µs all in one: **{worker:.2} ×** (idle, the gateway used {:.3} and the workers \
                      {:.3} cores: {:.0} µs a workflow net of it, {:.2} ×); gateway {:.0} µs per request \
-                     while posting ({:.0} µs over the run) against {:.0} µs alone: **{gateway:.2} ×**; apart: broker {:.0} µs, emulator {:.0} µs, services \
+                     while posting ({:.0} µs over the run) against {:.0} µs alone just before \
+                     ({:.0} µs alone in this process): **{gateway:.2} ×**; apart: broker {:.0} µs, emulator {:.0} µs, services \
                      {:.0} µs; {:.0} read and not completed; a workflow alone {:.0} ms; peak RSS gateway {:.0} MiB, worker {:.0} MiB",
                     run.accepted_per_s,
                     run.workflows_per_s,
@@ -403,6 +404,7 @@ impl FleetPhase {
                     run.gateway_posting_cpu_us_per_request
                         .unwrap_or(run.gateway_cpu_us_per_request),
                     run.gateway_cpu_us_per_request,
+                    self.gateway_alone_for(run),
                     alone.cpu_us_per_request,
                     run.broker_cpu_us_per_workflow,
                     run.emulator_cpu_us_per_workflow,
@@ -433,9 +435,17 @@ impl FleetPhase {
                     .max(f64::EPSILON),
             run.gateway_posting_cpu_us_per_request
                 .unwrap_or(run.gateway_cpu_us_per_request)
-                / self.gateway_alone.cpu_us_per_request.max(f64::EPSILON),
+                / self.gateway_alone_for(run).max(f64::EPSILON),
             run.workflows_per_s / run.predicted_workflows_per_s.max(f64::EPSILON) - 1.0,
         )
+    }
+
+    /// What a run's gateway per request is held against: the same gateway
+    /// alone just before the run, else (runs before it was measured) the
+    /// gateway alone in the bench's process.
+    fn gateway_alone_for(&self, run: &FleetRun) -> f64 {
+        run.gateway_alone_cpu_us_per_request
+            .unwrap_or(self.gateway_alone.cpu_us_per_request)
     }
 }
 
@@ -513,6 +523,11 @@ pub(crate) struct FleetRun {
     /// alone is measured over; `None` when the posting outlasted the pause.
     #[serde(default)]
     pub(crate) gateway_posting_cpu_us_per_request: Option<f64>,
+    /// The same gateway with no workers, a process of its own just before
+    /// the run (the same binary, configuration and backlog), a request:
+    /// what the gateway while posting is held against.
+    #[serde(default)]
+    pub(crate) gateway_alone_cpu_us_per_request: Option<f64>,
     /// The workers' CPU time together, per workflow.
     pub(crate) worker_cpu_us_per_workflow: f64,
     pub(crate) broker_cpu_us_per_workflow: f64,
