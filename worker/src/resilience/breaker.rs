@@ -149,10 +149,17 @@ impl Breaker {
         }
     }
 
-    /// Waits until `until` or until the circuit changes.
-    pub async fn wait(&self, until: Option<Instant>) {
-        let mut changed = self.changed.subscribe();
-        changed.mark_unchanged();
+    /// What wakes a caller that [`Self::admit`] tells to wait. Taken before
+    /// `admit`: a change between the two (the probe's outcome) then wakes
+    /// it, where a subscription taken after would miss it and wait for a
+    /// change that may never come.
+    pub fn changes(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// Waits until `until`, or until the circuit changes after `changed`
+    /// was taken (with [`Self::changes`]).
+    pub async fn wait(mut changed: watch::Receiver<()>, until: Option<Instant>) {
         match until {
             Some(until) => {
                 tokio::select! {
@@ -327,6 +334,25 @@ mod tests {
         }
         breaker.record(Admission::Call, true, now);
         assert!(matches!(breaker.state(), State::Open { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_ends_before_a_caller_waits_still_wakes_it() {
+        let (breaker, _) = breaker();
+        let now = Instant::now();
+        for _ in 0..3 {
+            breaker.record(Admission::Call, false, now);
+        }
+        let later = now + Duration::from_secs(2);
+        assert_eq!(breaker.admit(later), Admission::Probe);
+        let changes = breaker.changes();
+        assert_eq!(breaker.admit(later), Admission::Wait(None));
+        // The probe succeeds before the waiting caller gets to wait.
+        breaker.record(Admission::Probe, true, later);
+        tokio::time::timeout(Duration::from_secs(60), Breaker::wait(changes, None))
+            .await
+            .expect("the closed circuit wakes the caller told to wait before it closed");
+        assert_eq!(breaker.admit(later), Admission::Call);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use skyport_runtime::{telemetry, trace_span};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::breaker::{Admission, Breakers};
+use super::breaker::{Admission, Breaker, Breakers};
 use super::classify::{Attempt, classify, parse_retry_after};
 use super::h2c::H2c;
 
@@ -168,11 +168,12 @@ impl ServiceClient {
         // a call that happens to probe a long outage again and again must not fail for it.
         let mut attempts = 0u32;
         loop {
+            let changes = breaker.changes();
             let admission = breaker.admit(tokio::time::Instant::now());
             if let Admission::Wait(until) = admission {
                 tokio::select! {
                     () = abandon.cancelled() => return Answer::abandoned(calls),
-                    () = breaker.wait(until) => continue,
+                    () = Breaker::wait(changes, until) => continue,
                 }
             }
             calls += 1;
