@@ -67,6 +67,16 @@ pub enum ApiError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
+    /// The stream did not say whether it stored the request: it may run.
+    /// The client learns its fate by retrying it unchanged.
+    #[error(
+        "the stream did not confirm whether it stored the request; it may still run. Retry it unchanged (the same deliveryId or Idempotency-Key) to learn its fate"
+    )]
+    PublishUnknown {
+        retry_after_s: u32,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Too many requests are in flight; this one was refused without waiting.
     #[error(
         "the gateway is at its limit of requests in flight; retry after the Retry-After seconds"
@@ -138,6 +148,11 @@ impl ApiError {
                 "Service unavailable",
                 "Unavailable",
             ),
+            Self::PublishUnknown { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Outcome unknown",
+                "PublishOutcomeUnknown",
+            ),
             Self::Overloaded { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Service unavailable",
@@ -163,6 +178,10 @@ impl IntoResponse for ApiError {
                 let request_id = request_id::current_request_id();
                 tracing::warn!(request_id, error = %source, "Refused a request: a backend is unavailable.");
             }
+            Self::PublishUnknown { source, .. } => {
+                let request_id = request_id::current_request_id();
+                tracing::warn!(request_id, error = %source, "The stream did not say whether it stored a request; its name stays taken.");
+            }
             Self::Internal(source) => {
                 let request_id = request_id::current_request_id();
                 tracing::error!(request_id, error = %source, "A request failed with an internal error.");
@@ -171,6 +190,7 @@ impl IntoResponse for ApiError {
         }
         let retry_after = match &self {
             Self::Unavailable { retry_after_s, .. }
+            | Self::PublishUnknown { retry_after_s, .. }
             | Self::Overloaded { retry_after_s }
             | Self::TooManyRequests { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
@@ -232,9 +252,15 @@ impl From<StatusStoreError> for ApiError {
 
 impl From<PublishError> for ApiError {
     fn from(e: PublishError) -> Self {
-        Self::Unavailable {
-            retry_after_s: 1,
-            source: Some(Box::new(e)),
+        match e {
+            PublishError::Unknown(_) => Self::PublishUnknown {
+                retry_after_s: 1,
+                source: Box::new(e),
+            },
+            PublishError::Unavailable(_) | PublishError::Closed => Self::Unavailable {
+                retry_after_s: 1,
+                source: Some(Box::new(e)),
+            },
         }
     }
 }

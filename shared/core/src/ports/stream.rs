@@ -94,6 +94,11 @@ pub enum PublishError {
     /// The stream is shutting down and takes no more events.
     #[error("the stream is shutting down")]
     Closed,
+    /// The stream did not say whether it stored the event (a send timed out
+    /// after it left, or the broker answered neither stored nor refused):
+    /// it may yet be durable, so its name stays taken.
+    #[error("the stream did not say whether it stored the event")]
+    Unknown(#[source] BoxError),
 }
 
 /// Appends events durably. Concurrent publishes share batches (group commit);
