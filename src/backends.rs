@@ -35,7 +35,7 @@ pub enum BackendError {
     /// A setting that does not fit the data already stored.
     #[error("{0}")]
     Config(#[source] ConfigError),
-    #[error("gateway.receipt_key is not set, and no embedded store keeps one")]
+    #[error("gateway.receipt_keys is empty, and no embedded store keeps a key")]
     NoReceiptKey,
 }
 
@@ -96,11 +96,22 @@ impl Backends {
             (StreamBackend::Embedded, None) => Some(open_embedded(settings)?),
             (_, store) => store,
         };
-        let receipt_key: Arc<[u8]> = match (&settings.gateway.receipt_key, &embedded) {
-            (Some(key), _) => key.expose_secret().as_bytes().into(),
-            (None, Some(embedded)) => embedded.receipt_key().into(),
-            (None, None) => return Err(BackendError::NoReceiptKey),
-        };
+        // The configured keys sign; the embedded store's keeps verifying the
+        // receipts it signed before they were configured.
+        let receipt_keys: Vec<Arc<[u8]>> = settings
+            .gateway
+            .receipt_keys
+            .iter()
+            .map(|key| Arc::from(key.expose_secret().as_bytes()))
+            .chain(
+                embedded
+                    .iter()
+                    .map(|embedded| Arc::from(embedded.receipt_key())),
+            )
+            .collect();
+        if receipt_keys.is_empty() {
+            return Err(BackendError::NoReceiptKey);
+        }
         let group = &settings.worker.consumer_group;
         let (publisher, consumer): (Arc<dyn Publisher>, Arc<dyn Consumer>) =
             match (settings.stream_backend(), &embedded) {
@@ -129,7 +140,7 @@ impl Backends {
             dead_letters,
             idempotency,
             changes: store.changes(),
-            receipt_key,
+            receipt_keys,
         };
         Ok(Self {
             ports,

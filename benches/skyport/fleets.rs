@@ -579,7 +579,7 @@ fn cosmos_keys(endpoint: &str) -> Vec<(&'static str, String)> {
         ("cosmos.create_if_missing", "true".to_owned()),
         ("cosmos.throughput", "100000".to_owned()),
         // No embedded store keeps one.
-        ("gateway.receipt_key", format!("\"{RECEIPT_KEY}\"")),
+        ("gateway.receipt_keys", format!("[\"{RECEIPT_KEY}\"]")),
     ]
 }
 

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use skyport_core::ports::Lane;
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_gateway::receipt::Receipts;
 use time::OffsetDateTime;
@@ -82,7 +83,7 @@ impl Bench {
             plan.held
         );
         let posts_alone = self.load(&system.url, self.closed_loop(64)).await?;
-        let receipts = Receipts::new(&system.app.backends.ports.receipt_key);
+        let receipts = Receipts::new(&system.app.backends.ports.receipt_keys);
         let gateway = system
             .url
             .trim_end_matches("/api/deliveryrequests")
@@ -91,7 +92,7 @@ impl Bench {
         let wait = plan.closed_loop.as_secs() + 10;
         for n in 0..plan.held {
             let id = format!("held-{n}");
-            let receipt = receipts.sign(&id, OffsetDateTime::now_utc());
+            let receipt = receipts.sign(&id, OffsetDateTime::now_utc(), Lane::Normal, None);
             let url = format!(
                 "{gateway}/api/deliveryrequests/{id}/status?receipt={receipt}&wait={}",
                 wait.min(30)

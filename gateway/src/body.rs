@@ -1,16 +1,20 @@
-//! A request's body on its way in, before it may take one of the
-//! `max_in_flight` slots: its `Content-Encoding` checked, decoded when it
-//! names a coding (tower-http's [`RequestDecompression`]), then read whole
-//! within `max_body_bytes` of *decoded* bytes and the body read timeout. A
-//! client that stalls mid-body therefore holds a connection until its 408,
-//! never a slot, and a decompression bomb is refused (413) after
-//! `max_body_bytes` of output, never inflated in memory.
+//! A request's body on its way in, once its credentials are checked and
+//! before it may take one of the `max_in_flight` slots: its
+//! `Content-Encoding` checked, decoded when it names a coding (tower-http's
+//! [`RequestDecompression`]), then read whole within `max_body_bytes` of
+//! *decoded* bytes and the body read timeout. A client that stalls mid-body
+//! therefore holds a connection until its 408, never a slot, and a
+//! decompression bomb is refused (413) after `max_body_bytes` of output,
+//! never inflated in memory. Bodies are read at most `max_in_flight` at
+//! once (one more is refused with 503 and `Retry-After`), so the memory they
+//! hold is bounded whatever the number of connections.
 //!
 //! One middleware, and the decoder only for a body that names a coding, so
 //! that the plain JSON of almost every request pays for no layer it does not
 //! use (each costs a boxed service per request: BENCHMARKS.md).
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -19,6 +23,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 use tower_http::decompression::{DecompressionBody, RequestDecompression};
 
@@ -27,21 +32,31 @@ use crate::error::ApiError;
 /// The content codings decoded, as their `Content-Encoding` tokens.
 const DECODED: [&str; 4] = ["gzip", "br", "zstd", "deflate"];
 
-/// How much of a body is read, and for how long.
-#[derive(Debug, Clone, Copy)]
+/// How much of a body is read, for how long, and how many at once.
+#[derive(Debug, Clone)]
 pub struct BodyLimits {
     /// Most bytes after decoding.
     pub max_bytes: usize,
     /// How long the whole body may take to arrive once the head has.
     pub timeout: Duration,
+    /// The bodies being read; one more than it holds is refused.
+    pub reading: Arc<Semaphore>,
+    /// `Retry-After` of that refusal.
+    pub retry_after_s: u32,
 }
 
 /// Reads the body whole, decoding it first when its `Content-Encoding` names
 /// a coding: 415 for a coding that is not one token the gateway decodes
 /// (naming the ones it does), then as [`read_whole`] says.
 pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: Next) -> Response {
+    let Ok(reading) = Arc::clone(&limits.reading).try_acquire_owned() else {
+        return ApiError::Overloaded {
+            retry_after_s: limits.retry_after_s,
+        }
+        .into_response();
+    };
     let Some(value) = request.headers().get(header::CONTENT_ENCODING) else {
-        return read_whole(request, next, limits).await;
+        return read_whole(request, next, limits, reading).await;
     };
     let token = value
         .to_str()
@@ -50,7 +65,7 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
         .to_ascii_lowercase();
     if token == "identity" {
         request.headers_mut().remove(header::CONTENT_ENCODING);
-        return read_whole(request, next, limits).await;
+        return read_whole(request, next, limits, reading).await;
     }
     let Some(known) = DECODED.iter().find(|known| **known == token) else {
         let shown = String::from_utf8_lossy(value.as_bytes()).into_owned();
@@ -60,11 +75,14 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
     request
         .headers_mut()
         .insert(header::CONTENT_ENCODING, HeaderValue::from_static(known));
-    let mut next = Some(next);
+    let mut taken = Some((next, reading));
     let decoded = RequestDecompression::new(tower::service_fn(
         move |request: Request<DecompressionBody<Body>>| {
-            let next = next.take().expect("a oneshot service is called once");
-            async move { Ok::<_, Infallible>(read_whole(request.map(Body::new), next, limits).await) }
+            let (next, reading) = taken.take().expect("a oneshot service is called once");
+            let limits = limits.clone();
+            async move {
+                Ok::<_, Infallible>(read_whole(request.map(Body::new), next, limits, reading).await)
+            }
         },
     ));
     match decoded.oneshot(request).await {
@@ -73,10 +91,16 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
     }
 }
 
-/// Reads the (decoded) body whole within `limits`, then passes the request on
-/// with the bytes as its body: 413 past `max_bytes`, 408 past `timeout`, 400
-/// when it cannot be read or decoded.
-async fn read_whole(request: Request, next: Next, limits: BodyLimits) -> Response {
+/// Reads the (decoded) body whole within `limits`, then gives its place
+/// among the bodies being read back and passes the request on with the
+/// bytes as its body: 413 past `max_bytes`, 408 past `timeout`, 400 when it
+/// cannot be read or decoded.
+async fn read_whole(
+    request: Request,
+    next: Next,
+    limits: BodyLimits,
+    reading: OwnedSemaphorePermit,
+) -> Response {
     let (parts, body) = request.into_parts();
     let collected = tokio::time::timeout(
         limits.timeout,
@@ -102,6 +126,7 @@ async fn read_whole(request: Request, next: Next, limits: BodyLimits) -> Respons
             .into_response();
         }
     };
+    drop(reading);
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }

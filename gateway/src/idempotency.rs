@@ -5,7 +5,9 @@
 //! same status URL; the same name with a different body is a conflict.
 //!
 //! Keys are scoped by the client (the authenticated principal), so two clients
-//! can use the same `Idempotency-Key`; delivery ids are global.
+//! can use the same `Idempotency-Key`; delivery ids are global, and a name
+//! stays taken for as long as its delivery's status can be read (the POST
+//! checks the status when a reservation is new).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -13,6 +15,8 @@ use sha2::{Digest, Sha256};
 use skyport_core::ports::Reservation;
 use skyport_core::request::DeliveryRequest;
 use time::{Duration, OffsetDateTime};
+
+use crate::ids::{DERIVED_HEX, DERIVED_PREFIX};
 
 /// How a request names its delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,14 +66,15 @@ impl Name {
         }
     }
 
-    /// Why a request under this name is not a retry of the one that holds it.
+    /// Why a request under this name is not a retry of the one that holds
+    /// it: the name is taken, and nothing of whose it is or what it holds.
     pub fn conflict(&self) -> String {
         match self {
-            Self::DeliveryId(id) => format!(
-                "deliveryId {id} already names a different request; a retry must repeat the body exactly"
-            ),
+            Self::DeliveryId(id) => {
+                format!("deliveryId {id} is taken; a retry must repeat its first request exactly")
+            }
             Self::Key { key, .. } => format!(
-                "Idempotency-Key {key} was already used for a different request; a retry must repeat the body exactly"
+                "Idempotency-Key {key} is taken; a retry must repeat its first request exactly"
             ),
         }
     }
@@ -84,8 +89,11 @@ fn derived_id(client: &str, key: &str) -> String {
         .chain_update(b"\0")
         .chain_update(key.as_bytes())
         .finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("k-{hex}")
+    let hex: String = digest[..DERIVED_HEX / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{DERIVED_PREFIX}{hex}")
 }
 
 /// What a retry must repeat: the client, the key and the body as sent.

@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 pub mod heavy_hitters;
 pub mod idempotency;
+pub mod ids;
 pub mod openapi;
 pub mod pacing;
 pub mod prefer;
@@ -36,8 +37,8 @@ use skyport_runtime::destination::CallbackAcceptance;
 use skyport_runtime::http::Server;
 use skyport_runtime::{admin, dashboard};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceBuilder;
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::SizeAbove;
 use utoipa::OpenApi;
@@ -52,19 +53,24 @@ use crate::routes::{deliveries, listing, operations, reschedule};
 pub use crate::state::AppState;
 use crate::waiting::Waiters;
 
-/// The API's routes, each with its part of the OpenAPI document.
-fn deliveries() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+/// The API's routes, each with its part of the OpenAPI document; the
+/// operators' (`/admin/redrive`, `/admin/callbacks/resend`) with them when
+/// `operators` says so.
+fn deliveries(operators: bool) -> OpenApiRouter<AppState> {
+    let mut routes = OpenApiRouter::new()
         .routes(routes!(deliveries::create))
-        .routes(routes!(deliveries::cancel, reschedule::reschedule))
-        .routes(routes!(operations::redrive))
-        .routes(routes!(operations::resend))
-        .merge(
-            OpenApiRouter::new()
-                .routes(routes!(deliveries::status))
-                .routes(routes!(listing::list))
-                .layer(compression()),
-        )
+        .routes(routes!(deliveries::cancel, reschedule::reschedule));
+    if operators {
+        routes = routes
+            .routes(routes!(operations::redrive))
+            .routes(routes!(operations::resend));
+    }
+    routes.merge(
+        OpenApiRouter::new()
+            .routes(routes!(deliveries::status))
+            .routes(routes!(listing::list))
+            .layer(compression()),
+    )
 }
 
 /// Responses of at least this many bytes are compressed for a client that
@@ -87,67 +93,96 @@ fn operations() -> OpenApiRouter<AppState> {
 /// The gateway's OpenAPI document, as served at `/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(deliveries())
+        .merge(deliveries(true))
         .merge(operations())
         .into_openapi()
 }
 
-/// The gateway's routes over `state`, as `settings` limit them: bodies to
-/// `max_body_bytes` once decoded and to the body read timeout, API requests
-/// in flight to `max_in_flight` (one more is refused at once with 503 and
-/// `Retry-After` rather than queued; a request takes its slot only once its
-/// body has arrived). With `auth`, the `/api` routes, the `/admin`
-/// reports and the dashboard's data need credentials (the probes and
-/// `/metrics` never do). The dashboard is served when `settings.dashboard`
-/// says so (resolved from the profile by [`skyport_runtime::config::Settings::gateway_settings`]).
+/// The gateway's routes over `state`, as `settings` limit them.
+///
+/// With `auth`, every route but the probes, `/metrics` and the spec needs
+/// credentials: the `/api` routes their method's scope, the `/admin` routes
+/// and the dashboard's data (every client's) the admin scope. Without it, the
+/// `/admin` routes are not served at all (404) unless
+/// `gateway.admin_without_auth` asks for them. The dashboard is served when
+/// `settings.dashboard` says so (resolved from the profile by
+/// [`skyport_runtime::config::Settings::gateway_settings`]).
+///
+/// A request meets its limits in this order: credentials (a header check,
+/// before anything is buffered for it), then its body, read at most
+/// `max_in_flight` at once, whole, within `max_body_bytes` once decoded and
+/// the body read timeout; then a slot among `max_in_flight` (one more is
+/// refused at once with 503 and `Retry-After` rather than queued), or, for a
+/// status read that asks to wait, a place among `max_waiting` and its
+/// client's `max_waiting_per_client`. With `settings.internal_listen`, the
+/// probes and `/metrics` are left to [`internal_router`].
 pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -> Router {
     let admission = waiting::Admission::new(
         settings.max_in_flight,
         settings.max_waiting,
+        settings.max_waiting_per_client,
         state.retry_after_s,
     );
-    let mut api = deliveries();
-    let mut reports = admin::reports();
-    if settings.dashboard == Some(true) {
+    let limits = BodyLimits {
+        max_bytes: settings.max_body_bytes,
+        timeout: settings.http.body_read_timeout_ms.duration(),
+        reading: Arc::new(Semaphore::new(settings.max_in_flight)),
+        retry_after_s: state.retry_after_s,
+    };
+    if auth.is_none() && state.quotas.is_some() {
+        tracing::warn!(
+            "Quotas are advisory while authentication is off: a request is metered by the ownerId it names, which any caller chooses."
+        );
+    }
+    let operators = auth.is_some() || settings.admin_without_auth;
+    let dashboard = settings.dashboard == Some(true);
+    let mut api = deliveries(operators);
+    let mut reports = axum::Router::new();
+    if operators {
+        reports = reports.merge(admin::reports());
+    }
+    if dashboard {
         let top_clients = state
             .quotas
             .clone()
             .map(|quotas| quotas as Arc<dyn dashboard::TopClients>);
         reports = reports.merge(dashboard::data(top_clients));
     }
-    if let Some(auth) = &auth {
+    // Route layers: each runs for requests that match one of its routes, so
+    // an unknown path or method is still a 404 or 405. The last one added
+    // runs first. (A router with no route takes no route layer.)
+    let has_reports = operators || dashboard;
+    if has_reports {
         reports = reports.route_layer(middleware::from_fn_with_state(
-            auth.clone(),
-            auth::require_credentials,
+            admission.clone(),
+            waiting::admit,
         ));
     }
-    if settings.dashboard == Some(true) {
-        reports = reports.merge(dashboard::page());
-    }
+    api = api
+        .route_layer(middleware::from_fn_with_state(admission, waiting::admit))
+        .route_layer(middleware::from_fn_with_state(limits, body::read));
     if let Some(auth) = auth {
-        // A route layer: it runs for requests that match one of these routes,
-        // so an unknown path or method is still a 404 or 405.
+        if has_reports {
+            reports = reports.route_layer(middleware::from_fn_with_state(
+                auth.clone(),
+                auth::require_credentials,
+            ));
+        }
         api = api.route_layer(middleware::from_fn_with_state(
             auth,
             auth::require_credentials,
         ));
     }
-    let limits = BodyLimits {
-        max_bytes: settings.max_body_bytes,
-        timeout: settings.http.body_read_timeout_ms.duration(),
+    if dashboard {
+        reports = reports.merge(dashboard::page());
+    }
+    let mut routes = OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(api);
+    routes = if settings.internal_listen.is_some() {
+        routes.routes(routes!(admin::probe))
+    } else {
+        routes.merge(operations())
     };
-    // The body first, so that a slow one never holds a slot; the load limit
-    // next, so that a request refused for load costs no credential check.
-    // One admission for all routes: a route layer is applied to each route.
-    let api = api.route_layer(
-        ServiceBuilder::new()
-            .layer(middleware::from_fn_with_state(limits, body::read))
-            .layer(middleware::from_fn_with_state(admission, waiting::admit)),
-    );
-    let (routes, spec) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(api)
-        .merge(operations())
-        .split_for_parts();
+    let (routes, spec) = routes.split_for_parts();
     request_context::count_from_zero(&spec);
     let spec = axum::body::Bytes::from(openapi::to_json(&spec));
     routes
@@ -168,21 +203,32 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
         .with_state(state)
 }
 
-/// The gateway's listener could not be bound.
+/// The probes and `/metrics` alone, for `gateway.internal_listen`: a port
+/// apart from the API's, which an exhausted API cannot starve and which
+/// only the cluster (the kubelet, the scraper) needs to reach.
+pub fn internal_router(state: &AppState) -> Router {
+    admin::internal_router(state.admin.clone())
+}
+
+/// One of the gateway's listeners could not be bound.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on gateway.listen = {address}")]
+#[error("cannot listen on {key} = {address}")]
 pub struct BindError {
+    key: &'static str,
     address: SocketAddr,
     #[source]
     source: std::io::Error,
 }
 
-/// A gateway bound to its address, ready to serve.
+/// A gateway bound to its address (and its internal one), ready to serve.
 #[derive(Debug)]
 pub struct Gateway {
     listener: TcpListener,
     router: Router,
+    /// `gateway.internal_listen`'s listener and the probes and metrics it serves.
+    internal: Option<(TcpListener, Router)>,
     server: Server,
+    http: skyport_runtime::config::HttpSettings,
     /// What wakes the status reads that wait.
     waiters: Arc<Waiters>,
     changes: Arc<dyn ChangeSource>,
@@ -191,11 +237,12 @@ pub struct Gateway {
 
 impl Gateway {
     /// Builds the routes over `ports`, checking credentials with `auth`
-    /// (from [`Auth::from_settings`]), and binds `settings.listen`; `/readyz`
-    /// also reports what `diagnostics` say.
+    /// (from [`Auth::from_settings`]), and binds `settings.listen` (and
+    /// `settings.internal_listen`); `/readyz` also reports what
+    /// `diagnostics` say.
     ///
     /// # Errors
-    /// [`BindError`] when the address cannot be bound.
+    /// [`BindError`] when an address cannot be bound.
     pub async fn bind(
         ports: &Ports,
         settings: &GatewaySettings,
@@ -203,19 +250,31 @@ impl Gateway {
         auth: Option<Auth>,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Result<Self, BindError> {
-        let bind_error = |source| BindError {
-            address: settings.listen,
-            source,
+        let bind = |key, address| async move {
+            TcpListener::bind(address)
+                .await
+                .map_err(|source| BindError {
+                    key,
+                    address,
+                    source,
+                })
         };
-        let listener = TcpListener::bind(settings.listen)
-            .await
-            .map_err(bind_error)?;
+        let listener = bind("gateway.listen", settings.listen).await?;
         let state = AppState::new(ports, settings, callbacks, diagnostics);
+        let internal = match settings.internal_listen {
+            Some(address) => Some((
+                bind("gateway.internal_listen", address).await?,
+                internal_router(&state),
+            )),
+            None => None,
+        };
         Ok(Self {
             listener,
             waiters: Arc::clone(&state.waiters),
             router: router(state, auth, settings),
+            internal,
             server: Server::new(&settings.http, settings.shutdown_grace_period_ms.duration()),
+            http: settings.http.clone(),
             changes: Arc::clone(&ports.changes),
             wait_poll_interval: settings.wait_poll_interval_ms.duration(),
         })
@@ -229,6 +288,17 @@ impl Gateway {
         self.listener.local_addr()
     }
 
+    /// The internal address actually bound, when `gateway.internal_listen` is set.
+    ///
+    /// # Errors
+    /// When the socket cannot say.
+    pub fn internal_addr(&self) -> std::io::Result<Option<SocketAddr>> {
+        self.internal
+            .as_ref()
+            .map(|(listener, _)| listener.local_addr())
+            .transpose()
+    }
+
     /// Serves until `shutdown` is cancelled, then lets in-flight requests
     /// finish for at most the grace period.
     pub async fn serve(self, shutdown: CancellationToken) {
@@ -239,9 +309,22 @@ impl Gateway {
             self.wait_poll_interval,
             following.clone(),
         ));
+        // The internal listener answers the probes until the API has drained.
+        let internal_shutdown = CancellationToken::new();
+        let internal = self.internal.map(|(listener, router)| {
+            let http = self.http.clone();
+            let shutdown = internal_shutdown.clone();
+            tokio::spawn(async move { admin::serve(listener, router, &http, shutdown).await })
+        });
         self.server
             .serve(self.listener, self.router, shutdown)
             .await;
+        internal_shutdown.cancel();
+        if let Some(internal) = internal
+            && let Err(e) = internal.await
+        {
+            tracing::warn!(error = %e, "The gateway's internal listener panicked.");
+        }
         following.cancel();
         if let Err(e) = follower.await {
             tracing::warn!(error = %e, "The change-feed follower of waiting status reads panicked.");

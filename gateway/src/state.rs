@@ -135,7 +135,7 @@ impl AppState {
                 settings.idempotency_retention_s.duration(),
             )
             .unwrap_or(time::Duration::DAY),
-            receipts: Receipts::new(&ports.receipt_key),
+            receipts: Receipts::new(&ports.receipt_keys),
             retry_after_s: settings.retry_after_s,
             pacing: Pacing::new(Duration::from_secs(u64::from(settings.retry_after_s))),
             event_schema_version: settings.event_schema_version,

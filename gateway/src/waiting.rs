@@ -2,7 +2,9 @@
 //! `?wait=N`, N from 1 to 30 seconds.
 //!
 //! Admission ([`admit`]) gives such a read a place among
-//! `gateway.max_waiting` rather than among `gateway.max_in_flight`, and
+//! `gateway.max_waiting` (and among its client's
+//! `gateway.max_waiting_per_client`) rather than among
+//! `gateway.max_in_flight`, and
 //! marks it [`Held`] so that its time is kept apart from the answers'. The
 //! handler registers with [`Waiters`] before it reads the status, then waits
 //! until the delivery's id is written again, and reads once more.
@@ -12,10 +14,11 @@
 //! `gateway.wait_poll_interval_ms`, and only while someone waits.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use axum::extract::{MatchedPath, Query, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Query, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -25,6 +28,7 @@ use skyport_core::ports::{ChangeFeedError, ChangeSource, FeedRange, StartFrom};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::prefer;
 
@@ -70,28 +74,100 @@ pub struct Hold {
 #[derive(Debug, Clone, Copy)]
 pub struct Held;
 
-/// The API's load limits: requests handled at once, and reads held waiting.
+/// The API's load limits: requests handled at once, reads held waiting, and
+/// reads held waiting by one client.
 #[derive(Debug, Clone)]
 pub struct Admission {
     in_flight: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
+    per_client: Arc<HeldByClient>,
     retry_after_s: u32,
 }
 
 impl Admission {
-    pub fn new(max_in_flight: usize, max_waiting: usize, retry_after_s: u32) -> Self {
+    pub fn new(
+        max_in_flight: usize,
+        max_waiting: usize,
+        max_waiting_per_client: usize,
+        retry_after_s: u32,
+    ) -> Self {
         Self {
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             waiting: Arc::new(Semaphore::new(max_waiting)),
+            per_client: Arc::new(HeldByClient {
+                limit: max_waiting_per_client,
+                held: Mutex::default(),
+            }),
             retry_after_s,
         }
     }
 }
 
+/// The reads each client has held, so that no client takes every place.
+#[derive(Debug)]
+struct HeldByClient {
+    limit: usize,
+    held: Mutex<HashMap<String, usize>>,
+}
+
+impl HeldByClient {
+    fn held(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for one more read of `client`'s, unless it holds its limit.
+    fn take(self: &Arc<Self>, client: String) -> Option<ClientPlace> {
+        let mut held = self.held();
+        let count = held.entry(client.clone()).or_default();
+        if *count >= self.limit {
+            if *count == 0 {
+                held.remove(&client);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(ClientPlace {
+            of: Arc::clone(self),
+            client,
+        })
+    }
+}
+
+/// One of a client's held reads; given back when dropped.
+struct ClientPlace {
+    of: Arc<HeldByClient>,
+    client: String,
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        let mut held = self.of.held();
+        if let Some(count) = held.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// Who a held read is counted against: its principal when auth is on, else
+/// the address it came from.
+fn client_of(request: &Request) -> String {
+    if let Some(principal) = request.extensions().get::<Principal>() {
+        return principal.name.clone();
+    }
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip().to_string())
+        .unwrap_or_default()
+}
+
 /// Admits a request: one that asks to wait takes a place among the waiting
-/// reads while there is one (else it is handled as if it had not asked);
-/// any other takes a slot among those in flight, or is refused at once with
-/// 503 and `Retry-After` when none is free.
+/// reads, and one among its client's, while there are (else it is handled
+/// as if it had not asked); any other takes a slot among those in flight,
+/// or is refused at once with 503 and `Retry-After` when none is free.
 pub async fn admit(
     State(admission): State<Admission>,
     mut request: Request,
@@ -99,11 +175,12 @@ pub async fn admit(
 ) -> Response {
     if let Some(wait) = requested_wait(&request)
         && let Ok(place) = Arc::clone(&admission.waiting).try_acquire_owned()
+        && let Some(client_place) = admission.per_client.take(client_of(&request))
     {
         request.extensions_mut().insert(Hold { wait });
         let counted = Counted::new(&skyport_runtime::metrics::global().http_held);
         let mut response = next.run(request).await;
-        drop((counted, place));
+        drop((counted, client_place, place));
         response.extensions_mut().insert(Held);
         return response;
     }

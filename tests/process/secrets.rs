@@ -29,7 +29,7 @@ const EVENTHUBS_KEY: &str = "EhSasKey+9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b="
 const SECRETS: [(&str, &str); 5] = [
     ("gateway.auth.api_keys.portal.key", API_KEY),
     ("gateway.auth.jwt.hs256_secret", JWT_SECRET),
-    ("gateway.receipt_key", RECEIPT_KEY),
+    ("gateway.receipt_keys", RECEIPT_KEY),
     ("cosmos.key", COSMOS_KEY),
     ("eventhubs.connection_string", EVENTHUBS_KEY),
 ];
@@ -57,7 +57,7 @@ fn secret_settings() -> Vec<String> {
         "gateway.auth.jwt.issuer=https://issuer.test/".to_owned(),
         "gateway.auth.jwt.audience=skyport-test".to_owned(),
         format!("gateway.auth.jwt.hs256_secret={JWT_SECRET}"),
-        format!("gateway.receipt_key={RECEIPT_KEY}"),
+        format!("gateway.receipt_keys=[\"{RECEIPT_KEY}\"]"),
         format!("cosmos.key={COSMOS_KEY}"),
         format!("eventhubs.connection_string=\"{}\"", connection_string()),
     ]

@@ -11,11 +11,12 @@
 //! signed for, a request that passes validation passes it again).
 
 use skyport_core::event::{DeliveryRequested, Event};
+use skyport_core::ports::Lane;
 use skyport_core::status::StatusDocument;
 use skyport_embedded::log::frame::{self, Decoded, END_OF_COMMIT};
 use skyport_embedded::log::scan::scan;
 use skyport_gateway::extract::parse_delivery_request;
-use skyport_gateway::receipt::Receipts;
+use skyport_gateway::receipt::{Binding, Receipts};
 use skyport_runtime::config::Settings;
 use time::OffsetDateTime;
 
@@ -74,6 +75,8 @@ pub fn check_any(bytes: &[u8]) -> bool {
 
 /// The receipt key of the receipt check: a secret nothing else knows.
 const RECEIPT_KEY: &[u8] = b"the fuzzers' receipt key, 32 bytes+";
+/// Whom the fuzzed receipts are verified for.
+const PRINCIPAL: &str = "alice";
 
 fn event_envelope(bytes: &[u8]) -> bool {
     let Ok(event) = Event::decode(bytes) else {
@@ -105,13 +108,19 @@ fn receipt(bytes: &[u8]) -> bool {
     };
     let id = String::from_utf8_lossy(id);
     let offered = String::from_utf8_lossy(offered);
-    let receipts = Receipts::new(RECEIPT_KEY);
-    let Some(accepted_at) = receipts.verify(&id, &offered) else {
+    let receipts = Receipts::new(&[RECEIPT_KEY]);
+    let Some(verified) = receipts.verify(&id, &offered, Some(PRINCIPAL)) else {
         return false;
     };
-    // Only what this key signed verifies: the offer is that signature.
+    // Only what this key signed verifies: the offer is that signature (the
+    // key signs no receipt of the older, unbound formats).
     assert_eq!(
-        receipts.sign(&id, accepted_at),
+        verified.binding,
+        Binding::Principal,
+        "an unbound receipt verified that the key did not sign"
+    );
+    assert_eq!(
+        receipts.sign(&id, verified.accepted_at, verified.lane, Some(PRINCIPAL)),
         offered,
         "a receipt verified that the key did not sign"
     );
@@ -190,8 +199,13 @@ fn request_seeds() -> Vec<Vec<u8>> {
 }
 
 fn receipt_seeds() -> Vec<Vec<u8>> {
-    let receipts = Receipts::new(RECEIPT_KEY);
-    let signed = receipts.sign("delivery-7", OffsetDateTime::UNIX_EPOCH);
+    let receipts = Receipts::new(&[RECEIPT_KEY]);
+    let signed = receipts.sign(
+        "delivery-7",
+        OffsetDateTime::UNIX_EPOCH,
+        Lane::Normal,
+        Some(PRINCIPAL),
+    );
     vec![format!("delivery-7\0{signed}").into_bytes()]
 }
 

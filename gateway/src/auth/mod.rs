@@ -30,7 +30,8 @@ use jwt::TokenVerifier;
 /// The header API keys are sent in.
 pub const API_KEY_HEADER: &str = "x-api-key";
 
-/// Who made a request: the name of its API key, or its token's `sub`.
+/// Who made a request: the name of its API key, or `jwt:` and its token's
+/// `sub` (a key's name cannot hold a `:`, so the two never meet).
 ///
 /// Present in the request's extensions only when authentication is on; a
 /// handler takes it as `Option<Extension<Principal>>`.
@@ -40,15 +41,30 @@ pub struct Principal {
     /// Whether the credentials also grant the admin scope: a listing then
     /// holds every client's deliveries.
     pub admin: bool,
-    /// The client quotas charge when it is not `name`: the value of the
-    /// token's `gateway.quotas.client_claim`.
+    /// The client quotas charge when it is not `name`: `jwt:` and the value
+    /// of the token's `gateway.quotas.client_claim`.
     pub client: Option<String>,
+    /// A bearer token's subject as deliveries made before principals were
+    /// namespaced recorded it, unless an API key has that name: such a
+    /// delivery is still this principal's.
+    pub legacy: Option<String>,
 }
+
+/// What a bearer token's principal starts with.
+pub const TOKEN_PREFIX: &str = "jwt:";
 
 impl Principal {
     /// The client quotas charge for this principal's requests.
     pub fn client(&self) -> &str {
         self.client.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Whether a delivery that records `owner` as its principal is this
+    /// principal's to read and change: its own, or any with the admin scope.
+    pub fn may_touch(&self, owner: Option<&str>) -> bool {
+        self.admin
+            || owner
+                .is_some_and(|owner| owner == self.name || self.legacy.as_deref() == Some(owner))
     }
 }
 
@@ -76,6 +92,8 @@ pub struct Auth(Arc<Credentials>);
 struct Credentials {
     /// By the SHA-256 digest of the key.
     api_keys: HashMap<[u8; 32], ApiKey>,
+    /// The API keys' names, which a token's bare subject is never taken for.
+    key_names: std::collections::HashSet<String>,
     tokens: Option<TokenVerifier>,
     read_scope: String,
     write_scope: String,
@@ -126,6 +144,7 @@ impl Auth {
             "Requests to the /api routes need credentials."
         );
         Ok(Some(Self(Arc::new(Credentials {
+            key_names: auth.api_keys.keys().cloned().collect(),
             api_keys,
             tokens,
             read_scope: auth.read_scope.clone(),
@@ -170,6 +189,7 @@ impl Auth {
             name: key.name.clone(),
             admin: key.scopes.contains(&Scope::Admin),
             client: None,
+            legacy: None,
         })
     }
 
@@ -209,10 +229,14 @@ impl Auth {
             )));
         }
         let admin = claims.grants(&self.0.admin_scope);
+        let legacy = (!self.0.key_names.contains(&claims.subject)).then(|| claims.subject.clone());
         Ok(Principal {
-            name: claims.subject,
+            name: format!("{TOKEN_PREFIX}{}", claims.subject),
             admin,
-            client: claims.client,
+            client: claims
+                .client
+                .map(|client| format!("{TOKEN_PREFIX}{client}")),
+            legacy,
         })
     }
 
@@ -242,14 +266,15 @@ fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
 }
 
-/// The scope a request needs: `GET` reads (the `/admin` reports too); the
-/// other methods write, or under `/admin/` (redrive, callback resend) need
-/// the admin scope.
+/// The scope a request needs: anything under `/admin/` (redrive, callback
+/// resend, the reports, which hold every client's documents) and the
+/// dashboard's data (every client's figures) need the admin scope; else
+/// `GET` reads and the other methods write.
 fn scope_for(method: &Method, path: &str) -> Scope {
-    if method == Method::GET || method == Method::HEAD {
-        Scope::Read
-    } else if path.starts_with("/admin/") {
+    if path.starts_with("/admin/") || path.starts_with("/dashboard/") {
         Scope::Admin
+    } else if method == Method::GET || method == Method::HEAD {
+        Scope::Read
     } else {
         Scope::Write
     }
@@ -424,8 +449,17 @@ mod tests {
             .authenticate(&bearer(&token("deliveries.write")), Scope::Write)
             .await
             .unwrap();
-        assert_eq!(principal.name, "client-1");
-        assert_eq!(principal.client(), "client-1");
+        // A token's principal is kept apart from every API key's name.
+        assert_eq!(principal.name, "jwt:client-1");
+        assert_eq!(principal.client(), "jwt:client-1");
+        assert_eq!(principal.legacy.as_deref(), Some("client-1"));
+        assert!(principal.may_touch(Some("jwt:client-1")));
+        assert!(
+            principal.may_touch(Some("client-1")),
+            "made before the namespaces"
+        );
+        assert!(!principal.may_touch(Some("portal")));
+        assert!(!principal.may_touch(None));
         let lowercase = headers(&[(
             "authorization",
             &format!("bearer {}", token("deliveries.read")),
@@ -484,8 +518,8 @@ mod tests {
             .authenticate(&bearer(Some("mobile-app")), Scope::Write)
             .await
             .unwrap();
-        assert_eq!(principal.name, "client-1", "the subject still owns");
-        assert_eq!(principal.client(), "mobile-app");
+        assert_eq!(principal.name, "jwt:client-1", "the subject still owns");
+        assert_eq!(principal.client(), "jwt:mobile-app");
         let (status, challenge, detail) = refusal(
             auth.authenticate(&bearer(None), Scope::Write)
                 .await
@@ -527,7 +561,46 @@ mod tests {
         assert_eq!(scope_for(&Method::HEAD, api), Scope::Read);
         assert_eq!(scope_for(&Method::POST, api), Scope::Write);
         assert_eq!(scope_for(&Method::DELETE, api), Scope::Write);
-        assert_eq!(scope_for(&Method::GET, "/admin/readiness"), Scope::Read);
         assert_eq!(scope_for(&Method::POST, "/admin/redrive"), Scope::Admin);
+        // The reports and the dashboard's data hold every client's.
+        assert_eq!(
+            scope_for(&Method::GET, "/admin/change-feed/dead-letters"),
+            Scope::Admin
+        );
+        assert_eq!(scope_for(&Method::GET, "/dashboard/data"), Scope::Admin);
+    }
+
+    #[tokio::test]
+    async fn a_token_whose_subject_is_an_api_keys_name_is_not_that_key() {
+        let auth = auth(true, true).await;
+        let claims = json!({
+            "iss": "https://issuer.example/",
+            "aud": "api://skyport",
+            "sub": "portal",
+            "exp": get_current_timestamp() + 600,
+            "scp": "deliveries.read deliveries.write",
+        });
+        let token = encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        let token = auth
+            .authenticate(
+                &headers(&[("authorization", &format!("Bearer {token}"))]),
+                Scope::Read,
+            )
+            .await
+            .unwrap();
+        let key = auth
+            .authenticate(&headers(&[(API_KEY_HEADER, WRITER)]), Scope::Read)
+            .await
+            .unwrap();
+        assert_eq!(key.name, "portal");
+        assert_eq!(token.name, "jwt:portal");
+        assert_eq!(token.legacy, None, "an API key has that name");
+        assert!(!token.may_touch(Some("portal")));
+        assert!(!key.may_touch(Some("jwt:portal")));
     }
 }

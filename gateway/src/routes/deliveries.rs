@@ -27,10 +27,12 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::extract::ValidDeliveryRequest;
 use crate::idempotency::Name;
+use crate::ids;
 use crate::openapi::{DeliveryRefusals, QuotaRefusal, Refusals};
 use crate::pacing;
 use crate::prefer;
 use crate::quotas::Charged;
+use crate::routes::access::{self, not_yet_written, unknown};
 use crate::routes::resources::{Accepted, DeliveryStatus, Links};
 use crate::routes::status_page;
 use crate::state::AppState;
@@ -99,6 +101,14 @@ pub async fn create(
     ValidDeliveryRequest(request): ValidDeliveryRequest,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
+    if let Some(id) = &request.delivery_id
+        && let Some(refusal) = ids::refusal(id)
+    {
+        return Err(ApiError::Validation(vec![FieldError::new(
+            "deliveryId",
+            refusal,
+        )]));
+    }
     if let Some(url) = &request.callback_url
         && let Some(refusal) = state.callbacks.refusal(url)
     {
@@ -111,20 +121,22 @@ pub async fn create(
     let reply = Reply {
         base,
         respond_async: state.respond_async || prefer::respond_async(&headers),
+        principal: principal.as_deref().map(|p| p.name.clone()),
     };
     // With auth off every caller is the same client.
     let client = principal.as_ref().map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
     let lane = state.lane_of(request.expedited);
-    // A client is its principal's when auth is on, else the request's owner.
+    // A client is its principal's when auth is on, else the request's owner
+    // (which the client chooses: with auth off, quotas are advisory).
     let metered = match principal.as_deref().map(Principal::client) {
-        Some(metered) if !metered.is_empty() => metered,
-        _ => request.owner_id.as_str(),
+        Some(metered) if !metered.is_empty() => metered.to_owned(),
+        _ => request.owner_id.clone(),
     };
     let Some(name) = Name::of(&request, key.as_deref(), client) else {
         // Nothing to retry by: no write but the event itself.
-        let charged = state.charge(metered)?;
-        let id = uuid::Uuid::new_v4().to_string();
+        let charged = state.charge(&metered)?;
+        let id = ids::generated();
         let event = requested(&headers, &id, now, key, principal.as_deref(), request);
         publish(&state, event, lane).await?;
         return accepted(&state, &reply, id, DeliveryState::Accepted, now, lane)
@@ -140,7 +152,26 @@ pub async fn create(
     );
     match state.idempotency.reserve(&reservation).await? {
         Reserved::New => {
-            let charged = match state.charge(metered) {
+            // A name stays taken for as long as its delivery can be read,
+            // longer than its reservation: the status decides.
+            if let Some(stored) = state.status.get(&id).await? {
+                release(&state, &reservation, &id).await;
+                let document = stored.document;
+                return if is_retry_of(&document, principal.as_deref(), &id, request) {
+                    let lane = document.lane;
+                    accepted(
+                        &state,
+                        &reply,
+                        id,
+                        document.state,
+                        document.created_at,
+                        lane,
+                    )
+                } else {
+                    Err(ApiError::Conflict(name.conflict()))
+                };
+            }
+            let charged = match state.charge(&metered) {
                 Ok(charged) => charged,
                 Err(refused) => {
                     release(&state, &reservation, &id).await;
@@ -149,8 +180,11 @@ pub async fn create(
             };
             let event = requested(&headers, &id, now, key, principal.as_deref(), request);
             if let Err(e) = publish(&state, event, lane).await {
-                // Never durable, so the name is free for the client's retry.
-                release(&state, &reservation, &id).await;
+                // Never durable, so the name is free for the client's retry;
+                // unless the stream could not say, when it may yet run.
+                if !matches!(e, ApiError::PublishUnknown { .. }) {
+                    release(&state, &reservation, &id).await;
+                }
                 return Err(e);
             }
             accepted(&state, &reply, id, DeliveryState::Accepted, now, lane)
@@ -160,11 +194,13 @@ pub async fn create(
             // A retry. Once the worker has written a status the event is surely
             // durable; before that, publishing it again is safe (the worker runs
             // one delivery per id) and makes sure a first attempt that failed
-            // after reserving is not lost.
-            let current = state.status.get(&id).await?.map(|s| s.document.state);
-            let current = match current {
-                Some(current) => current,
+            // after reserving is not lost. That costs the stream a write, so
+            // it is charged as a new request is.
+            let mut charged = None;
+            let current = match state.status.get(&id).await? {
+                Some(stored) => stored.document.state,
                 None => {
+                    charged = state.charge(&metered)?;
                     let event = requested(
                         &headers,
                         &id,
@@ -177,10 +213,30 @@ pub async fn create(
                     DeliveryState::Accepted
                 }
             };
-            accepted(&state, &reply, id, current, held.accepted_at, lane)
+            accepted(&state, &reply, id, current, held.accepted_at, lane).map(|r| with(r, charged))
         }
         Reserved::Existing(_) => Err(ApiError::Conflict(name.conflict())),
     }
+}
+
+/// Whether a request that names `id`, whose reservation has expired, is the
+/// retry of the delivery `document` records: the same principal (none with
+/// auth off) and the same body.
+fn is_retry_of(
+    document: &StatusDocument,
+    principal: Option<&Principal>,
+    id: &str,
+    mut request: DeliveryRequest,
+) -> bool {
+    request.delivery_id = Some(id.to_owned());
+    let same_owner = match (principal, document.principal.as_deref()) {
+        (Some(principal), Some(owner)) => {
+            owner == principal.name || principal.legacy.as_deref() == Some(owner)
+        }
+        (None, None) => true,
+        _ => false,
+    };
+    same_owner && document.request.as_ref() == Some(&request)
 }
 
 /// Frees a name that was reserved for a request that was not published.
@@ -258,8 +314,10 @@ pub async fn cancel(
 ) -> Result<Response, ApiError> {
     let (id, query) = id_and_query(path, query)?;
     let base = state.base_url(&headers)?;
-    let (accepted_at, lane) = verified(&state, &id, &query)?;
-    let document = match state.status.get(&id).await? {
+    let caller = principal.as_deref();
+    let opened = access::open(&state, &id, query.receipt.as_deref(), caller).await?;
+    let (accepted_at, lane) = (opened.accepted_at, opened.lane);
+    let document = match opened.stored {
         Some(stored) => stored.document,
         None => not_yet_written(&state, id.clone(), accepted_at, lane)?,
     };
@@ -273,12 +331,12 @@ pub async fn cancel(
         }
         DeliveryState::Cancelled => {}
         DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {
-            charged = state.charge(client_of(principal.as_deref(), &document))?;
+            charged = state.charge(client_of(caller, &document))?;
             let event = Event::CancellationRequested(CancellationRequested {
                 delivery_id: id.clone(),
                 requested_at: OffsetDateTime::now_utc(),
                 traceparent: traceparent(&headers),
-                principal: principal.as_deref().map(|p| p.name.clone()),
+                principal: caller.map(|p| p.name.clone()),
             });
             publish(&state, event, lane).await?;
         }
@@ -286,8 +344,22 @@ pub async fn cancel(
     let reply = Reply {
         base,
         respond_async: false,
+        principal: receipt_principal(caller, &document),
     };
     accepted(&state, &reply, id, current, accepted_at, lane).map(|r| with(r, charged))
+}
+
+/// Whom the receipt of an answer about `document` is signed for: its owner
+/// (an admin's answer hands out the owner's, as a listing does), else the
+/// caller.
+pub(super) fn receipt_principal(
+    caller: Option<&Principal>,
+    document: &StatusDocument,
+) -> Option<String> {
+    document
+        .principal
+        .clone()
+        .or_else(|| caller.map(|caller| caller.name.clone()))
 }
 
 /// Who a request about an accepted delivery is metered as: its principal's
@@ -313,13 +385,15 @@ pub(super) async fn publish(state: &AppState, event: Event, lane: Lane) -> Resul
     Ok(())
 }
 
-/// How a 202 is answered: the base of its URLs, and whether as the start of
-/// a long-running operation.
+/// How a 202 is answered: the base of its URLs, whether as the start of a
+/// long-running operation, and whom its receipt is signed for.
 pub(super) struct Reply {
     pub(super) base: String,
     /// `Operation-Location` names the status URL that answers 202 while the
     /// delivery runs (`Prefer: respond-async`, or `gateway.respond_async`).
     pub(super) respond_async: bool,
+    /// The principal the receipt opens the delivery to (`None` with auth off).
+    pub(super) principal: Option<String>,
 }
 
 /// The 202 of a request that is now durable in the stream.
@@ -331,7 +405,9 @@ pub(super) fn accepted(
     accepted_at: OffsetDateTime,
     lane: Lane,
 ) -> Result<Response, ApiError> {
-    let receipt = state.receipts.sign_in(&id, accepted_at, lane);
+    let receipt = state
+        .receipts
+        .sign(&id, accepted_at, lane, reply.principal.as_deref());
     let links = Links::new(&reply.base, &id, &receipt, status);
     let header_value =
         |url: &str| HeaderValue::from_str(url).map_err(|e| ApiError::Internal(Box::new(e)));
@@ -450,6 +526,7 @@ pub struct StatusQuery {
 )]
 pub async fn status(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     hold: Option<Extension<Hold>>,
     headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
@@ -468,7 +545,7 @@ pub async fn status(
         )));
     }
     let base = state.base_url(&headers)?;
-    let (accepted_at, lane) = verified(&state, &id, &query)?;
+    let caller = principal.as_deref();
     let html = status_page::prefers_html(&headers);
     // Registered before the first read, so that no write after it goes unseen.
     let mut held = hold.map(|Extension(hold)| {
@@ -477,9 +554,12 @@ pub async fn status(
             tokio::time::Instant::now() + hold.wait,
         )
     });
+    let opened = access::open(&state, &id, query.receipt.as_deref(), caller).await?;
+    let (accepted_at, lane) = (opened.accepted_at, opened.lane);
+    let mut stored = opened.stored;
     let mut at_arrival = None;
     let (document, etag) = loop {
-        let (document, version) = match state.status.get(&id).await? {
+        let (document, version) = match stored.take() {
             Some(stored) => (stored.document, Some(stored.etag)),
             None => (
                 not_yet_written(&state, id.clone(), accepted_at, lane)?,
@@ -507,6 +587,13 @@ pub async fn status(
             .is_err()
         {
             break (document, etag);
+        }
+        stored = state.status.get(&id).await?;
+        if stored
+            .as_ref()
+            .is_some_and(|stored| !access::may_touch(caller, &stored.document))
+        {
+            return Err(unknown(&id));
         }
     };
     drop(held);
@@ -594,47 +681,6 @@ pub(super) fn id_and_query(
     }
 }
 
-/// When `id` was accepted and in which lane, according to the query's
-/// receipt; 404 without a valid one.
-pub(super) fn verified(
-    state: &AppState,
-    id: &str,
-    query: &StatusQuery,
-) -> Result<(OffsetDateTime, Lane), ApiError> {
-    query
-        .receipt
-        .as_deref()
-        .and_then(|receipt| state.receipts.verify_lane(id, receipt))
-        .ok_or_else(|| unknown(id))
-}
-
-/// The status of a verified delivery with no document: Accepted while it
-/// may still be queued, else gone, since its document has outlived the
-/// retention (`store.status_retention_s`; the worker starts every delivery
-/// within `worker.allow_backlog_to_ms`).
-pub(super) fn not_yet_written(
-    state: &AppState,
-    id: String,
-    accepted_at: OffsetDateTime,
-    lane: Lane,
-) -> Result<StatusDocument, ApiError> {
-    match state.status_gone_after {
-        Some(after) if OffsetDateTime::now_utc() - accepted_at > after => {
-            let accepted_at = accepted_at
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default();
-            Err(ApiError::Gone(format!(
-                "delivery request {id} was accepted at {accepted_at}; its status was removed \
-                 once it had ended longer ago than store.status_retention_s"
-            )))
-        }
-        _ => Ok(StatusDocument {
-            lane,
-            ..StatusDocument::accepted(id, accepted_at)
-        }),
-    }
-}
-
 /// The status resource's entity tag: its stored document's version, hashed
 /// into a tag HTTP can carry, or `"accepted"` while the worker has written
 /// nothing (so it changes with the first write); the page a browser gets is
@@ -670,10 +716,6 @@ fn none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
         .flat_map(|value| value.split(','))
         .map(str::trim)
         .any(|theirs| theirs == "*" || theirs.trim_start_matches("W/") == ours)
-}
-
-pub(super) fn unknown(id: &str) -> ApiError {
-    ApiError::NotFound(format!("no delivery request {id} is known"))
 }
 
 pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {

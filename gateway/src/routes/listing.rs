@@ -3,10 +3,13 @@
 //!
 //! With authentication on, a caller sees the deliveries it made (its
 //! principal), and a caller with the admin scope every client's; each item
-//! carries its links, receipt included. With authentication off every caller
-//! is the same client, so the items carry no links: a listing must not hand
-//! out the capability to read and cancel. A delivery still queued in the
-//! stream has no status document yet and appears once the worker has read it.
+//! carries its links, with a receipt signed for the delivery's owner. With
+//! authentication off every caller is the same client, so a listing must not
+//! hand out the capability to read and cancel, directly or by a replay: the
+//! items carry no links, no request (whose body, posted again under its id,
+//! would be a retry answered with a receipt) and no callback URL (often a
+//! bearer secret of its own). A delivery still queued in the stream has no
+//! status document yet and appears once the worker has read it.
 
 use axum::Extension;
 use axum::Json;
@@ -123,15 +126,23 @@ pub async fn list(
     let items = page
         .items
         .into_iter()
-        .map(|document| {
-            // Only an authenticated caller is handed the capability.
-            let links = principal.as_ref().map(|_| {
-                let receipt =
-                    state
-                        .receipts
-                        .sign_in(&document.id, document.created_at, document.lane);
+        .map(|mut document| {
+            // Only an authenticated caller is handed the capability (for
+            // the owner: an admin may use it too).
+            let links = principal.as_ref().map(|caller| {
+                let owner = document.principal.as_deref().unwrap_or(&caller.name);
+                let receipt = state.receipts.sign(
+                    &document.id,
+                    document.created_at,
+                    document.lane,
+                    Some(owner),
+                );
                 Links::new(&base, &document.id, &receipt, document.state)
             });
+            if principal.is_none() {
+                document.request = None;
+                document.callback_url = None;
+            }
             ListedDelivery {
                 terminal: document.state.is_terminal(),
                 document,

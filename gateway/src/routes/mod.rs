@@ -1,5 +1,6 @@
 //! The gateway's routes.
 
+pub(crate) mod access;
 pub mod deliveries;
 pub mod listing;
 pub mod operations;

@@ -20,9 +20,10 @@ use skyport_core::request::Reschedule;
 use skyport_core::status::DeliveryState;
 use time::OffsetDateTime;
 
+use super::access::{self, not_yet_written};
 use super::deliveries::{
     DeliveryPath, Reply, StatusQuery, accepted, client_of, entity_tag, id_and_query,
-    idempotency_key, not_yet_written, publish, traceparent, verified, with,
+    idempotency_key, publish, receipt_principal, traceparent, with,
 };
 use crate::auth::Principal;
 use crate::error::ApiError;
@@ -90,7 +91,9 @@ pub async fn reschedule(
     changes.validate().map_err(ApiError::Validation)?;
     let key = idempotency_key(&headers)?;
     let base = state.base_url(&headers)?;
-    let (accepted_at, lane) = verified(&state, &id, &query)?;
+    let caller = principal.as_deref();
+    let opened = access::open(&state, &id, query.receipt.as_deref(), caller).await?;
+    let (accepted_at, lane) = (opened.accepted_at, opened.lane);
     if state.event_schema_version < RESCHEDULE_VERSION {
         return Err(ApiError::Unavailable {
             retry_after_s: state.retry_after_s,
@@ -104,7 +107,7 @@ pub async fn reschedule(
             ),
         });
     }
-    let (document, version) = match state.status.get(&id).await? {
+    let (document, version) = match opened.stored {
         Some(stored) => (stored.document, Some(stored.etag)),
         None => (
             not_yet_written(&state, id.clone(), accepted_at, lane)?,
@@ -134,8 +137,8 @@ pub async fn reschedule(
         }
         DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {}
     }
-    let charged = state.charge(client_of(principal.as_deref(), &document))?;
-    let client = principal.as_ref().map_or("", |p| p.name.as_str());
+    let charged = state.charge(client_of(caller, &document))?;
+    let client = caller.map_or("", |p| p.name.as_str());
     let now = OffsetDateTime::now_utc();
     // The reservation of a new key, released when the change is not published.
     let mut reserved = None;
@@ -171,7 +174,7 @@ pub async fn reschedule(
         requested_at: now,
         changes,
         traceparent: traceparent(&headers),
-        principal: principal.map(|Extension(p)| p.name),
+        principal: caller.map(|p| p.name.clone()),
     });
     if let Err(e) = publish(&state, event, lane).await {
         if let Some(reservation) = reserved
@@ -184,6 +187,7 @@ pub async fn reschedule(
     let reply = Reply {
         base,
         respond_async: false,
+        principal: receipt_principal(caller, &document),
     };
     accepted(&state, &reply, id, document.state, accepted_at, lane).map(|r| with(r, charged))
 }

@@ -131,6 +131,22 @@ pub fn router(admin: Admin, dashboard: bool) -> Router {
         .with_state(admin)
 }
 
+/// The probes and `/metrics` alone, as the gateway serves them on
+/// `gateway.internal_listen`: anything else is a 404 problem.
+pub fn internal_router(admin: Admin) -> Router {
+    Router::from(routes())
+        .fallback(|| async {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "NotFound",
+                "no such route".into(),
+            )
+            .respond(None)
+        })
+        .with_state(admin)
+}
+
 /// How long probes in progress may take to finish once the admin listener stops.
 const GRACE: Duration = Duration::from_secs(1);
 

@@ -23,13 +23,15 @@ use tokio_util::sync::CancellationToken;
 
 const WRITER: &str = "portal-key-0123456789abcdef0123456789";
 const READER: &str = "dashboard-key-0123456789abcdef01234567";
+const OPS: &str = "ops-key-0123456789abcdef0123456789abcd";
 const SECRET: &str = "an HS256 secret of at least 32 characters";
 const ISSUER: &str = "https://issuer.example/";
 const AUDIENCE: &str = "api://skyport";
 const RS256_PRIVATE: &str = include_str!("../../fixtures/jwt/rs256-private.pem");
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Auth on, with a read-write key, a read-only key and HS256 tokens.
+/// Auth on, with a read-write key, a read-only key, an operator's key (read
+/// and admin) and HS256 tokens.
 fn auth_settings(dir: &Path) -> Settings {
     let mut settings = test_settings(dir);
     let auth = &mut settings.gateway.auth;
@@ -37,6 +39,7 @@ fn auth_settings(dir: &Path) -> Settings {
     for (name, key, scopes) in [
         ("portal", WRITER, Scope::all()),
         ("dashboard", READER, vec![Scope::Read]),
+        ("ops", OPS, vec![Scope::Read, Scope::Admin]),
     ] {
         auth.api_keys.insert(
             name.into(),
@@ -132,34 +135,52 @@ async fn api_routes_need_credentials_and_ops_routes_do_not() {
         .unwrap();
     assert_eq!(probe.status(), 200);
     assert_eq!(probe.json::<Value>().await.unwrap(), "OK");
-    // The reports of the change-feed processor hold clients' data.
-    let reports = format!("{}/admin/change-feed/dead-letters", anonymous.base);
-    let response = anonymous.http.get(&reports).send().await.unwrap();
-    problem(response, 401, "Unauthorized").await;
+    // The reports of the change-feed processor hold every client's data:
+    // the admin scope's, as the dashboard's data (every client's figures).
     let reader = anonymous.with_header("x-api-key", READER);
-    let response = reader.http.get(&reports).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    // The dashboard's page carries no data; its data needs the read scope.
+    let ops = anonymous.with_header("x-api-key", OPS);
     let page = format!("{}/dashboard", anonymous.base);
     let response = anonymous.http.get(&page).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let data = format!("{}/dashboard/data", anonymous.base);
-    let response = anonymous.http.get(&data).send().await.unwrap();
-    problem(response, 401, "Unauthorized").await;
-    let response = reader.http.get(&data).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let snapshot: Value = response.json().await.unwrap();
-    assert!(snapshot["metrics"].is_object(), "{snapshot}");
-    assert!(snapshot.get("topClients").is_none(), "quotas are off");
-    let token = hs256(&claims("deliveries.read", 60));
-    let response = anonymous
+    assert_eq!(response.status(), 200, "the page carries no data");
+    for path in ["/admin/change-feed/dead-letters", "/dashboard/data"] {
+        let url = format!("{}{path}", anonymous.base);
+        let response = anonymous.http.get(&url).send().await.unwrap();
+        problem(response, 401, "Unauthorized").await;
+        let response = reader.http.get(&url).send().await.unwrap();
+        let detail = problem(response, 403, "Forbidden").await;
+        assert!(detail.contains("deliveries.admin"), "{detail}");
+        let token = hs256(&claims("deliveries.read deliveries.write", 60));
+        let response = anonymous
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        problem(response, 403, "Forbidden").await;
+        let response = ops.http.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let token = hs256(&claims("deliveries.read deliveries.admin", 60));
+        let response = anonymous
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let snapshot: Value = ops
         .http
-        .get(&data)
-        .bearer_auth(token)
+        .get(format!("{}/dashboard/data", ops.base))
         .send()
         .await
+        .unwrap()
+        .json()
+        .await
         .unwrap();
-    assert_eq!(response.status(), 200);
+    assert!(snapshot["metrics"].is_object(), "{snapshot}");
+    assert!(snapshot.get("topClients").is_none(), "quotas are off");
     let response = anonymous
         .http
         .get(format!("{}/api/nothing-here", anonymous.base))
@@ -197,7 +218,8 @@ async fn a_gateway_with_its_dashboard_off_serves_none_of_it() {
 }
 
 #[tokio::test]
-async fn a_key_with_the_write_scope_posts_and_polls_and_a_read_only_key_only_polls() {
+async fn a_key_with_the_write_scope_posts_and_polls_and_another_principals_read_only_key_sees_nothing()
+ {
     let dir = tempfile::tempdir().unwrap();
     let app = TestApp::spawn_with(auth_settings(dir.path())).await;
     let writer = app.client.with_header("x-api-key", WRITER);
@@ -206,7 +228,8 @@ async fn a_key_with_the_write_scope_posts_and_polls_and_a_read_only_key_only_pol
     writer
         .wait_for_state(&accepted.status_url, DeliveryState::Scheduled, WAIT)
         .await;
-    assert_eq!(reader.status(&accepted.status_url).await.status(), 200);
+    // Another principal's: as if the id were unknown.
+    problem(reader.status(&accepted.status_url).await, 404, "NotFound").await;
     let response = reader
         .post_raw("application/json", delivery_request(2).to_string())
         .await;

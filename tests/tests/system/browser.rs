@@ -154,7 +154,8 @@ async fn with_auth_on_the_dashboard_asks_for_a_key_and_shows_its_figures_once_gi
         "browser".into(),
         ApiKeySettings {
             key: SecretString::from(READER),
-            scopes: vec![Scope::Read],
+            // The dashboard's data is every client's: the admin scope's.
+            scopes: vec![Scope::Read, Scope::Admin],
         },
     );
     let app = TestApp::spawn_with(settings).await;

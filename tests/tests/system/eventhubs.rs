@@ -161,7 +161,7 @@ async fn two_workers_split_a_hub_and_one_takes_over_all_partitions_when_the_othe
     let broker = EventHubsBroker::start(&[("deliveries", 8)]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut settings = settings_on(&broker, &dir, &["deliveries"]);
-    settings.gateway.receipt_key = Some("a-receipt-key-shared-by-every-gateway".into());
+    settings.gateway.receipt_keys = vec!["a-receipt-key-shared-by-every-gateway".into()];
     settings.worker.max_in_flight = 16;
     settings.simulator.latency_ms = Millis::new(5);
     settings.cosmos = CosmosSettings {

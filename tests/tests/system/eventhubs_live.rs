@@ -42,7 +42,7 @@ fn live_settings(dir: &tempfile::TempDir, hubs: Vec<String>) -> Settings {
     settings.eventhubs.partition_expiration_ms = Millis::new(20_000);
     settings.worker.consumer_group = std::env::var("SKYPORT_LIVE_EVENTHUBS_CONSUMER_GROUP")
         .unwrap_or_else(|_| "$Default".into());
-    settings.gateway.receipt_key = Some("a-receipt-key-for-the-live-tests-only".into());
+    settings.gateway.receipt_keys = vec!["a-receipt-key-for-the-live-tests-only".into()];
     settings.cosmos.endpoint = Some(env("SKYPORT_LIVE_COSMOS_ENDPOINT").parse().unwrap());
     settings.cosmos.auth = CosmosAuth::Key;
     settings.cosmos.key = Some(env("SKYPORT_LIVE_COSMOS_KEY").into());

@@ -15,6 +15,7 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use skyport_core::event::{DeliveryRequested, Event};
 use skyport_core::ports::DeadLetter;
+use skyport_core::ports::Lane;
 use skyport_core::status::{DeliveryState, Step};
 use skyport_gateway::receipt::Receipts;
 use skyport_runtime::config::{ApiKeySettings, Millis, Scope, Settings};
@@ -185,8 +186,12 @@ async fn redrive_after_an_outage(cosmos: bool) {
     let (status, answer) = operate(&ops, "/admin/redrive", &json!({"deadLetters": true})).await;
     assert_eq!(status, 202);
     assert_eq!(answer["deadLetters"], 1, "{answer}");
-    let receipt =
-        Receipts::new(store.receipt_key()).sign("delivery-5000", OffsetDateTime::now_utc());
+    let receipt = Receipts::new(&[store.receipt_key()]).sign(
+        "delivery-5000",
+        OffsetDateTime::now_utc(),
+        Lane::Normal,
+        None,
+    );
     portal
         .wait_for_state(
             &format!("/api/deliveryrequests/delivery-5000/status?receipt={receipt}"),

@@ -142,7 +142,7 @@ async fn on_kafka_and_cosmos_db_a_scheduled_delivery_is_rescheduled() {
     let mut settings = test_settings(dir.path());
     broker.configure(&mut settings, &["deliveries"]);
     // Neither stream nor store is embedded: the gateways share a receipt key.
-    settings.gateway.receipt_key = Some("a-receipt-key-for-kafka-and-cosmos-db".into());
+    settings.gateway.receipt_keys = vec!["a-receipt-key-for-kafka-and-cosmos-db".into()];
     let app = TestApp::spawn_on_cosmos(settings).await;
     a_scheduled_delivery_is_rescheduled_once(&app).await;
     let stats = app.simulator().stats();

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use skyport_core::ports::Lane;
 use skyport_core::ports::{ChangeSource, FeedRange, StartFrom};
 use skyport_core::status::{DeliveryState, Step};
 use skyport_gateway::receipt::Receipts;
@@ -85,8 +86,8 @@ async fn settled_deliveries_go_after_their_window_and_their_status_url_answers_4
     assert_eq!(ids, [open.delivery_id.as_str()]);
 
     // A receipt with no document yet is Accepted while young, gone once old.
-    let receipts = Receipts::new(store.receipt_key());
-    let young = receipts.sign("queued", OffsetDateTime::now_utc());
+    let receipts = Receipts::new(&[store.receipt_key()]);
+    let young = receipts.sign("queued", OffsetDateTime::now_utc(), Lane::Normal, None);
     let response = app
         .client
         .status(&format!(
@@ -96,7 +97,12 @@ async fn settled_deliveries_go_after_their_window_and_their_status_url_answers_4
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["state"], "Accepted");
-    let old = receipts.sign("queued", OffsetDateTime::now_utc() - Duration::from_secs(4));
+    let old = receipts.sign(
+        "queued",
+        OffsetDateTime::now_utc() - Duration::from_secs(4),
+        Lane::Normal,
+        None,
+    );
     let response = app
         .client
         .status(&format!(

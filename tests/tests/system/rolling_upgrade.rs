@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use skyport::Backends;
 use skyport_core::event::Event;
+use skyport_core::ports::Lane;
 use skyport_core::ports::{EventProperties, OutboundEvent, Position, PublishError, Publisher};
 use skyport_core::status::DeliveryState;
 use skyport_gateway::receipt::Receipts;
@@ -80,7 +81,7 @@ async fn a_rolling_upgrade_in_the_rules_order_loses_nothing() {
     }
     // A gateway of the old build, beside it, writes as it always did.
     let store = app.embedded();
-    let receipts = Receipts::new(store.receipt_key());
+    let receipts = Receipts::new(&[store.receipt_key()]);
     for n in EACH..2 * EACH {
         let id = format!("delivery-{n}");
         let old = schema_v1::Event::DeliveryRequested(Box::new(schema_v1::DeliveryRequested {
@@ -101,7 +102,7 @@ async fn a_rolling_upgrade_in_the_rules_order_loses_nothing() {
             lane: skyport_core::ports::Lane::Normal,
         };
         Publisher::publish(&*store, event).await.unwrap();
-        let receipt = receipts.sign(&id, OffsetDateTime::now_utc());
+        let receipt = receipts.sign(&id, OffsetDateTime::now_utc(), Lane::Normal, None);
         urls.push(format!(
             "/api/deliveryrequests/{id}/status?receipt={receipt}"
         ));

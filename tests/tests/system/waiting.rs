@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use skyport_core::ports::Lane;
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_gateway::receipt::Receipts;
 use skyport_runtime::config::Millis;
@@ -35,8 +36,12 @@ async fn held_read(
 /// The status URL of a delivery this gateway signed a receipt for but that
 /// was never posted: it stays Accepted for as long as a test runs.
 fn never_written(app: &TestApp, id: &str) -> String {
-    let receipt =
-        Receipts::new(&app.app.backends.ports.receipt_key).sign(id, OffsetDateTime::now_utc());
+    let receipt = Receipts::new(&app.app.backends.ports.receipt_keys).sign(
+        id,
+        OffsetDateTime::now_utc(),
+        Lane::Normal,
+        None,
+    );
     reqwest::Url::parse_with_params(
         &format!("{}/api/deliveryrequests/{id}/status", app.client.base),
         &[("receipt", receipt)],
@@ -76,6 +81,8 @@ async fn held_reads_reach_the_terminal_status_in_at_most_two_requests_woken_by_i
     // read arriving before that is woken by it, and reads again.
     settings.worker.processing_after_ms = Millis::new(0);
     settings.simulator.latency_ms = Millis::new(10);
+    // One client (one address, auth off) holds them all.
+    settings.gateway.max_waiting_per_client = 1000;
     let app = TestApp::spawn_with(settings).await;
     let mut reads = JoinSet::new();
     for n in 0..1000 {

@@ -28,6 +28,7 @@ use tracing::Instrument;
 use super::compensate::succeeded_latest_first;
 use super::engine::Workflow;
 use super::outcome::Outcome;
+use super::ownership::conflict;
 use super::retry::Interrupted;
 use super::status::Decision;
 use super::steps::{ORDER, Progress, UndoTarget, call_key};
@@ -39,6 +40,8 @@ enum Finish {
     Written,
     AlreadyTerminal,
     CancelRequested,
+    /// Another principal made the delivery meanwhile: nothing is written.
+    Foreign,
 }
 
 /// The document as this attempt last wrote or read it, and whether this
@@ -166,6 +169,9 @@ impl Workflow {
         let mut replayed = false;
         let decide = |current: Option<&StatusDocument>| {
             let mut next = match current {
+                Some(document) if conflict(document, request).is_some() => {
+                    return Decision::Keep(Finish::Foreign);
+                }
                 Some(document)
                     if document.state.is_terminal() || document.epoch != request.epoch =>
                 {
@@ -212,6 +218,12 @@ impl Workflow {
                 .observe(waited.as_seconds_f64().max(0.0));
         }
         match (finish, stored) {
+            (Finish::Foreign, _) => {
+                // Its steps ran under the owner's keys, so undoing them would
+                // undo the owner's bookings: left as they are.
+                tracing::error!(delivery_id = %id, principal = ?request.principal, "Another principal made this delivery while a request naming its id ran; nothing was written or undone. It needs a person.");
+                Ok(Outcome::AlreadyTerminal)
+            }
             (Finish::Written, _) if state == DeliveryState::Scheduled => Ok(Outcome::Scheduled),
             (Finish::Written, _) => Ok(Outcome::Failed),
             (Finish::CancelRequested, Some(current)) => {
@@ -244,7 +256,9 @@ impl Workflow {
             .update_likely_new(&request.delivery_id, abandon, |current| {
                 let mut next = match current {
                     Some(document)
-                        if document.state.is_terminal() || document.epoch != request.epoch =>
+                        if document.state.is_terminal()
+                            || document.epoch != request.epoch
+                            || conflict(document, request).is_some() =>
                     {
                         return Decision::Keep(false);
                     }
@@ -373,7 +387,9 @@ impl Workflow {
             self.status
                 .update(id, Some(current), abandon, |current| match current {
                     Some(document)
-                        if document.state.is_terminal() && Self::tells_more(document, request) =>
+                        if document.state.is_terminal()
+                            && Self::tells_more(document, request)
+                            && conflict(document, request).is_none() =>
                     {
                         let mut told = document.clone();
                         if told.callback_url.is_none() {

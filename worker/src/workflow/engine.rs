@@ -220,6 +220,15 @@ impl Workflow {
                     request.traceparent.as_deref(),
                 );
                 let _running = self.cancellations.run(&request.delivery_id);
+                match self
+                    .foreign(request, abandon)
+                    .instrument(span.clone())
+                    .await
+                {
+                    Ok(Some(reason)) => return self.dead_letter(event, reason, abandon).await,
+                    Ok(None) => {}
+                    Err(interrupted) => return interrupted.into(),
+                }
                 async {
                     if request.epoch > 0 && self.begin_epoch(request, abandon).await? != Begin::Run
                     {

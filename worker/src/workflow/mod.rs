@@ -11,6 +11,9 @@
 //! before the steps run they use the new values, after Scheduled the
 //! Delivery and Drone bookings are updated ([`reschedule`]).
 //!
+//! A delivery request whose id names another principal's delivery runs no
+//! step and is dead-lettered ([`ownership`]).
+//!
 //! Invariant: an event counts as completed only once its status write (or its
 //! dead letter) is durable. Replays are safe: each call is keyed by the
 //! delivery id and its epoch (PUT by id, `Idempotency-Key:
@@ -25,6 +28,7 @@ mod dead_letter;
 mod deliver;
 mod engine;
 mod outcome;
+mod ownership;
 mod redrive;
 mod reschedule;
 mod reschedules;

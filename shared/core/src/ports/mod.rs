@@ -45,9 +45,11 @@ pub struct Ports {
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// The change feed of the status documents.
     pub changes: Arc<dyn ChangeSource>,
-    /// The key that signs status receipts: the configured one, else the one
-    /// the embedded store keeps. A secret: never printed.
-    pub receipt_key: Arc<[u8]>,
+    /// The keys that verify status receipts, the first of which signs them:
+    /// the configured ones (`gateway.receipt_keys`, newest first), then the
+    /// one the embedded store keeps, if there is one. Never empty. Secrets:
+    /// never printed.
+    pub receipt_keys: Vec<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for Ports {

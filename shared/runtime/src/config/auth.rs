@@ -18,7 +18,9 @@ use super::duration::Seconds;
 pub struct AuthSettings {
     /// Unset: the profile's (embedded → off, azure → on).
     pub enabled: Option<bool>,
-    /// API keys by name (the name becomes the caller's principal); sent in `X-API-Key`.
+    /// API keys by name (the name becomes the caller's principal: letters,
+    /// digits, `.`, `_` and `-`, so that it can never be a bearer token's,
+    /// which is `jwt:` and the token's subject); sent in `X-API-Key`.
     pub api_keys: BTreeMap<String, ApiKeySettings>,
     /// Bearer tokens (`Authorization: Bearer …`), for example Entra ID access tokens.
     pub jwt: Option<JwtSettings>,
@@ -140,6 +142,12 @@ impl AuthSettings {
             );
         }
         for (index, (name, api_key)) in self.api_keys.iter().enumerate() {
+            checks.check(
+                is_key_name(name),
+                &format!("api_keys.{name}"),
+                "a key's name is 1 to 64 letters, digits, '.', '_' or '-' (a bearer token's \
+                 principal is jwt: and its subject, so the two never meet)",
+            );
             let mut checks = checks.section(&format!("api_keys.{name}"));
             let key = api_key.key.expose_secret();
             checks.check(key.len() >= 32, "key", "must be at least 32 characters");
@@ -162,19 +170,47 @@ impl AuthSettings {
                 "must list deliveries.read, deliveries.write or both",
             );
         }
-        for (key, scope) in [
+        let scopes = [
             ("read_scope", &self.read_scope),
             ("write_scope", &self.write_scope),
-        ] {
+            ("admin_scope", &self.admin_scope),
+        ];
+        for (index, (key, scope)) in scopes.iter().enumerate() {
             checks.check(
                 !scope.is_empty() && !scope.contains(char::is_whitespace),
                 key,
                 "must be one scope name, without spaces",
             );
+            if let Some((other, _)) = scopes[..index].iter().find(|(_, other)| other == scope) {
+                checks.fail(key, format!("must differ from gateway.auth.{other}"));
+            }
         }
         if let Some(jwt) = &self.jwt {
             jwt.validate(&mut checks.section("jwt"));
         }
+    }
+}
+
+/// The most clock skew `leeway_s` may allow: five minutes, Kerberos' and
+/// most identity providers' bound.
+const MAX_LEEWAY_S: u64 = 300;
+
+/// Whether `name` may name an API key: it then never looks like a bearer
+/// token's principal (`jwt:…`).
+pub fn is_key_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether `url`'s host is a loopback address (or `localhost`).
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(domain)) => domain.eq_ignore_ascii_case("localhost"),
+        None => false,
     }
 }
 
@@ -209,11 +245,18 @@ impl JwtSettings {
         }
         if let Some(url) = &self.jwks_url {
             checks.check(
-                matches!(url.scheme(), "http" | "https") && url.host().is_some(),
+                url.scheme() == "https" && url.host().is_some()
+                    || url.scheme() == "http" && is_loopback(url),
                 "jwks_url",
-                "must be an http or https URL with a host",
+                "must be an https URL with a host (http only on a loopback address): whoever \
+                 can alter the keys it serves can sign tokens",
             );
         }
         checks.at_least(self.jwks_refresh_s.count(), 60, "jwks_refresh_s");
+        checks.check(
+            self.leeway_s.count() <= MAX_LEEWAY_S,
+            "leeway_s",
+            format!("must be at most {MAX_LEEWAY_S} (clock skew, not a token's lifetime)"),
+        );
     }
 }

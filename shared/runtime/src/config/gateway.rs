@@ -25,10 +25,26 @@ pub struct GatewaySettings {
     pub max_body_bytes: usize,
     /// Seconds a client is asked to wait before polling a status URL.
     pub retry_after_s: u32,
-    /// Key that signs status receipts (at least 32 characters). The embedded store
-    /// generates and keeps one when unset; gateways that scale out must share one.
-    #[cfg_attr(test, schemars(with = "Option<String>"))]
+    /// Keys that sign status receipts (each at least 32 characters), newest
+    /// first: the first signs, every one verifies, so a key is rotated by
+    /// putting the new one first and dropping the old one once the receipts
+    /// it signed are no longer needed. Empty: the key the embedded store
+    /// generates and keeps; gateways that scale out must share these.
+    #[cfg_attr(test, schemars(with = "Vec<String>"))]
+    pub receipt_keys: Vec<SecretString>,
+    /// Not a key any more: refused with a message naming `receipt_keys`,
+    /// which took its place.
+    #[cfg_attr(test, schemars(skip))]
     pub receipt_key: Option<SecretString>,
+    /// Where the probes (`/healthz`, `/readyz`) and `/metrics` are served
+    /// apart from the API, so that an exhausted API cannot starve them and
+    /// metrics need not face the API's clients. Unset: beside the API on
+    /// `listen`.
+    pub internal_listen: Option<SocketAddr>,
+    /// Whether the `/admin` routes (redrive, callback resend, reports) are
+    /// served to anyone while authentication is off. Off: with auth off they
+    /// answer 404; with auth on they need the admin scope, whatever this says.
+    pub admin_without_auth: bool,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub shutdown_grace_period_ms: Millis,
     /// How long a client-chosen `deliveryId` or an `Idempotency-Key` is
@@ -39,8 +55,12 @@ pub struct GatewaySettings {
     pub max_in_flight: usize,
     /// Status reads held at once waiting for a change (`Prefer: wait=N` or
     /// `?wait=N`); they do not count against `max_in_flight`. One more is
-    /// answered at once, as if it had not asked to wait.
+    /// answered at once, as if it had not asked to wait. Below
+    /// `http.max_connections`, so held reads never take every connection.
     pub max_waiting: usize,
+    /// Status reads one client may have held at once (its principal with
+    /// auth on, else its address); one more is answered at once.
+    pub max_waiting_per_client: usize,
     /// How often the gateway reads a Cosmos DB change feed from "now" while
     /// status reads wait on it (each read of each feed range is charged
     /// RUs; nothing is read while nobody waits). The embedded store wakes
@@ -83,13 +103,17 @@ impl Default for GatewaySettings {
             public_url: None,
             max_body_bytes: 64 * 1024,
             retry_after_s: 1,
+            receipt_keys: Vec::new(),
             receipt_key: None,
+            internal_listen: None,
+            admin_without_auth: false,
             shutdown_grace_period_ms: Millis::new(10_000),
             idempotency_retention_s: Seconds::new(24 * 60 * 60),
             event_schema_version: skyport_core::event::SCHEMA_VERSION,
             status_gone_after: None,
             max_in_flight: 4096,
-            max_waiting: 10_000,
+            max_waiting: 2_048,
+            max_waiting_per_client: 64,
             wait_poll_interval_ms: Millis::new(200),
             respond_async: false,
             quotas: QuotaSettings::default(),
@@ -123,11 +147,50 @@ impl GatewaySettings {
             "event_schema_version",
             format!("must be from {} to {}", reads.start(), reads.end()),
         );
-        if let Some(key) = &self.receipt_key {
-            checks.check(
-                key.expose_secret().len() >= 32,
+        if self.receipt_key.is_some() {
+            checks.fail(
                 "receipt_key",
-                "must be at least 32 characters",
+                "was replaced by gateway.receipt_keys, a list of keys, newest first: put this key \
+                 in it (first, so that it still signs) and every receipt it signed keeps verifying",
+            );
+        }
+        for (index, key) in self.receipt_keys.iter().enumerate() {
+            let key = key.expose_secret();
+            checks.check(
+                key.len() >= 32,
+                "receipt_keys",
+                format!("key {index} (from 0) must be at least 32 characters"),
+            );
+            if self.receipt_keys[..index]
+                .iter()
+                .any(|earlier| earlier.expose_secret() == key)
+            {
+                checks.fail(
+                    "receipt_keys",
+                    format!("key {index} (from 0) is listed twice"),
+                );
+            }
+        }
+        checks.at_least(self.max_waiting_per_client, 1, "max_waiting_per_client");
+        checks.check(
+            self.max_waiting_per_client <= self.max_waiting,
+            "max_waiting_per_client",
+            format!("must be at most gateway.max_waiting ({})", self.max_waiting),
+        );
+        checks.check(
+            self.max_waiting < self.http.max_connections,
+            "max_waiting",
+            format!(
+                "must be below gateway.http.max_connections ({}): held reads must leave \
+                 connections for the requests that end them",
+                self.http.max_connections
+            ),
+        );
+        if let Some(internal) = self.internal_listen {
+            checks.check(
+                internal != self.listen || internal.port() == 0,
+                "internal_listen",
+                "must differ from gateway.listen",
             );
         }
         checks.http_url(self.public_url.as_ref(), "public_url");

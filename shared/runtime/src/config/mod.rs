@@ -35,7 +35,7 @@ mod worker;
 
 use serde::Deserialize;
 
-pub use self::auth::{ApiKeySettings, AuthSettings, JwtSettings, Scope};
+pub use self::auth::{ApiKeySettings, AuthSettings, JwtSettings, Scope, is_key_name};
 pub use self::callbacks::{CallbackSettings, SECRET_PREFIX, decode_secret};
 pub use self::change_feed::ChangeFeedSettings;
 pub use self::checks::{Checks, ConfigError, ConfigErrors};
@@ -184,11 +184,21 @@ impl Settings {
         if self.stream_backend() != StreamBackend::Embedded {
             checks.check(
                 self.store_backend() == StoreBackend::Embedded
-                    || self.gateway.receipt_key.is_some(),
-                "gateway.receipt_key",
+                    || !self.gateway.receipt_keys.is_empty(),
+                "gateway.receipt_keys",
                 "must be set when neither the stream nor the store is embedded (no embedded store keeps one)",
             );
         }
+        checks.check(
+            u128::from(self.gateway.idempotency_retention_s.count()) * 1000
+                >= u128::from(self.worker.allow_backlog_to_ms.count()),
+            "gateway.idempotency_retention_s",
+            format!(
+                "must be at least worker.allow_backlog_to_ms ({} ms): a client-chosen id stays \
+                 reserved until its delivery has a status, which a worker writes within that",
+                self.worker.allow_backlog_to_ms.count()
+            ),
+        );
         self.worker.validate(&mut checks.section("worker"));
         self.services.validate(&mut checks.section("services"));
         self.simulator.validate(&mut checks.section("simulator"));

@@ -204,7 +204,7 @@ fn the_azure_profile_needs_a_cosmos_endpoint_and_key() {
         "cosmos.auth=entra",
         "eventhubs.auth=entra",
         "eventhubs.namespace=ns.servicebus.windows.net",
-        "gateway.receipt_key=0123456789abcdef0123456789abcdef",
+        "gateway.receipt_keys=[\"0123456789abcdef0123456789abcdef\"]",
         "gateway.auth.jwt.issuer=https://login.microsoftonline.com/tenant/v2.0",
         "gateway.auth.jwt.audience=api://skyport",
         "gateway.auth.jwt.jwks_url=https://login.microsoftonline.com/tenant/discovery/v2.0/keys",
@@ -230,9 +230,70 @@ fn an_explicit_backend_wins_over_the_profile() {
 }
 
 #[test]
-fn a_short_receipt_key_is_refused() {
-    let errors = Settings::load(&cli(&["gateway.receipt_key=short"])).expect_err("invalid");
-    assert_named(&errors, "gateway.receipt_key");
+fn receipt_keys_are_long_and_unique_and_the_single_key_names_its_successor() {
+    let key = "0123456789abcdef0123456789abcdef";
+    let settings = Settings::load(&cli(&[&format!(
+        "gateway.receipt_keys=[\"{key}\", \"{key}-older\"]"
+    )]))
+    .expect("two keys, newest first");
+    assert_eq!(settings.gateway.receipt_keys.len(), 2);
+    for keys in ["[\"short\"]".to_owned(), format!("[\"{key}\", \"{key}\"]")] {
+        let errors =
+            Settings::load(&cli(&[&format!("gateway.receipt_keys={keys}")])).expect_err("invalid");
+        assert_named(&errors, "gateway.receipt_keys");
+    }
+    let errors =
+        Settings::load(&cli(&[&format!("gateway.receipt_key={key}")])).expect_err("renamed");
+    let renamed = named(&errors, "gateway.receipt_key");
+    assert!(
+        renamed.message.contains("gateway.receipt_keys"),
+        "{renamed}"
+    );
+}
+
+#[test]
+fn held_reads_leave_connections_and_places_for_other_clients() {
+    let settings = Settings::load(&Cli::default()).expect("the defaults");
+    assert!(settings.gateway.max_waiting < settings.gateway.http.max_connections);
+    assert!(settings.gateway.max_waiting_per_client < settings.gateway.max_waiting);
+    for (set, key) in [
+        (vec!["gateway.max_waiting=8192"], "gateway.max_waiting"),
+        (
+            vec![
+                "gateway.max_waiting=100",
+                "gateway.max_waiting_per_client=101",
+            ],
+            "gateway.max_waiting_per_client",
+        ),
+        (
+            vec!["gateway.max_waiting_per_client=0"],
+            "gateway.max_waiting_per_client",
+        ),
+        (
+            vec!["gateway.internal_listen=127.0.0.1:8080"],
+            "gateway.internal_listen",
+        ),
+    ] {
+        let errors = Settings::load(&cli(&set)).expect_err(key);
+        assert_named(&errors, key);
+    }
+}
+
+#[test]
+fn a_reservation_outlives_the_backlog() {
+    let errors = Settings::load(&cli(&[
+        "gateway.idempotency_retention_s=60",
+        "store.status_retention_s=60",
+    ]))
+    .expect_err("shorter than worker.allow_backlog_to_ms");
+    let shorter = named(&errors, "gateway.idempotency_retention_s");
+    assert!(shorter.message.contains("600000 ms"), "{shorter}");
+    Settings::load(&cli(&[
+        "gateway.idempotency_retention_s=60",
+        "store.status_retention_s=60",
+        "worker.allow_backlog_to_ms=60000",
+    ]))
+    .expect("as long as the backlog");
 }
 
 const KEY_A: &str = "gateway.auth.api_keys.portal.key=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -421,6 +482,29 @@ fn jwt_settings_name_their_key() {
         (
             vec![jwks, "gateway.auth.jwt.tenant=x"],
             "gateway.auth.jwt.tenant",
+        ),
+        (
+            vec!["gateway.auth.jwt.jwks_url=http://keys.example/"],
+            "gateway.auth.jwt.jwks_url",
+        ),
+        (
+            vec![jwks, "gateway.auth.jwt.leeway_s=301"],
+            "gateway.auth.jwt.leeway_s",
+        ),
+        (
+            vec![jwks, "gateway.auth.admin_scope="],
+            "gateway.auth.admin_scope",
+        ),
+        (
+            vec![jwks, "gateway.auth.admin_scope=deliveries.read"],
+            "gateway.auth.admin_scope",
+        ),
+        (
+            vec![
+                jwks,
+                "gateway.auth.api_keys.\"jwt:portal\".key=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            ],
+            "gateway.auth.api_keys.\"jwt:portal\"",
         ),
     ] {
         let errors = load(&extra).expect_err(key);
@@ -635,6 +719,7 @@ fn status_retention_is_never_shorter_than_idempotency_retention() {
     let settings = Settings::load(&cli(&[
         "gateway.idempotency_retention_s=2",
         "store.status_retention_s=2",
+        "worker.allow_backlog_to_ms=2000",
     ]))
     .expect("a window of seconds, for tests");
     assert_eq!(settings.store.status_retention_s.count(), 2);

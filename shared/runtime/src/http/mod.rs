@@ -120,8 +120,12 @@ impl Server {
         ));
         let max_header_bytes = settings.max_header_bytes;
         let requests = Arc::clone(&activity);
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let in_flight = requests.begin();
+            // Who sent it, for the limits kept per client when there is no principal.
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
             let size = head_size(&request);
             let answer = (size <= max_header_bytes).then(|| router.clone().oneshot(request));
             async move {
