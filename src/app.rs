@@ -38,6 +38,9 @@ const BACKGROUND_STOP_WITHIN: Duration = Duration::from_secs(10);
 pub struct App {
     /// Where the gateway listens.
     pub gateway_addr: SocketAddr,
+    /// Where the gateway serves its probes and metrics apart, with
+    /// `gateway.internal_listen`.
+    pub gateway_internal_addr: Option<SocketAddr>,
     /// Where the workflow sends its calls.
     pub services_url: Url,
     /// The in-process simulated services, when no `services.base_url` is configured.
@@ -146,6 +149,7 @@ impl App {
         )
         .await?;
         let gateway_addr = gateway.local_addr()?;
+        let gateway_internal_addr = gateway.internal_addr()?;
         let mut parts = JoinSet::new();
         let worker = runtime.spawn(worker.run(shutdown.clone()));
         parts.spawn(async move {
@@ -173,6 +177,7 @@ impl App {
         });
         Ok(Self {
             gateway_addr,
+            gateway_internal_addr,
             services_url,
             simulator,
             backends,

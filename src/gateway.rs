@@ -29,6 +29,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     )
     .await?;
     tracing::info!(address = %gateway.local_addr()?, "The gateway is listening.");
+    if let Some(internal) = gateway.internal_addr()? {
+        tracing::info!(address = %internal, "The gateway serves /healthz, /readyz and /metrics there.");
+    }
     gateway.serve(shutdown).await;
     backends.close().await;
     Ok(())

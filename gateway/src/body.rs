@@ -5,9 +5,10 @@
 //! *decoded* bytes and the body read timeout. A client that stalls mid-body
 //! therefore holds a connection until its 408, never a slot, and a
 //! decompression bomb is refused (413) after `max_body_bytes` of output,
-//! never inflated in memory. Bodies are read at most `max_in_flight` at
-//! once (one more is refused with 503 and `Retry-After`), so the memory they
-//! hold is bounded whatever the number of connections.
+//! never inflated in memory. Bodies are read at most `max_bodies_reading`
+//! at once (one more is refused with 503 and `Retry-After`), so the memory
+//! they hold is bounded whatever the number of connections; a request that
+//! announces no body takes no place among them.
 //!
 //! One middleware, and the decoder only for a body that names a coding, so
 //! that the plain JSON of almost every request pays for no layer it does not
@@ -49,6 +50,9 @@ pub struct BodyLimits {
 /// a coding: 415 for a coding that is not one token the gateway decodes
 /// (naming the ones it does), then as [`read_whole`] says.
 pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: Next) -> Response {
+    if !has_body(&request) {
+        return next.run(request).await;
+    }
     let Ok(reading) = Arc::clone(&limits.reading).try_acquire_owned() else {
         return ApiError::Overloaded {
             retry_after_s: limits.retry_after_s,
@@ -89,6 +93,15 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
         Ok(response) => response.into_response(),
         Err(never) => match never {},
     }
+}
+
+/// Whether `request` announces a body: a length above 0, or a transfer coding.
+fn has_body(request: &Request) -> bool {
+    let headers = request.headers();
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0")
 }
 
 /// Reads the (decoded) body whole within `limits`, then gives its place

@@ -110,8 +110,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 ///
 /// A request meets its limits in this order: credentials (a header check,
 /// before anything is buffered for it), then its body, read at most
-/// `max_in_flight` at once, whole, within `max_body_bytes` once decoded and
-/// the body read timeout; then a slot among `max_in_flight` (one more is
+/// `max_bodies_reading` at once, whole, within `max_body_bytes` once decoded
+/// and the body read timeout; then a slot among `max_in_flight` (one more is
 /// refused at once with 503 and `Retry-After` rather than queued), or, for a
 /// status read that asks to wait, a place among `max_waiting` and its
 /// client's `max_waiting_per_client`. With `settings.internal_listen`, the
@@ -126,7 +126,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     let limits = BodyLimits {
         max_bytes: settings.max_body_bytes,
         timeout: settings.http.body_read_timeout_ms.duration(),
-        reading: Arc::new(Semaphore::new(settings.max_in_flight)),
+        reading: Arc::new(Semaphore::new(settings.max_bodies_reading)),
         retry_after_s: state.retry_after_s,
     };
     if auth.is_none() && state.quotas.is_some() {

@@ -41,5 +41,6 @@ mod retention;
 mod rolling_upgrade;
 mod slow_clients;
 mod stream_contract;
+mod tenancy;
 mod throughput_control;
 mod waiting;

@@ -2,8 +2,9 @@
 //! `max_in_flight` connections that send nothing, half a head, a head sent a
 //! byte at a time, or half a body leave room for a good POST, and each is
 //! closed once its own timeout has passed (a stalled body with a 408
-//! problem). Heads past `max_header_bytes` are 431. The worker's admin
-//! listener keeps the same limits.
+//! problem). Bodies are read only once credentials pass, and at most
+//! `max_bodies_reading` at once. Heads past `max_header_bytes` are 431. The
+//! worker's admin listener keeps the same limits.
 
 #![allow(clippy::unwrap_used)]
 
@@ -169,6 +170,87 @@ async fn stalled_connections_hold_no_slot_and_are_closed_once_their_timeouts_pas
 
     let response = app
         .client
+        .post_raw("application/json", delivery_request(2).to_string())
+        .await;
+    assert_eq!(response.status(), 202);
+    app.app.stop().await.unwrap();
+}
+
+const KEY: &str = "slow-client-key-0123456789abcdef012345";
+
+/// Sends a head announcing a body of 1000 bytes and a little of it, with
+/// `credentials` (a header line, or nothing); resolves with what came back before the
+/// connection closed, and when.
+async fn half_body(address: SocketAddr, credentials: &str) -> (Duration, String) {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let began = Instant::now();
+    let head = HALF_BODY.replacen("\r\n\r\n", &format!("\r\n{credentials}\r\n\r\n"), 1);
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(BODY + SLACK, stream.read_to_end(&mut received)).await;
+    assert!(read.is_ok(), "a half body was never answered");
+    (
+        began.elapsed(),
+        String::from_utf8_lossy(&received).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_read_after_credentials_and_a_bounded_number_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    settings.gateway.max_bodies_reading = 4;
+    settings.gateway.http = limits();
+    settings.gateway.auth.enabled = Some(true);
+    settings.gateway.auth.api_keys.insert(
+        "slow".into(),
+        skyport_runtime::config::ApiKeySettings {
+            key: secrecy::SecretString::from(KEY),
+            scopes: skyport_runtime::config::Scope::all(),
+        },
+    );
+    let app = TestApp::spawn_with(settings).await;
+    let address = app.app.gateway_addr;
+    let client = app.client.with_header("x-api-key", KEY);
+    // Without credentials nothing of a body is read: 401 at once, whatever comes.
+    let mut anonymous = JoinSet::new();
+    for _ in 0..8 {
+        anonymous.spawn(half_body(address, "x-request-id: anonymous"));
+    }
+    for (after, received) in anonymous.join_all().await {
+        assert!(received.starts_with("HTTP/1.1 401"), "{received}");
+        assert!(after < BODY, "an anonymous body was waited for ({after:?})");
+    }
+    // Four stalled bodies with credentials hold the four places.
+    let credentials = format!("x-api-key: {KEY}");
+    let mut stalled = JoinSet::new();
+    for _ in 0..4 {
+        let credentials = credentials.clone();
+        stalled.spawn(async move { half_body(address, &credentials).await });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let refused = client
+        .post_raw("application/json", delivery_request(1).to_string())
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let problem: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(problem["code"], "Overloaded");
+    // A request that announces no body takes no place among them.
+    let listing = client
+        .http
+        .get(format!("{}/api/deliveryrequests", client.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listing.status(), 200);
+    for (after, received) in stalled.join_all().await {
+        assert!(received.starts_with("HTTP/1.1 408"), "{received}");
+        assert!(after + Duration::from_millis(50) >= BODY, "{after:?}");
+    }
+    let response = client
         .post_raw("application/json", delivery_request(2).to_string())
         .await;
     assert_eq!(response.status(), 202);

@@ -23,6 +23,11 @@ pub struct GatewaySettings {
     pub public_url: Option<Url>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Request bodies read at once (each whole, up to `max_body_bytes`
+    /// decoded), so that their memory stays bounded whatever the
+    /// connections; one more is refused at once with 503 and `Retry-After`.
+    /// Only requests with credentials get this far when auth is on.
+    pub max_bodies_reading: usize,
     /// Seconds a client is asked to wait before polling a status URL.
     pub retry_after_s: u32,
     /// Keys that sign status receipts (each at least 32 characters), newest
@@ -102,6 +107,7 @@ impl Default for GatewaySettings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             max_body_bytes: 64 * 1024,
+            max_bodies_reading: 1024,
             retry_after_s: 1,
             receipt_keys: Vec::new(),
             receipt_key: None,
@@ -136,6 +142,7 @@ impl GatewaySettings {
             "must be from 1 to 2592000 (30 days)",
         );
         checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        checks.at_least(self.max_bodies_reading, 1, "max_bodies_reading");
         checks.at_least(
             self.wait_poll_interval_ms.count(),
             10,
