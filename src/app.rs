@@ -66,6 +66,7 @@ impl App {
     /// When the store cannot be opened, the token issuer's keys cannot be
     /// fetched or a listener cannot be bound.
     pub async fn start(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
+        settings.check_gateway()?;
         let backends = Backends::open(&settings)
             .await
             .context("cannot open the stream and the store")?;

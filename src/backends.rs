@@ -35,8 +35,6 @@ pub enum BackendError {
     /// A setting that does not fit the data already stored.
     #[error("{0}")]
     Config(#[source] ConfigError),
-    #[error("gateway.receipt_keys is empty, and no embedded store keeps a key")]
-    NoReceiptKey,
 }
 
 /// Where status, dead letters, reservations and leases live.
@@ -109,9 +107,6 @@ impl Backends {
                     .map(|embedded| Arc::from(embedded.receipt_key())),
             )
             .collect();
-        if receipt_keys.is_empty() {
-            return Err(BackendError::NoReceiptKey);
-        }
         let group = &settings.worker.consumer_group;
         let (publisher, consumer): (Arc<dyn Publisher>, Arc<dyn Consumer>) =
             match (settings.stream_backend(), &embedded) {

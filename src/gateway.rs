@@ -14,8 +14,10 @@ use crate::backends::Backends;
 /// Serves the gateway until `shutdown`, then drains it and closes the backends.
 ///
 /// # Errors
-/// When a backend cannot be opened or the listener cannot be bound.
+/// When no key signs receipts, a backend cannot be opened or a listener
+/// cannot be bound.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    settings.check_gateway()?;
     let auth = Auth::from_settings(&settings).await?;
     let backends = Backends::open(&settings)
         .await

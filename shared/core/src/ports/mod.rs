@@ -47,8 +47,8 @@ pub struct Ports {
     pub changes: Arc<dyn ChangeSource>,
     /// The keys that verify status receipts, the first of which signs them:
     /// the configured ones (`gateway.receipt_keys`, newest first), then the
-    /// one the embedded store keeps, if there is one. Never empty. Secrets:
-    /// never printed.
+    /// one the embedded store keeps, if there is one. Empty only in a process
+    /// that signs none (`skyport-worker`). Secrets: never printed.
     pub receipt_keys: Vec<Arc<[u8]>>,
 }
 

@@ -116,6 +116,24 @@ impl Settings {
         })
     }
 
+    /// What a process that serves the gateway needs beyond [`Settings::validate`]:
+    /// a key that signs receipts (`skyport-worker` signs none, so it needs none).
+    ///
+    /// # Errors
+    /// The key that must be set.
+    pub fn check_gateway(&self) -> Result<(), ConfigError> {
+        let embedded = self.stream_backend() == StreamBackend::Embedded
+            || self.store_backend() == StoreBackend::Embedded;
+        if embedded || !self.gateway.receipt_keys.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::new(
+                "gateway.receipt_keys",
+                "must be set when neither the stream nor the store is embedded (no embedded store keeps a key)",
+            ))
+        }
+    }
+
     /// `[gateway]` with what the profile and the other sections decide
     /// filled in: whether it serves `/dashboard` (`gateway.dashboard`, else
     /// the profile's), and when a delivery with no status document is gone.
@@ -180,14 +198,6 @@ impl Settings {
             StreamBackend::Embedded => {}
             StreamBackend::EventHubs => self.eventhubs.validate(&mut checks.section("eventhubs")),
             StreamBackend::Kafka => self.kafka.validate(&mut checks.section("kafka")),
-        }
-        if self.stream_backend() != StreamBackend::Embedded {
-            checks.check(
-                self.store_backend() == StoreBackend::Embedded
-                    || !self.gateway.receipt_keys.is_empty(),
-                "gateway.receipt_keys",
-                "must be set when neither the stream nor the store is embedded (no embedded store keeps one)",
-            );
         }
         checks.check(
             u128::from(self.gateway.idempotency_retention_s.count()) * 1000

@@ -252,6 +252,25 @@ fn receipt_keys_are_long_and_unique_and_the_single_key_names_its_successor() {
 }
 
 #[test]
+fn only_a_process_that_serves_the_gateway_needs_a_receipt_key() {
+    let settings = Settings::load(&cli(&[
+        "profile=azure",
+        "cosmos.endpoint=https://a.documents.azure.com/",
+        "cosmos.auth=entra",
+        "eventhubs.auth=entra",
+        "eventhubs.namespace=ns.servicebus.windows.net",
+        "gateway.auth.enabled=false",
+    ]))
+    .expect("a worker's settings need no receipt key");
+    let missing = settings.check_gateway().expect_err("a gateway's do");
+    assert_eq!(missing.key, "gateway.receipt_keys");
+    let embedded = Settings::load(&Cli::default()).expect("the defaults");
+    embedded
+        .check_gateway()
+        .expect("the embedded store keeps a key");
+}
+
+#[test]
 fn held_reads_leave_connections_and_places_for_other_clients() {
     let settings = Settings::load(&Cli::default()).expect("the defaults");
     assert!(settings.gateway.max_waiting < settings.gateway.http.max_connections);
