@@ -8,7 +8,7 @@ use fe2o3_amqp::acceptor::LinkEndpoint;
 use fe2o3_amqp::link::{DetachError, RecvError};
 use fe2o3_amqp::types::definitions::{self, AmqpError};
 use fe2o3_amqp::types::messaging::message::__private::Deserializable;
-use fe2o3_amqp::types::messaging::{Body, Message};
+use fe2o3_amqp::types::messaging::{Body, Message, Modified};
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Delivery, Receiver, Sendable, Sender};
 use tokio::sync::mpsc;
@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::filter::Cursor;
 use super::management::{self, Node};
 use super::server::{CLOSE_TIMEOUT, Context, Outbox, Replies, Route};
-use super::{Partition, Registration, lock, stolen};
+use super::{Partition, Refusal, Registration, lock, stolen};
 
 /// The message format of an `EventDataBatch` transfer.
 const BATCH_FORMAT: u32 = 0x8001_3700;
@@ -198,23 +198,40 @@ async fn serve_publisher(
                 Err(error) => return link_ended(receiver, error).await,
             },
         };
-        let outcome = if context.state.refuse_sends.load(Ordering::SeqCst) {
-            Err(definitions::Error::new(
-                AmqpError::InternalError,
-                "the test broker refuses sends".to_owned(),
-                None,
-            ))
-        } else {
-            events_of(&delivery).and_then(|events| hub.publish(&context.state, partition, events))
+        // A refused transfer is not stored; `Ok` holds what storing it came to.
+        let answer = match context.state.refusal() {
+            Some(refusal) => Err(refusal),
+            None => Ok(events_of(&delivery)
+                .and_then(|events| hub.publish(&context.state, partition, events))),
         };
+        if matches!(answer, Ok(Ok(()))) && context.state.withhold.load(Ordering::SeqCst) {
+            continue;
+        }
         if !round_trip(&context).await {
             return;
         }
-        let disposed = match outcome {
-            Ok(()) => receiver.accept(&delivery).await,
-            Err(error) => {
+        let disposed = match answer {
+            Ok(Ok(())) => receiver.accept(&delivery).await,
+            Ok(Err(error)) => {
                 tracing::debug!(%error, hub = hub.name, "eventhubs broker: transfer rejected");
                 receiver.reject(&delivery, error).await
+            }
+            Err(Refusal::Rejected) => {
+                let error = definitions::Error::new(
+                    AmqpError::InternalError,
+                    "the test broker refuses sends".to_owned(),
+                    None,
+                );
+                receiver.reject(&delivery, error).await
+            }
+            Err(Refusal::Released) => receiver.release(&delivery).await,
+            Err(Refusal::Modified) => {
+                let modified = Modified {
+                    delivery_failed: Some(true),
+                    undeliverable_here: Some(true),
+                    message_annotations: None,
+                };
+                receiver.modify(&delivery, modified).await
             }
         };
         if let Err(error) = disposed {
