@@ -41,11 +41,10 @@ pub(crate) struct HubConnection {
     /// The address of the hub (`amqps://NAMESPACE/HUB`); partition links add to it.
     hub: Url,
     broken: AtomicBool,
-    // Dropped in this order: the renewal task, the CBS link, the senders' session, the connection.
+    // Dropped in this order: the renewal task, the CBS link, the connection.
     _renewal: AbortOnDropHandle<()>,
     authority: Arc<Authority>,
-    session: AmqpSession,
-    _connection: AmqpConnection,
+    connection: AmqpConnection,
 }
 
 impl std::fmt::Debug for HubConnection {
@@ -58,9 +57,8 @@ impl std::fmt::Debug for HubConnection {
 }
 
 impl HubConnection {
-    /// Connects to `hub` (through the namespace's custom endpoint, if any),
-    /// begins a session for the senders and attaches a CBS client on a
-    /// session of its own.
+    /// Connects to `hub` (through the namespace's custom endpoint, if any)
+    /// and attaches a CBS client on a session of its own.
     ///
     /// # Errors
     /// When the connection, a session, the CBS link or the first token fails.
@@ -76,13 +74,6 @@ impl HubConnection {
                     custom_endpoint,
                     ..AmqpConnectionOptions::default()
                 }),
-            )
-            .await?;
-        let session = AmqpSession::new();
-        session
-            .begin(
-                &connection,
-                Some(AmqpSessionOptions::with_unbounded_windows()),
             )
             .await?;
         let cbs_session = AmqpSession::new();
@@ -108,8 +99,7 @@ impl HubConnection {
             broken: AtomicBool::new(false),
             _renewal: renewal,
             authority,
-            session,
-            _connection: connection,
+            connection,
         }))
     }
 
@@ -123,7 +113,9 @@ impl HubConnection {
         self.broken.store(true, Ordering::Relaxed);
     }
 
-    /// Authorises partition `partition_id` and attaches a sender to it.
+    /// Authorises partition `partition_id` and attaches a sender to it, on a
+    /// session of its own as the SDK does, so that the partitions' transfers
+    /// do not all pass through one session's task.
     ///
     /// # Errors
     /// When the token is refused or the link cannot be attached.
@@ -133,10 +125,17 @@ impl HubConnection {
     ) -> Result<PartitionSender, AmqpError> {
         let address = format!("{}/Partitions/{partition_id}", self.hub);
         self.authority.authorize(&address).await?;
+        let session = AmqpSession::new();
+        session
+            .begin(
+                &self.connection,
+                Some(AmqpSessionOptions::with_unbounded_windows()),
+            )
+            .await?;
         let sender = AmqpSender::new();
         sender
             .attach(
-                &self.session,
+                &session,
                 format!("skyport-sender-{partition_id}"),
                 address,
                 None,
@@ -145,15 +144,18 @@ impl HubConnection {
         let max_message_size = sender.max_message_size().await?;
         Ok(PartitionSender {
             sender,
+            _session: session,
             max_message_size,
             connection: Arc::clone(self),
         })
     }
 }
 
-/// A sender link to one partition; it keeps its connection open.
+/// A sender link to one partition, on its own session; it keeps its connection open.
 pub(crate) struct PartitionSender {
+    // Dropped before the session it is attached on.
     sender: AmqpSender,
+    _session: AmqpSession,
     max_message_size: Option<u64>,
     connection: Arc<HubConnection>,
 }
