@@ -8,7 +8,8 @@
 //!   sessions and links. Link addresses may be full URLs
 //!   (`amqps://<namespace>/<hub>/...`, which is what the SDK sends) or bare paths;
 //!   only the path counts.
-//! - CBS: `put-token` requests on `$cbs` are all accepted (status-code 202).
+//! - CBS: `put-token` requests on `$cbs` are all accepted (status-code 202);
+//!   [`EventHubsBroker::tokens_put`] lists the names they were put for.
 //! - `$management` `READ` of `com.microsoft:eventhub` and `com.microsoft:partition`
 //!   (status-code 200), with the keys and AMQP types the SDK's parser insists on:
 //!   the SDK panics on a wrong value type and rejects a partition answer without
@@ -266,6 +267,11 @@ impl EventHubsBroker {
         self.state.withhold.store(withhold, Ordering::SeqCst);
     }
 
+    /// The names (the addresses they authorise) of the CBS tokens put so far, in order.
+    pub fn tokens_put(&self) -> Vec<String> {
+        lock(&self.state.tokens).clone()
+    }
+
     /// How many transfers have been answered with a refusal so far.
     pub fn refused(&self) -> u64 {
         lock(&self.state.refusals).answered
@@ -333,6 +339,8 @@ struct State {
     refusals: Mutex<Refusals>,
     /// Stored transfers are left unsettled.
     withhold: AtomicBool,
+    /// The name of each CBS token put.
+    tokens: Mutex<Vec<String>>,
     next_transfer: AtomicU64,
 }
 
@@ -353,6 +361,7 @@ impl State {
                 .collect(),
             refusals: Mutex::new(Refusals::default()),
             withhold: AtomicBool::new(false),
+            tokens: Mutex::new(Vec::new()),
             next_transfer: AtomicU64::new(0),
         }
     }

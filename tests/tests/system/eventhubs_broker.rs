@@ -905,3 +905,48 @@ async fn the_publisher_tells_stored_from_not_stored_from_unknown() {
     );
     broker.stop().await;
 }
+
+/// The publisher puts a new token for its partition links before the one
+/// it put expires (a shared access signature lives an hour), on the CBS link
+/// it keeps open. The clock jumps twice to just past a renewal (54 minutes
+/// into a token's hour) and runs on from there.
+#[tokio::test]
+async fn the_publisher_renews_its_links_tokens_before_they_expire() {
+    let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
+    let publisher = bounded(
+        "opening the publisher",
+        EventHubsPublisher::open(&settings.eventhubs),
+    )
+    .await
+    .unwrap();
+    bounded("a publish", publisher.publish(outbound("first")))
+        .await
+        .unwrap();
+    let for_the_partition = || {
+        broker
+            .tokens_put()
+            .iter()
+            .filter(|name| name.ends_with("/deliveries/Partitions/0"))
+            .count()
+    };
+    assert_eq!(for_the_partition(), 1);
+    for renewals in 1..=2 {
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(55 * 60)).await;
+        tokio::time::resume();
+        bounded("a renewal", async {
+            while for_the_partition() < 1 + renewals {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+    bounded("a publish", publisher.publish(outbound("later")))
+        .await
+        .unwrap();
+    assert_eq!(for_the_partition(), 3, "{:?}", broker.tokens_put());
+    assert_eq!(broker.events("deliveries", 0).len(), 2);
+    broker.stop().await;
+}
