@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fe2o3_amqp::acceptor::LinkEndpoint;
 use fe2o3_amqp::link::{DetachError, RecvError};
-use fe2o3_amqp::types::definitions::{self, AmqpError};
+use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
 use fe2o3_amqp::types::messaging::message::__private::Deserializable;
 use fe2o3_amqp::types::messaging::{Body, Message, Modified};
 use fe2o3_amqp::types::primitives::Value;
@@ -190,9 +190,11 @@ async fn serve_publisher(
     let Some(hub) = context.state.hubs.get(hub) else {
         return;
     };
+    let mut detach = context.state.detach_publishers.subscribe();
     loop {
         let delivery: Delivery<Body<Value>> = tokio::select! {
             () = context.shutdown.cancelled() => return,
+            Ok(()) = detach.changed() => return force_detach(receiver).await,
             delivery = receiver.recv() => match delivery {
                 Ok(delivery) => delivery,
                 Err(error) => return link_ended(receiver, error).await,
@@ -359,6 +361,20 @@ async fn close_stolen(sender: Sender, level: i64) {
         tokio::time::timeout(CLOSE_TIMEOUT, sender.close_with_error(error)).await
     {
         tracing::debug!(%error, "eventhubs broker: stolen link closed");
+    }
+}
+
+/// Closes a publisher's link as the service closes an idle one.
+async fn force_detach(receiver: Receiver) {
+    let error = definitions::Error::new(
+        LinkError::DetachForced,
+        "the test broker detaches the publishers' links".to_owned(),
+        None,
+    );
+    if let Ok(Err(error)) =
+        tokio::time::timeout(CLOSE_TIMEOUT, receiver.close_with_error(error)).await
+    {
+        tracing::debug!(%error, "eventhubs broker: publisher link closed");
     }
 }
 

@@ -50,6 +50,9 @@
 //!   released or modified transfer.) [`EventHubsBroker::refused`] counts them.
 //! - [`EventHubsBroker::withhold_outcomes`]: transfers are stored but never
 //!   settled, as when the service wrote an event and its answer was lost.
+//! - [`EventHubsBroker::detach_publishers`]: every sender link attached now is
+//!   closed with `amqp:link:detach-forced`, as the service does to a sender
+//!   link idle for ten minutes; the connection stays open.
 //!
 //! # What the SDK does that shapes this
 //!
@@ -267,6 +270,14 @@ impl EventHubsBroker {
         self.state.withhold.store(withhold, Ordering::SeqCst);
     }
 
+    /// Closes every link the clients send events on with
+    /// `amqp:link:detach-forced`; links attached later are not affected.
+    pub fn detach_publishers(&self) {
+        self.state
+            .detach_publishers
+            .send_modify(|round| *round += 1);
+    }
+
     /// The names (the addresses they authorise) of the CBS tokens put so far, in order.
     pub fn tokens_put(&self) -> Vec<String> {
         lock(&self.state.tokens).clone()
@@ -341,6 +352,8 @@ struct State {
     withhold: AtomicBool,
     /// The name of each CBS token put.
     tokens: Mutex<Vec<String>>,
+    /// Bumped to close the publishers' links attached before.
+    detach_publishers: watch::Sender<u64>,
     next_transfer: AtomicU64,
 }
 
@@ -362,6 +375,7 @@ impl State {
             refusals: Mutex::new(Refusals::default()),
             withhold: AtomicBool::new(false),
             tokens: Mutex::new(Vec::new()),
+            detach_publishers: watch::Sender::new(0),
             next_transfer: AtomicU64::new(0),
         }
     }

@@ -950,3 +950,36 @@ async fn the_publisher_renews_its_links_tokens_before_they_expire() {
     assert_eq!(broker.events("deliveries", 0).len(), 2);
     broker.stop().await;
 }
+
+/// The hub closes a sender link it finds idle (ten minutes on the service).
+/// The next publish on that link gets no outcome, so the publisher sends the
+/// batch once more, on a new connection, and it is stored: the request is
+/// answered as stored, not as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_on_a_link_the_hub_closed_is_sent_again_on_a_new_connection() {
+    let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
+    let publisher = bounded(
+        "opening the publisher",
+        EventHubsPublisher::open(&settings.eventhubs),
+    )
+    .await
+    .unwrap();
+    bounded("a publish", publisher.publish(outbound("first")))
+        .await
+        .unwrap();
+    broker.detach_publishers();
+    // The detach reaches the client before the next publish.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    bounded("a publish", publisher.publish(outbound("second")))
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = broker
+        .events("deliveries", 0)
+        .into_iter()
+        .map(|event| event.body)
+        .collect();
+    assert_eq!(bodies, [b"first".to_vec(), b"second".to_vec()]);
+    broker.stop().await;
+}
