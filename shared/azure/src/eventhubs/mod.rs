@@ -6,7 +6,7 @@
 //!   (`linger_ms`, `max_batch_bytes`, `max_batch_events`), sends one batch at a
 //!   time (so a key's events keep their order) and answers each request when
 //!   the hub has answered its own batch. The sends go on `azure_core_amqp`'s
-//!   sender (a connection per hub, [`connection`]), not the SDK's
+//!   sender (a connection per hub, `connection.rs`), not the SDK's
 //!   `ProducerClient`, whose `send_batch` answers `Ok` for Released and
 //!   Modified: only Accepted means stored. A batch the hub did not store
 //!   (Released, Modified, Rejected, or never sent) fails its requests as
