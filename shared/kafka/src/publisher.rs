@@ -8,6 +8,16 @@
 //! the brokers no longer know (fenced, out of sequence), or records left
 //! unacknowledged past the delivery timeout while a broker is up — is
 //! replaced by a new one.
+//!
+//! A record that failed is [`PublishError::Unavailable`] (certainly not
+//! written: the request's name may be freed) only when it never reached
+//! librdkafka (refused at once, or no broker up), or when a broker refused
+//! its content, as it refuses every attempt. Any other failure may come
+//! after librdkafka sent the record (its own `message.timeout.ms` fires on
+//! records in flight too, and a retry's error does not tell what became of
+//! the attempt before it): [`PublishError::Unknown`]. librdkafka keeps a
+//! per-record persistence status for exactly this (`rd_kafka_message_status`),
+//! but rdkafka 0.39 exposes it only through its unsafe FFI.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -226,19 +236,27 @@ impl Publisher for KafkaPublisher {
         let producer = self.current();
         let delivery = match producer.send_result(record) {
             Ok(delivery) => delivery,
-            Err((error, _)) => return Err(self.failed(&producer, error)),
+            // Not enqueued (queue full, too large, a fatal error): never sent.
+            Err((error, _)) => {
+                self.failed(&producer, &error);
+                return Err(PublishError::Unavailable(Box::new(error)));
+            }
         };
         // librdkafka cannot time out a record already sent on a connection
         // that died until the request times out; the caller waits no longer
-        // than the delivery timeout, and the record's fate is then unknown
-        // (a request answered 503 is one the client retries).
+        // than the delivery timeout, and the record's fate is then unknown.
         match tokio::time::timeout(self.delivery_timeout, delivery).await {
             Ok(Ok(Ok(delivered))) => Ok(Position {
                 partition: topic.first + partition,
                 offset: u64::try_from(delivered.offset).ok(),
             }),
-            Ok(Ok(Err((error, _)))) => Err(self.failed(&producer, error)),
-            Ok(Err(_)) => Err(PublishError::Closed),
+            Ok(Ok(Err((error, _)))) => {
+                self.failed(&producer, &error);
+                Err(reported(error))
+            }
+            Ok(Err(_)) => Err(PublishError::Unknown(
+                "the Kafka producer went away before it reported the record's fate".into(),
+            )),
             Err(_) => {
                 // With a broker up, a record left unacknowledged this long
                 // means the producer is stuck (its in-flight requests died
@@ -246,8 +264,8 @@ impl Publisher for KafkaPublisher {
                 if !self.context.health.brokers_down.load(Ordering::Relaxed) {
                     self.rebuild(&producer);
                 }
-                Err(PublishError::Unavailable(
-                    "the Kafka brokers did not acknowledge the record within kafka.delivery_timeout_ms"
+                Err(PublishError::Unknown(
+                    "the Kafka brokers did not acknowledge the record within kafka.delivery_timeout_ms; it may yet be written"
                         .into(),
                 ))
             }
@@ -264,9 +282,9 @@ impl Publisher for KafkaPublisher {
 }
 
 impl KafkaPublisher {
-    /// Why a record was not acknowledged; replaces the producer when
-    /// librdkafka says it cannot go on.
-    fn failed(&self, producer: &Arc<KafkaProducer>, error: KafkaError) -> PublishError {
+    /// Replaces the producer when librdkafka says, with `error` for a record,
+    /// that it cannot go on.
+    fn failed(&self, producer: &Arc<KafkaProducer>, error: &KafkaError) {
         let lost_state = matches!(
             error.rdkafka_error_code(),
             Some(
@@ -281,6 +299,72 @@ impl KafkaPublisher {
             self.rebuild(producer);
         }
         tracing::debug!(%error, "A record was not acknowledged; its request is refused.");
+    }
+}
+
+/// What a delivery report's error says of a record librdkafka took.
+fn reported(error: KafkaError) -> PublishError {
+    if error.rdkafka_error_code().is_some_and(refused_content) {
         PublishError::Unavailable(Box::new(error))
+    } else {
+        PublishError::Unknown(Box::new(error))
+    }
+}
+
+/// Whether a broker refused the record for what it holds, which it does on
+/// every attempt: so no attempt was written. Errors of the moment (no
+/// leader, not enough replicas, authorisation, storage, time-outs,
+/// transport) are retried by librdkafka after attempts that may have been
+/// written, and so tell nothing of the record's fate.
+fn refused_content(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::InvalidMessage
+            | RDKafkaErrorCode::InvalidMessageSize
+            | RDKafkaErrorCode::MessageSizeTooLarge
+            | RDKafkaErrorCode::MessageBatchTooLarge
+            | RDKafkaErrorCode::InvalidTimestamp
+            | RDKafkaErrorCode::UnsupportedForMessageFormat
+            | RDKafkaErrorCode::UnsupportedCompressionType
+            | RDKafkaErrorCode::InvalidRecord
+            | RDKafkaErrorCode::InvalidDifferentRecord
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(code: RDKafkaErrorCode) -> PublishError {
+        reported(KafkaError::MessageProduction(code))
+    }
+
+    #[test]
+    fn a_record_whose_content_a_broker_refused_was_not_written_and_any_other_failure_may_have_been()
+    {
+        for code in [
+            RDKafkaErrorCode::MessageSizeTooLarge,
+            RDKafkaErrorCode::InvalidRecord,
+            RDKafkaErrorCode::InvalidMessage,
+        ] {
+            assert!(
+                matches!(report(code), PublishError::Unavailable(_)),
+                "{code:?}"
+            );
+        }
+        for code in [
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::PurgeInflight,
+            RDKafkaErrorCode::PurgeQueue,
+            RDKafkaErrorCode::NotEnoughReplicas,
+            RDKafkaErrorCode::NotEnoughReplicasAfterAppend,
+            RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::OutOfOrderSequenceNumber,
+            RDKafkaErrorCode::Fatal,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+        ] {
+            assert!(matches!(report(code), PublishError::Unknown(_)), "{code:?}");
+        }
     }
 }

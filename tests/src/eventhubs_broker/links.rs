@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use fe2o3_amqp::acceptor::LinkEndpoint;
 use fe2o3_amqp::link::{DetachError, RecvError};
-use fe2o3_amqp::types::definitions::{self, AmqpError};
+use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
 use fe2o3_amqp::types::messaging::message::__private::Deserializable;
-use fe2o3_amqp::types::messaging::{Body, Message};
+use fe2o3_amqp::types::messaging::{Body, Message, Modified};
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Delivery, Receiver, Sendable, Sender};
 use tokio::sync::mpsc;
@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::filter::Cursor;
 use super::management::{self, Node};
 use super::server::{CLOSE_TIMEOUT, Context, Outbox, Replies, Route};
-use super::{Partition, Registration, lock, stolen};
+use super::{Partition, Refusal, Registration, lock, stolen};
 
 /// The message format of an `EventDataBatch` transfer.
 const BATCH_FORMAT: u32 = 0x8001_3700;
@@ -190,31 +190,50 @@ async fn serve_publisher(
     let Some(hub) = context.state.hubs.get(hub) else {
         return;
     };
+    let mut detach = context.state.detach_publishers.subscribe();
     loop {
         let delivery: Delivery<Body<Value>> = tokio::select! {
             () = context.shutdown.cancelled() => return,
+            Ok(()) = detach.changed() => return force_detach(receiver).await,
             delivery = receiver.recv() => match delivery {
                 Ok(delivery) => delivery,
                 Err(error) => return link_ended(receiver, error).await,
             },
         };
-        let outcome = if context.state.refuse_sends.load(Ordering::SeqCst) {
-            Err(definitions::Error::new(
-                AmqpError::InternalError,
-                "the test broker refuses sends".to_owned(),
-                None,
-            ))
-        } else {
-            events_of(&delivery).and_then(|events| hub.publish(&context.state, partition, events))
+        // A refused transfer is not stored; `Ok` holds what storing it came to.
+        let answer = match context.state.refusal() {
+            Some(refusal) => Err(refusal),
+            None => Ok(events_of(&delivery)
+                .and_then(|events| hub.publish(&context.state, partition, events))),
         };
+        if matches!(answer, Ok(Ok(()))) && context.state.withhold.load(Ordering::SeqCst) {
+            continue;
+        }
         if !round_trip(&context).await {
             return;
         }
-        let disposed = match outcome {
-            Ok(()) => receiver.accept(&delivery).await,
-            Err(error) => {
+        let disposed = match answer {
+            Ok(Ok(())) => receiver.accept(&delivery).await,
+            Ok(Err(error)) => {
                 tracing::debug!(%error, hub = hub.name, "eventhubs broker: transfer rejected");
                 receiver.reject(&delivery, error).await
+            }
+            Err(Refusal::Rejected) => {
+                let error = definitions::Error::new(
+                    AmqpError::InternalError,
+                    "the test broker refuses sends".to_owned(),
+                    None,
+                );
+                receiver.reject(&delivery, error).await
+            }
+            Err(Refusal::Released) => receiver.release(&delivery).await,
+            Err(Refusal::Modified) => {
+                let modified = Modified {
+                    delivery_failed: Some(true),
+                    undeliverable_here: Some(true),
+                    message_annotations: None,
+                };
+                receiver.modify(&delivery, modified).await
             }
         };
         if let Err(error) = disposed {
@@ -342,6 +361,20 @@ async fn close_stolen(sender: Sender, level: i64) {
         tokio::time::timeout(CLOSE_TIMEOUT, sender.close_with_error(error)).await
     {
         tracing::debug!(%error, "eventhubs broker: stolen link closed");
+    }
+}
+
+/// Closes a publisher's link as the service closes an idle one.
+async fn force_detach(receiver: Receiver) {
+    let error = definitions::Error::new(
+        LinkError::DetachForced,
+        "the test broker detaches the publishers' links".to_owned(),
+        None,
+    );
+    if let Ok(Err(error)) =
+        tokio::time::timeout(CLOSE_TIMEOUT, receiver.close_with_error(error)).await
+    {
+        tracing::debug!(%error, "eventhubs broker: publisher link closed");
     }
 }
 

@@ -33,7 +33,11 @@ pub(super) fn respond(
 ) -> Message<Body<Value>> {
     let operation = string_property(request, "operation");
     let (status, description, body) = match (node, operation) {
-        (Node::Cbs, Some("put-token")) => (202, "Accepted".to_owned(), Value::Null),
+        (Node::Cbs, Some("put-token")) => {
+            let name = string_property(request, "name").unwrap_or_default();
+            lock(&state.tokens).push(name.to_owned());
+            (202, "Accepted".to_owned(), Value::Null)
+        }
         (Node::Management, Some("READ")) => read(state, request),
         (_, operation) => (
             501,

@@ -8,7 +8,8 @@
 //!   sessions and links. Link addresses may be full URLs
 //!   (`amqps://<namespace>/<hub>/...`, which is what the SDK sends) or bare paths;
 //!   only the path counts.
-//! - CBS: `put-token` requests on `$cbs` are all accepted (status-code 202).
+//! - CBS: `put-token` requests on `$cbs` are all accepted (status-code 202);
+//!   [`EventHubsBroker::tokens_put`] lists the names they were put for.
 //! - `$management` `READ` of `com.microsoft:eventhub` and `com.microsoft:partition`
 //!   (status-code 200), with the keys and AMQP types the SDK's parser insists on:
 //!   the SDK panics on a wrong value type and rejects a partition answer without
@@ -37,10 +38,21 @@
 //!   `amqp:not-found`; a malformed start filter with `amqp:invalid-field`. "Refused"
 //!   means the link is attached and then at once closed with that error (the
 //!   acceptor API has no refusing attach).
-//! - [`EventHubsBroker::refuse_sends`]: every incoming transfer is rejected with
-//!   `amqp:internal-error`. (`com.microsoft:server-busy` would be closer to the
-//!   service, but the SDK retries that with backoff for up to a minute, while it
-//!   returns `amqp:internal-error` at once.)
+//! - Transfers answered without being stored, switched on by the test:
+//!   [`EventHubsBroker::refuse_next`] answers the next n transfers with a
+//!   [`Refusal`] (released; modified with `delivery-failed` and
+//!   `undeliverable-here`; or rejected with `amqp:internal-error`),
+//!   [`EventHubsBroker::refuse_all`] every transfer while it is on, and
+//!   [`EventHubsBroker::refuse_sends`] is `refuse_all` with rejected.
+//!   (`com.microsoft:server-busy` would be closer to the service's rejection,
+//!   but the SDK retries that with backoff for up to a minute, while it returns
+//!   `amqp:internal-error` at once. The SDK's `send_batch` answers `Ok` to a
+//!   released or modified transfer.) [`EventHubsBroker::refused`] counts them.
+//! - [`EventHubsBroker::withhold_outcomes`]: transfers are stored but never
+//!   settled, as when the service wrote an event and its answer was lost.
+//! - [`EventHubsBroker::detach_publishers`]: every sender link attached now is
+//!   closed with `amqp:link:detach-forced`, as the service does to a sender
+//!   link idle for ten minutes; the connection stays open.
 //!
 //! # What the SDK does that shapes this
 //!
@@ -105,7 +117,7 @@ mod links;
 mod management;
 mod server;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -235,7 +247,45 @@ impl EventHubsBroker {
     /// While true, every incoming transfer is rejected with `amqp:internal-error`,
     /// so that `send_batch` fails; turning it back off lets sends succeed again.
     pub fn refuse_sends(&self, refuse: bool) {
-        self.state.refuse_sends.store(refuse, Ordering::SeqCst);
+        self.refuse_all(refuse.then_some(Refusal::Rejected));
+    }
+
+    /// While `Some`, every incoming transfer is answered with that refusal and
+    /// not stored (after those [`refuse_next`](Self::refuse_next) queued);
+    /// `None` stores them again.
+    pub fn refuse_all(&self, refusal: Option<Refusal>) {
+        lock(&self.state.refusals).all = refusal;
+    }
+
+    /// Answers the next `count` incoming transfers with `refusal`, storing none of them.
+    pub fn refuse_next(&self, refusal: Refusal, count: usize) {
+        lock(&self.state.refusals)
+            .next
+            .extend(std::iter::repeat_n(refusal, count));
+    }
+
+    /// While true, every incoming transfer is stored but not answered (no
+    /// disposition ever comes for it); false answers the transfers after it again.
+    pub fn withhold_outcomes(&self, withhold: bool) {
+        self.state.withhold.store(withhold, Ordering::SeqCst);
+    }
+
+    /// Closes every link the clients send events on with
+    /// `amqp:link:detach-forced`; links attached later are not affected.
+    pub fn detach_publishers(&self) {
+        self.state
+            .detach_publishers
+            .send_modify(|round| *round += 1);
+    }
+
+    /// The names (the addresses they authorise) of the CBS tokens put so far, in order.
+    pub fn tokens_put(&self) -> Vec<String> {
+        lock(&self.state.tokens).clone()
+    }
+
+    /// How many transfers have been answered with a refusal so far.
+    pub fn refused(&self) -> u64 {
+        lock(&self.state.refusals).answered
     }
 
     /// Closes the listener and every connection, and waits for every task to end.
@@ -275,10 +325,35 @@ impl TokenCredential for FixedTokenCredential {
     }
 }
 
+/// An answer to a transfer that says it was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `released`: the transfer was not and will not be acted upon.
+    Released,
+    /// `modified`, with `delivery-failed` and `undeliverable-here` set.
+    Modified,
+    /// `rejected`, with `amqp:internal-error`.
+    Rejected,
+}
+
+/// The refusals the test has switched on.
+#[derive(Debug, Default)]
+struct Refusals {
+    next: VecDeque<Refusal>,
+    all: Option<Refusal>,
+    answered: u64,
+}
+
 #[derive(Debug)]
 struct State {
     hubs: Vec<Hub>,
-    refuse_sends: AtomicBool,
+    refusals: Mutex<Refusals>,
+    /// Stored transfers are left unsettled.
+    withhold: AtomicBool,
+    /// The name of each CBS token put.
+    tokens: Mutex<Vec<String>>,
+    /// Bumped to close the publishers' links attached before.
+    detach_publishers: watch::Sender<u64>,
     next_transfer: AtomicU64,
 }
 
@@ -297,9 +372,20 @@ impl State {
                     round_robin: AtomicU32::new(0),
                 })
                 .collect(),
-            refuse_sends: AtomicBool::new(false),
+            refusals: Mutex::new(Refusals::default()),
+            withhold: AtomicBool::new(false),
+            tokens: Mutex::new(Vec::new()),
+            detach_publishers: watch::Sender::new(0),
             next_transfer: AtomicU64::new(0),
         }
+    }
+
+    /// The refusal the next transfer gets, if the test switched one on.
+    fn refusal(&self) -> Option<Refusal> {
+        let mut refusals = lock(&self.refusals);
+        let refusal = refusals.next.pop_front().or(refusals.all)?;
+        refusals.answered += 1;
+        Some(refusal)
     }
 
     /// Hub names compare case-insensitively, as on the service.

@@ -1,6 +1,8 @@
 //! The Event Hubs test broker, driven through the real SDK
 //! (`azure_messaging_eventhubs` 0.15); only what the SDK cannot put on the wire
-//! (an owner level, SASL PLAIN) goes through fe2o3-amqp directly. Every wait is
+//! (an owner level, SASL PLAIN) goes through fe2o3-amqp directly. Then
+//! Skyport's publisher and gateway over the broker's answers that do not mean
+//! stored (Released, Modified, Rejected) and over a lost answer. Every wait is
 //! bounded, so a hang fails fast.
 
 #![allow(clippy::unwrap_used)]
@@ -20,10 +22,16 @@ use azure_messaging_eventhubs::{
     InMemoryCheckpointStore, OpenReceiverOptions, ProcessorStrategy, ProducerClient, StartLocation,
     StartPosition,
 };
+use bytes::Bytes;
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition, LinkError};
 use futures_util::{Stream, StreamExt};
-use skyport_tests::eventhubs_broker::{EventHubsBroker, test_credential};
+use skyport_azure::eventhubs::EventHubsPublisher;
+use skyport_core::event::Event;
+use skyport_core::ports::{EventProperties, Lane, OutboundEvent, PublishError, Publisher};
+use skyport_runtime::config::Millis;
+use skyport_tests::eventhubs_broker::{EventHubsBroker, Refusal, test_credential};
+use skyport_tests::{TestApp, delivery_request};
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -763,4 +771,215 @@ async fn unknown_hubs_and_partitions_fail_cleanly() {
     for partition in 0..2 {
         assert!(broker.events("orders", partition).is_empty());
     }
+}
+
+/// The delivery ids of the events stored in `hub`'s partitions, in partition order.
+fn stored_ids(broker: &EventHubsBroker, hub: &str, partitions: u32) -> Vec<String> {
+    (0..partitions)
+        .flat_map(|partition| broker.events(hub, partition))
+        .map(|event| Event::decode(&event.body).unwrap().delivery_id().to_owned())
+        .collect()
+}
+
+/// A 503 problem with `Retry-After` and the problem code `code`.
+async fn assert_refused(response: reqwest::Response, code: &str) {
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], code, "{problem}");
+}
+
+/// Released and Modified do not mean stored: a POST whose batch the hub
+/// answers so gets a 503 that says the request was not taken, not a 202,
+/// and nothing of it is kept; the same request once the hub stores again is
+/// accepted and runs, as does one accepted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_send_the_hub_releases_or_modifies_gets_no_202_and_its_retry_runs() {
+    let broker = EventHubsBroker::start(&[("deliveries", 2)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(crate::eventhubs::settings_on(
+        &broker,
+        &dir,
+        &["deliveries"],
+    ))
+    .await;
+    let first = app.client.post_delivery(&delivery_request(1)).await;
+
+    let request = delivery_request(2);
+    broker.refuse_all(Some(Refusal::Released));
+    for _ in 0..2 {
+        let response = app
+            .client
+            .post_raw("application/json", request.to_string())
+            .await;
+        assert_refused(response, "Unavailable").await;
+    }
+    broker.refuse_all(None);
+    broker.refuse_next(Refusal::Modified, 1);
+    let response = app
+        .client
+        .post_raw("application/json", request.to_string())
+        .await;
+    assert_refused(response, "Unavailable").await;
+    assert_eq!(broker.refused(), 3, "each POST was one refused transfer");
+    assert_eq!(stored_ids(&broker, "deliveries", 2), ["delivery-1"]);
+
+    let retried = app.client.post_delivery(&request).await;
+    app.expect_all_scheduled_once(
+        &[first.status_url, retried.status_url],
+        Duration::from_secs(60),
+    )
+    .await;
+    let mut stored = stored_ids(&broker, "deliveries", 2);
+    stored.sort();
+    assert_eq!(stored, ["delivery-1", "delivery-2"]);
+    assert_eq!(broker.refused(), 3);
+    app.app.stop().await.unwrap();
+    broker.stop().await;
+}
+
+fn outbound(body: &str) -> OutboundEvent {
+    OutboundEvent {
+        key: format!("key-{body}"),
+        payload: Bytes::from(body.to_owned()),
+        properties: EventProperties::default(),
+        lane: Lane::Normal,
+    }
+}
+
+/// Skyport's publisher tells the three fates of a batch apart: Accepted is
+/// stored; Released, Modified and Rejected are not (`Unavailable`: the
+/// request may be retried with any body); a batch the hub stored but whose
+/// answer never came is `Unknown`, and it is indeed in the hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_publisher_tells_stored_from_not_stored_from_unknown() {
+    let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
+    settings.eventhubs.send_timeout_ms = Millis::new(1_000);
+    let publisher = bounded(
+        "opening the publisher",
+        EventHubsPublisher::open(&settings.eventhubs),
+    )
+    .await
+    .unwrap();
+    bounded("a publish", publisher.publish(outbound("stored")))
+        .await
+        .unwrap();
+    for refusal in [Refusal::Released, Refusal::Modified, Refusal::Rejected] {
+        broker.refuse_next(refusal, 1);
+        let outcome = bounded("a publish", publisher.publish(outbound("refused"))).await;
+        assert!(
+            matches!(outcome, Err(PublishError::Unavailable(_))),
+            "{refusal:?}: {outcome:?}"
+        );
+    }
+    assert_eq!(broker.refused(), 3);
+
+    broker.withhold_outcomes(true);
+    let outcome = bounded("a publish", publisher.publish(outbound("unanswered"))).await;
+    assert!(
+        matches!(outcome, Err(PublishError::Unknown(_))),
+        "{outcome:?}"
+    );
+    broker.withhold_outcomes(false);
+    bounded("a publish", publisher.publish(outbound("after")))
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = broker
+        .events("deliveries", 0)
+        .into_iter()
+        .map(|event| event.body)
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            b"stored".to_vec(),
+            b"unanswered".to_vec(),
+            b"after".to_vec()
+        ]
+    );
+    broker.stop().await;
+}
+
+/// The publisher puts a new token for its partition links before the one
+/// it put expires (a shared access signature lives an hour), on the CBS link
+/// it keeps open. The clock jumps twice to just past a renewal (54 minutes
+/// into a token's hour) and runs on from there.
+#[tokio::test]
+async fn the_publisher_renews_its_links_tokens_before_they_expire() {
+    let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
+    let publisher = bounded(
+        "opening the publisher",
+        EventHubsPublisher::open(&settings.eventhubs),
+    )
+    .await
+    .unwrap();
+    bounded("a publish", publisher.publish(outbound("first")))
+        .await
+        .unwrap();
+    let for_the_partition = || {
+        broker
+            .tokens_put()
+            .iter()
+            .filter(|name| name.ends_with("/deliveries/Partitions/0"))
+            .count()
+    };
+    assert_eq!(for_the_partition(), 1);
+    for renewals in 1..=2 {
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(55 * 60)).await;
+        tokio::time::resume();
+        bounded("a renewal", async {
+            while for_the_partition() < 1 + renewals {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+    bounded("a publish", publisher.publish(outbound("later")))
+        .await
+        .unwrap();
+    assert_eq!(for_the_partition(), 3, "{:?}", broker.tokens_put());
+    assert_eq!(broker.events("deliveries", 0).len(), 2);
+    broker.stop().await;
+}
+
+/// The hub closes a sender link it finds idle (ten minutes on the service).
+/// The next publish on that link gets no outcome, so the publisher sends the
+/// batch once more, on a new connection, and it is stored: the request is
+/// answered as stored, not as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_on_a_link_the_hub_closed_is_sent_again_on_a_new_connection() {
+    let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
+    let publisher = bounded(
+        "opening the publisher",
+        EventHubsPublisher::open(&settings.eventhubs),
+    )
+    .await
+    .unwrap();
+    bounded("a publish", publisher.publish(outbound("first")))
+        .await
+        .unwrap();
+    broker.detach_publishers();
+    // The detach reaches the client before the next publish.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    bounded("a publish", publisher.publish(outbound("second")))
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = broker
+        .events("deliveries", 0)
+        .into_iter()
+        .map(|event| event.body)
+        .collect();
+    assert_eq!(bodies, [b"first".to_vec(), b"second".to_vec()]);
+    broker.stop().await;
 }

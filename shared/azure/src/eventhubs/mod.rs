@@ -5,10 +5,16 @@
 //!   (hub, partition) has one sender task that batches what is queued
 //!   (`linger_ms`, `max_batch_bytes`, `max_batch_events`), sends one batch at a
 //!   time (so a key's events keep their order) and answers each request when
-//!   its own batch is acknowledged. A failed or timed-out send fails exactly
-//!   the requests in that batch, and the hub's producer is replaced by one on
-//!   a new connection (the SDK keeps a dropped connection and fails every send
-//!   on it).
+//!   the hub has answered its own batch. The sends go on `azure_core_amqp`'s
+//!   sender (a connection per hub, `connection.rs`), not the SDK's
+//!   `ProducerClient`, whose `send_batch` answers `Ok` for Released and
+//!   Modified: only Accepted means stored. A batch the hub did not store
+//!   (Released, Modified, Rejected, or never sent) fails its requests as
+//!   [`PublishError::Unavailable`](skyport_core::ports::PublishError::Unavailable);
+//!   one sent with no outcome back (the link or connection failed, or the
+//!   send timed out) as [`PublishError::Unknown`](skyport_core::ports::PublishError::Unknown),
+//!   after one more send on a new connection when there is time. A connection
+//!   on which a send or an attach failed is replaced by a new one.
 //! - [`EventHubsConsumer`]: one `EventProcessor` per hub (Balanced strategy)
 //!   on an ownership and checkpoint store ([`LeaseCheckpointStore`], written
 //!   once over any [`LeaseStore`](skyport_core::ports::LeaseStore): Cosmos DB,
@@ -31,7 +37,9 @@
 //! is `first(i) + j`, where `first(i)` adds up the partition counts of the
 //! hubs listed before it. An event's offset is its sequence number.
 
+mod batch;
 mod checkpoints;
+mod connection;
 mod consumer;
 mod namespace;
 mod publisher;

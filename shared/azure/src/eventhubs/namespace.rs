@@ -1,5 +1,5 @@
 //! How to reach an Event Hubs namespace: its name, a credential, where to
-//! dial, and the clients opened on it.
+//! dial, and the SDK clients opened on it.
 
 use std::sync::Arc;
 
@@ -83,6 +83,15 @@ impl Namespace {
             max_total_elapsed: azure_core::time::Duration::seconds(10),
             max_retries: 3,
         }
+    }
+
+    pub(crate) fn credential(&self) -> Arc<dyn TokenCredential> {
+        Arc::clone(&self.credential)
+    }
+
+    /// Where to dial instead of the namespace (`amqp://HOST:PORT` dials plain TCP).
+    pub(crate) fn custom_endpoint(&self) -> Option<&str> {
+        self.custom_endpoint.as_deref()
     }
 
     pub(crate) fn open_error(&self, hub: &str, source: impl Into<BoxError>) -> EventHubsOpenError {

@@ -1,12 +1,15 @@
-//! The Event Hubs publisher: one batching sender task per (hub, partition).
+//! The Event Hubs publisher: one batching sender task per (hub, partition),
+//! answering each request with what the hub said of its batch: stored
+//! (Accepted), not stored (Released, Modified, Rejected, or never sent), or
+//! unknown (sent, and no outcome came back).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use azure_core_amqp::AmqpMessage;
 use azure_messaging_eventhubs::models::EventData;
-use azure_messaging_eventhubs::{EventDataBatchOptions, ProducerClient};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -18,6 +21,8 @@ use skyport_core::ports::{BoxError, Lane, OutboundEvent, Position, PublishError,
 use skyport_runtime::config::EventHubsSettings;
 use skyport_runtime::metrics::{self, StreamLabels};
 
+use super::batch::Batch;
+use super::connection::{HubConnection, Outcome, PartitionSender};
 use super::namespace::{EventHubsOpenError, Namespace, sorted_partition_ids};
 
 /// Application property with the envelope's schema version.
@@ -71,7 +76,7 @@ impl PublishStats {
 #[derive(Debug)]
 struct Pending {
     event: OutboundEvent,
-    reply: oneshot::Sender<Result<(), Arc<BoxError>>>,
+    reply: oneshot::Sender<Result<(), Failed>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -103,14 +108,8 @@ impl EventHubsPublisher {
         let mut expedited = Shards::default();
         let mut numbered = 0u32;
         for (hub, lane) in &settings.lane_hubs() {
+            let ids = partition_ids(&namespace, hub).await?;
             let client = Arc::new(HubClient::open(&namespace, hub).await?);
-            let properties = client
-                .current()
-                .1
-                .get_eventhub_properties()
-                .await
-                .map_err(|e| namespace.open_error(hub, e))?;
-            let ids = sorted_partition_ids(hub, properties.partition_ids)?;
             let mut queues = Vec::with_capacity(ids.len());
             for id in ids {
                 let (tx, rx) = mpsc::channel(settings.queue_capacity);
@@ -173,8 +172,11 @@ impl Publisher for EventHubsPublisher {
                 partition: shards.first[hub as usize] + partition,
                 offset: None,
             }),
-            Ok(Err(e)) => Err(PublishError::Unavailable(Box::new(SendFailed(e)))),
-            Err(_) => Err(PublishError::Closed),
+            Ok(Err(failed)) => Err(failed.into()),
+            // The sender ended without an answer (it panicked), maybe after the batch left.
+            Err(_) => Err(PublishError::Unknown(
+                "the Event Hubs sender ended before it answered".into(),
+            )),
         }
     }
 
@@ -187,10 +189,71 @@ impl Publisher for EventHubsPublisher {
     }
 }
 
-/// A batch that was not acknowledged; shared by every request in it.
+/// Why a batch's requests were refused; shared by every request in it.
+#[derive(Debug, Clone)]
+struct Failed {
+    fate: Fate,
+    error: Arc<BoxError>,
+}
+
+/// Whether a refused batch may yet be in the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// It never left, or the service answered that it did not store it.
+    NotStored,
+    /// It was sent and no outcome came back.
+    Unknown,
+}
+
+impl Failed {
+    fn not_stored(error: BoxError) -> Self {
+        Self {
+            fate: Fate::NotStored,
+            error: Arc::new(error),
+        }
+    }
+
+    fn unknown(error: BoxError) -> Self {
+        Self {
+            fate: Fate::Unknown,
+            error: Arc::new(error),
+        }
+    }
+}
+
+impl From<Failed> for PublishError {
+    fn from(failed: Failed) -> Self {
+        match failed.fate {
+            Fate::NotStored => Self::Unavailable(Box::new(BatchNotStored(failed.error))),
+            Fate::Unknown => Self::Unknown(Box::new(BatchFateUnknown(failed.error))),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
-#[error("the batch was not acknowledged by Event Hubs")]
-struct SendFailed(#[source] Arc<BoxError>);
+#[error("Event Hubs did not store the batch")]
+struct BatchNotStored(#[source] Arc<BoxError>);
+
+#[derive(Debug, thiserror::Error)]
+#[error("Event Hubs did not say whether it stored the batch")]
+struct BatchFateUnknown(#[source] Arc<BoxError>);
+
+/// The hub's partitions, read with the SDK's management client on a
+/// connection of its own (the sends go on another, see [`HubConnection`]).
+async fn partition_ids(
+    namespace: &Namespace,
+    hub: &str,
+) -> Result<Vec<String>, EventHubsOpenError> {
+    let producer = namespace.producer(hub).await?;
+    let properties = producer
+        .get_eventhub_properties()
+        .await
+        .map_err(|e| namespace.open_error(hub, e));
+    if let Err(error) = producer.close().await {
+        tracing::debug!(hub, %error, "The event hub's management connection did not close cleanly.");
+    }
+    sorted_partition_ids(hub, properties?.partition_ids)
+}
 
 /// Takes what is queued for one partition, lingers for more, sends it, and
 /// answers each request; one batch in flight at a time keeps each key's order.
@@ -203,6 +266,7 @@ async fn send_loop(
     stats: Arc<PublishStats>,
 ) {
     let mut waiting: Vec<Pending> = Vec::new();
+    let mut link: Option<Arc<PartitionSender>> = None;
     loop {
         if waiting.is_empty() {
             match queue.recv().await {
@@ -217,41 +281,203 @@ async fn send_loop(
                 Ok(None) | Err(_) => break,
             }
         }
-        let (generation, producer) = client.current();
-        let sent = send_batch(&producer, &partition_id, &mut waiting, limits).await;
-        drop(producer);
+        let (batch, sent) =
+            send_batch(&client, &partition_id, &mut link, &mut waiting, limits).await;
         match sent {
-            Ok((batch, events)) => {
+            Ok(()) => {
                 healthy.store(true, Ordering::Relaxed);
                 stats.batches.fetch_add(1, Ordering::Relaxed);
-                stats.events.fetch_add(events as u64, Ordering::Relaxed);
-                tracing::trace!(events, "Sent a batch.");
+                stats
+                    .events
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                tracing::trace!(events = batch.len(), "Sent a batch.");
                 for pending in batch {
                     let _ = pending.reply.send(Ok(()));
                 }
             }
-            Err((batch, e)) => {
+            Err(failed) => {
                 healthy.store(false, Ordering::Relaxed);
-                tracing::warn!(events = batch.len(), error = %e, "A batch was not acknowledged; its requests are refused.");
-                let e = Arc::new(e);
+                let stored = match failed.fate {
+                    Fate::NotStored => "no",
+                    Fate::Unknown => "unknown",
+                };
+                tracing::warn!(events = batch.len(), stored, error = %failed.error, "A batch was not acknowledged; its requests are refused.");
                 for pending in batch {
-                    let _ = pending.reply.send(Err(Arc::clone(&e)));
+                    let _ = pending.reply.send(Err(failed.clone()));
                 }
-                client.reconnect(generation, limits.send_timeout).await;
+                // A broken connection is replaced now rather than on the next request.
+                if let Err(error) = client
+                    .connection(Instant::now() + limits.send_timeout)
+                    .await
+                {
+                    tracing::warn!(%error, "Cannot reconnect to the event hub yet.");
+                }
             }
         }
     }
 }
 
-/// One hub's producer, replaced by a fresh connection after a failed send:
-/// the SDK keeps a dropped connection and fails every send on it.
+/// Sends as many of `waiting` (from the front) as fit in one batch, and
+/// hands them back with what became of them; the rest stay waiting. A send
+/// that got no outcome because its link or connection failed is made once
+/// more on a new connection within the send timeout, as the SDK retried it:
+/// the hub may then hold the batch twice, which the worker allows for (it
+/// runs one delivery per id).
+async fn send_batch(
+    client: &HubClient,
+    partition_id: &str,
+    link: &mut Option<Arc<PartitionSender>>,
+    waiting: &mut Vec<Pending>,
+    limits: Limits,
+) -> (Vec<Pending>, Result<(), Failed>) {
+    let deadline = Instant::now() + limits.send_timeout;
+    let sender = match linked(client, partition_id, link, deadline).await {
+        Ok(sender) => sender,
+        Err(failed) => return (std::mem::take(waiting), Err(failed)),
+    };
+    let (batch, message) = match take_batch(waiting, sender.max_message_size(), limits) {
+        Ok(taken) => taken,
+        Err((refused, error)) => return (refused, Err(Failed::not_stored(error))),
+    };
+    let started = Instant::now();
+    let mut sent = send(&sender, &message, deadline).await;
+    if matches!(
+        sent,
+        Sent::NoOutcome {
+            timed_out: false,
+            ..
+        }
+    ) && let Ok(sender) = linked(client, partition_id, link, deadline).await
+        && let Sent::Stored = send(&sender, &message, deadline).await
+    {
+        sent = Sent::Stored;
+    }
+    let metrics = metrics::global();
+    let result = match sent {
+        Sent::Stored => {
+            metrics.published(STREAM, batch.len(), started.elapsed().as_secs_f64());
+            Ok(())
+        }
+        Sent::NotStored(error) => Err(Failed::not_stored(error)),
+        // Even when a second send was refused, the first may have been stored.
+        Sent::NoOutcome { error, .. } => Err(Failed::unknown(error)),
+    };
+    if result.is_err() {
+        metrics
+            .publish_failures
+            .get_or_create(&StreamLabels { stream: STREAM })
+            .inc();
+    }
+    (batch, result)
+}
+
+/// What became of one send of a batch.
+#[derive(Debug)]
+enum Sent {
+    /// The service accepted it.
+    Stored,
+    /// The service answered that it did not store it.
+    NotStored(BoxError),
+    /// No outcome came back: the link or connection failed, or the send timed out.
+    NoOutcome { error: BoxError, timed_out: bool },
+}
+
+/// Sends `message` and waits for its outcome until `deadline`; a send with
+/// no outcome takes its connection out of use.
+async fn send(sender: &PartitionSender, message: &AmqpMessage, deadline: Instant) -> Sent {
+    let sent = tokio::time::timeout_at(deadline, sender.send(message)).await;
+    if !matches!(sent, Ok(Ok(_))) {
+        sender.connection().set_broken();
+    }
+    match sent {
+        Ok(Ok(Outcome::Stored)) => Sent::Stored,
+        Ok(Ok(Outcome::NotStored(refusal))) => Sent::NotStored(Box::new(refusal)),
+        Ok(Err(error)) => Sent::NoOutcome {
+            error: Box::new(error),
+            timed_out: false,
+        },
+        Err(elapsed) => Sent::NoOutcome {
+            error: Box::new(elapsed),
+            timed_out: true,
+        },
+    }
+}
+
+/// The partition's sender: the one it has unless its connection broke, or
+/// one attached anew. An attach that fails on a connection opened earlier
+/// (which may have died meanwhile) is tried once more on a new connection.
+async fn linked(
+    client: &HubClient,
+    partition_id: &str,
+    link: &mut Option<Arc<PartitionSender>>,
+    deadline: Instant,
+) -> Result<Arc<PartitionSender>, Failed> {
+    if let Some(sender) = link
+        .as_ref()
+        .filter(|sender| !sender.connection().is_broken())
+    {
+        return Ok(Arc::clone(sender));
+    }
+    *link = None;
+    loop {
+        let (connection, opened) = client
+            .connection(deadline)
+            .await
+            .map_err(Failed::not_stored)?;
+        let attached = tokio::time::timeout_at(deadline, connection.attach(partition_id)).await;
+        let error: BoxError = match attached {
+            Ok(Ok(sender)) => {
+                let sender = Arc::new(sender);
+                *link = Some(Arc::clone(&sender));
+                return Ok(sender);
+            }
+            Ok(Err(error)) => Box::new(error),
+            Err(elapsed) => Box::new(elapsed),
+        };
+        connection.set_broken();
+        if opened || Instant::now() >= deadline {
+            return Err(Failed::not_stored(error));
+        }
+    }
+}
+
+/// Moves the front of `waiting` into one batch for a link that takes
+/// messages up to `max_message_size`. An event too large to go even alone
+/// is refused by itself; one that cannot be encoded refuses every request.
+fn take_batch(
+    waiting: &mut Vec<Pending>,
+    max_message_size: Option<u64>,
+    limits: Limits,
+) -> Result<(Vec<Pending>, AmqpMessage), (Vec<Pending>, BoxError)> {
+    let mut batch = Batch::new(max_message_size.unwrap_or(u64::MAX));
+    for pending in waiting.iter() {
+        if batch.size() >= limits.max_bytes {
+            break;
+        }
+        match batch.try_add(AmqpMessage::from(event_data(&pending.event))) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err((std::mem::take(waiting), Box::new(e))),
+        }
+    }
+    let taken = batch.len();
+    let Some(message) = batch.into_message() else {
+        let refused = waiting.remove(0);
+        let e: BoxError = "the event is larger than the event hub accepts".into();
+        return Err((vec![refused], e));
+    };
+    let rest = waiting.split_off(taken);
+    Ok((std::mem::replace(waiting, rest), message))
+}
+
+/// A hub's connection for publishing, replaced by a new one once a send or
+/// an attach on it failed.
 struct HubClient {
     namespace: Namespace,
     hub: String,
-    /// The producer and how many times it has been replaced.
-    current: std::sync::RwLock<(u64, Arc<ProducerClient>)>,
-    /// Held while one partition's sender reconnects; the others go on.
-    reconnecting: tokio::sync::Mutex<()>,
+    current: std::sync::RwLock<Arc<HubConnection>>,
+    /// Held while a new connection is being opened, so that only one is.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for HubClient {
@@ -264,103 +490,47 @@ impl std::fmt::Debug for HubClient {
 
 impl HubClient {
     async fn open(namespace: &Namespace, hub: &str) -> Result<Self, EventHubsOpenError> {
-        let producer = namespace.producer(hub).await?;
+        let connection = HubConnection::open(namespace, hub)
+            .await
+            .map_err(|e| namespace.open_error(hub, e))?;
         Ok(Self {
             namespace: namespace.clone(),
             hub: hub.to_owned(),
-            current: std::sync::RwLock::new((0, Arc::new(producer))),
-            reconnecting: tokio::sync::Mutex::new(()),
+            current: std::sync::RwLock::new(connection),
+            connecting: tokio::sync::Mutex::new(()),
         })
     }
 
-    fn current(&self) -> (u64, Arc<ProducerClient>) {
+    fn live(&self) -> Option<Arc<HubConnection>> {
         let current = self
             .current
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (current.0, Arc::clone(&current.1))
+        (!current.is_broken()).then(|| Arc::clone(&current))
     }
 
-    /// Opens a new connection in place of generation `failed`, unless another
-    /// sender already did or is doing it; a failed attempt is tried again
-    /// after the next failed send.
-    async fn reconnect(&self, failed: u64, timeout: Duration) {
-        let Ok(_reconnecting) = self.reconnecting.try_lock() else {
-            return;
-        };
-        if self.current().0 != failed {
-            return;
+    /// The connection to send on, and whether it was opened just now: the
+    /// current one, or a new one in its place if it broke.
+    ///
+    /// # Errors
+    /// When no connection opens before `deadline`.
+    async fn connection(&self, deadline: Instant) -> Result<(Arc<HubConnection>, bool), BoxError> {
+        if let Some(live) = self.live() {
+            return Ok((live, false));
         }
-        match tokio::time::timeout(timeout, self.namespace.producer(&self.hub)).await {
-            Ok(Ok(producer)) => {
-                let mut current = self
-                    .current
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                *current = (failed + 1, Arc::new(producer));
-                tracing::info!("Reconnected to the event hub.");
-            }
-            Ok(Err(e)) => tracing::warn!(error = %e, "Cannot reconnect to the event hub yet."),
-            Err(_) => tracing::warn!("Cannot reconnect to the event hub yet: timed out."),
+        let _one = tokio::time::timeout_at(deadline, self.connecting.lock()).await?;
+        if let Some(live) = self.live() {
+            return Ok((live, false));
         }
-    }
-}
-
-type Sent = (Vec<Pending>, usize);
-type Failed = (Vec<Pending>, BoxError);
-
-/// Sends as many of `waiting` (from the front) as fit in one batch, and hands
-/// them back with the outcome; the rest stay waiting for the next batch.
-async fn send_batch(
-    client: &ProducerClient,
-    partition_id: &str,
-    waiting: &mut Vec<Pending>,
-    limits: Limits,
-) -> Result<Sent, Failed> {
-    let options = EventDataBatchOptions {
-        partition_id: Some(partition_id.to_owned()),
-        ..EventDataBatchOptions::default()
-    };
-    let batch =
-        match tokio::time::timeout(limits.send_timeout, client.create_batch(Some(options))).await {
-            Ok(Ok(batch)) => batch,
-            Ok(Err(e)) => return Err((std::mem::take(waiting), Box::new(e))),
-            Err(elapsed) => return Err((std::mem::take(waiting), Box::new(elapsed))),
-        };
-    let mut taken = 0;
-    for pending in waiting.iter() {
-        if batch.size() >= limits.max_bytes {
-            break;
-        }
-        match batch.try_add_event_data(event_data(&pending.event), None) {
-            Ok(true) => taken += 1,
-            Ok(false) => break,
-            Err(e) => return Err((std::mem::take(waiting), Box::new(e))),
-        }
-    }
-    if taken == 0 {
-        // One event larger than the hub takes: refuse it alone.
-        let refused = waiting.remove(0);
-        let e: BoxError = "the event is larger than the event hub accepts".into();
-        return Err((vec![refused], e));
-    }
-    let rest = waiting.split_off(taken);
-    let batch_events = std::mem::replace(waiting, rest);
-    let started = Instant::now();
-    let sent = tokio::time::timeout(limits.send_timeout, client.send_batch(batch, None)).await;
-    let metrics = metrics::global();
-    if let Ok(Ok(())) = sent {
-        metrics.published(STREAM, taken, started.elapsed().as_secs_f64());
-    } else {
-        metrics
-            .publish_failures
-            .get_or_create(&StreamLabels { stream: STREAM })
-            .inc();
-    }
-    match sent {
-        Ok(Ok(())) => Ok((batch_events, taken)),
-        Ok(Err(e)) => Err((batch_events, Box::new(e))),
-        Err(elapsed) => Err((batch_events, Box::new(elapsed))),
+        let opened =
+            tokio::time::timeout_at(deadline, HubConnection::open(&self.namespace, &self.hub))
+                .await??;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::clone(&opened);
+        tracing::info!("Connected to the event hub again.");
+        Ok((opened, true))
     }
 }
 
