@@ -12,7 +12,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use skyport_callbacks::change_feed::{Processor, ProcessorSettings};
 use skyport_callbacks::notify::Notifier;
-use skyport_runtime::config::{SECRET_PREFIX, Settings, decode_secret};
+use skyport_runtime::config::{ConfigError, SECRET_PREFIX, Settings, StoreBackend, decode_secret};
 use skyport_runtime::destination::AddressPolicy;
 
 use crate::backends::{Backends, Store};
@@ -20,14 +20,35 @@ use crate::backends::{Backends, Store};
 /// The file in the embedded data directory that holds the generated secret.
 pub const SECRET_FILE: &str = "callback-secret";
 
+/// Checks, before anything is opened, that a process that signs callbacks
+/// (the worker, the all-in-one) has a master secret when they are enabled
+/// on a store that keeps none (Cosmos DB).
+///
+/// # Errors
+/// A [`ConfigError`] naming `callbacks.secrets`.
+pub fn check_secrets(settings: &Settings) -> Result<(), ConfigError> {
+    let none = settings.callbacks.enabled == Some(true)
+        && settings.callbacks.keys().is_empty()
+        && settings.store_backend() != StoreBackend::Embedded;
+    if none { Err(no_secret()) } else { Ok(()) }
+}
+
+fn no_secret() -> ConfigError {
+    ConfigError::new(
+        "callbacks.secrets",
+        "must hold a master secret where callbacks are signed (the worker, or the all-in-one) when they are enabled on Cosmos DB: no embedded store keeps one",
+    )
+}
+
 /// The change-feed processor that delivers the callbacks, with the notifier
 /// as its handler, when callbacks are enabled (`callbacks.enabled`; unset:
 /// where there is a secret, configured or kept by the embedded store that
 /// `backends` hold); run it with [`Processor::run`].
 ///
 /// # Errors
-/// When there is no secret to sign with, the generated one cannot be kept,
-/// or the HTTP client cannot be built.
+/// A [`ConfigError`] naming `callbacks.secrets` when callbacks are enabled on
+/// Cosmos DB with no secret to sign with; an error when the generated one
+/// cannot be kept, or the HTTP client cannot be built.
 pub fn notifier(
     settings: &Settings,
     backends: &Backends,
@@ -38,9 +59,7 @@ pub fn notifier(
         (Store::Embedded(_), _) => vec![kept_secret(&settings.embedded.data_dir)?],
         // Unset `enabled` means on where there is a secret: there is none.
         (Store::Cosmos(_), _) if settings.callbacks.enabled.is_none() => return Ok(None),
-        (Store::Cosmos(_), _) => anyhow::bail!(
-            "callbacks.secrets: must hold a signing secret when callbacks are enabled on Cosmos DB"
-        ),
+        (Store::Cosmos(_), _) => return Err(no_secret().into()),
     };
     let processor_settings = ProcessorSettings {
         only_with_field: Some(Notifier::FIELD.to_owned()),
