@@ -10,7 +10,8 @@
 //! timestamp. Retryable failures (5xx, 408, 429, timeouts, connection
 //! errors) are retried with backoff and jitter for `callbacks.retry_for_ms`;
 //! then, or at once for a permanent one (another 4xx, a redirect, a refused
-//! address), the callback is dead-lettered and the document says so.
+//! address), the callback is dead-lettered and the document says so, with a
+//! generic reason: the detail of each failure goes to the log alone, escaped.
 //!
 //! The batch's callbacks run concurrently (the client limits each
 //! destination); the batch is done, and checkpointed, once every one of them
@@ -38,7 +39,7 @@ use time::format_description::well_known::Rfc3339;
 use tracing::Instrument;
 use url::Url;
 
-use super::client::{Attempt, CallbackClient, WebhookHeaders, wait_before_retry};
+use super::client::{Attempt, CallbackClient, Failure, WebhookHeaders, wait_before_retry};
 use super::sign::Signer;
 use crate::change_feed::ChangeHandler;
 
@@ -190,9 +191,20 @@ impl Notifier {
         let url = match Url::parse(url) {
             Ok(url) => url,
             Err(e) => {
-                let error = format!("the callbackUrl is not a URL: {e}");
-                self.dead_letter(&id, document, url, &error).await?;
-                return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
+                let failure = Failure {
+                    reason: "the callbackUrl is not a URL".into(),
+                    detail: e.to_string(),
+                };
+                count("refused");
+                log_dead_lettered(
+                    document,
+                    &id,
+                    &failure,
+                    "A callback was refused for good; it is dead-lettered.",
+                );
+                self.dead_letter(&id, document, url, &failure.reason)
+                    .await?;
+                return Ok(ended.finish(CallbackState::DeadLettered, Some(failure.reason)));
             }
         };
         let body = Bytes::from(payload(document).to_string());
@@ -214,34 +226,54 @@ impl Notifier {
             metrics::global()
                 .callback_duration
                 .observe(started.elapsed().as_secs_f64());
-            let (error, after) = match attempt {
+            let (failure, after) = match attempt {
                 Attempt::Delivered { .. } => {
                     count("delivered");
                     return Ok(ended.finish(CallbackState::Delivered, None));
                 }
-                Attempt::Refused { error } => {
+                Attempt::Refused { failure } => {
                     count("refused");
-                    tracing::warn!(delivery_id = %document.id, %error, "A callback was refused for good; it is dead-lettered.");
-                    self.dead_letter(&id, document, url.as_str(), &error)
+                    log_dead_lettered(
+                        document,
+                        &id,
+                        &failure,
+                        "A callback was refused for good; it is dead-lettered.",
+                    );
+                    self.dead_letter(&id, document, url.as_str(), &failure.reason)
                         .await?;
-                    return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
+                    return Ok(ended.finish(CallbackState::DeadLettered, Some(failure.reason)));
                 }
-                Attempt::Retry { error, after } => (error, after),
+                Attempt::Retry { failure, after } => (failure, after),
             };
             let now = OffsetDateTime::now_utc();
             let since = *ended.retrying_since.get_or_insert(now);
             let wait = wait_before_retry(&self.settings, ended.attempts, after);
             if now + wait > since.saturating_add(retry_for) {
                 count("dead_lettered");
-                let error = format!("{error} (gave up after {} attempts)", ended.attempts);
-                tracing::warn!(delivery_id = %document.id, %error, "A callback kept failing; it is dead-lettered.");
-                self.dead_letter(&id, document, url.as_str(), &error)
+                log_dead_lettered(
+                    document,
+                    &id,
+                    &failure,
+                    "A callback kept failing; it is dead-lettered.",
+                );
+                let reason = format!(
+                    "{} (gave up after {} attempts)",
+                    failure.reason, ended.attempts
+                );
+                self.dead_letter(&id, document, url.as_str(), &reason)
                     .await?;
-                return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
+                return Ok(ended.finish(CallbackState::DeadLettered, Some(reason)));
             }
             count("retried");
-            tracing::debug!(delivery_id = %document.id, %error, ?wait, "A callback failed; it is tried again.");
-            ended.last_error = Some(error);
+            tracing::debug!(
+                delivery_id = %document.id,
+                webhook_id = id,
+                reason = failure.reason,
+                detail = ?failure.detail,
+                ?wait,
+                "A callback failed; it is tried again."
+            );
+            ended.last_error = Some(failure.reason);
             // Pending, its attempts and last error are written at the first
             // failure and then now and again, not at every attempt.
             if recorded.is_none_or(|at| at.elapsed() >= PENDING_RECORD_INTERVAL) {
@@ -258,13 +290,13 @@ impl Notifier {
         id: &str,
         document: &StatusDocument,
         url: &str,
-        error: &str,
+        reason: &str,
     ) -> Result<(), BoxError> {
         self.dead_letters
             .put_change(ChangeDeadLetter {
                 processor: self.processor.clone(),
                 key: id.to_owned(),
-                reason: error.to_owned(),
+                reason: reason.to_owned(),
                 payload: json!({
                     "webhookId": id,
                     "callbackUrl": url,
@@ -312,6 +344,24 @@ impl Notifier {
             }
         }
     }
+}
+
+/// Logs a callback given up on, once: the detail (which may hold the
+/// receiver's text or addresses a name resolved to) escaped, so that it
+/// cannot break the line it is on.
+fn log_dead_lettered(
+    document: &StatusDocument,
+    webhook_id: &str,
+    failure: &Failure,
+    message: &str,
+) {
+    tracing::warn!(
+        delivery_id = %document.id,
+        webhook_id,
+        reason = failure.reason,
+        detail = ?failure.detail,
+        "{message}"
+    );
 }
 
 fn count(outcome: &'static str) {
@@ -372,6 +422,7 @@ impl ChangeHandler for Notifier {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::io::Write;
     use std::sync::Mutex;
 
     use axum::Router;
@@ -425,18 +476,26 @@ mod tests {
         versioned.document
     }
 
-    /// A local receiver answering 204, keeping what it was sent.
-    async fn receiver() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
+    /// A local receiver answering `status` with `body`, keeping what it was sent.
+    async fn answering(
+        status: StatusCode,
+        body: &'static str,
+    ) -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let keep = Arc::clone(&received);
-        let app = Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            keep.lock().unwrap().push((headers, body));
-            async { StatusCode::NO_CONTENT }
+        let app = Router::new().fallback(move |headers: HeaderMap, sent: Bytes| {
+            keep.lock().unwrap().push((headers, sent));
+            async move { (status, body) }
         });
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         (format!("http://{address}/hook"), received)
+    }
+
+    /// A local receiver answering 204, keeping what it was sent.
+    async fn receiver() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
+        answering(StatusCode::NO_CONTENT, "").await
     }
 
     #[test]
@@ -528,9 +587,79 @@ mod tests {
         assert!(received.lock().unwrap().is_empty());
         let outcome = stored(&store, "d-1").await.callback.unwrap();
         assert_eq!(outcome.state, CallbackState::DeadLettered);
+        // The client reads that much, not which address was refused.
+        assert_eq!(
+            outcome.last_error.as_deref(),
+            Some("the destination is not allowed")
+        );
         let letters = store.changes("test-processor").await.unwrap();
         assert_eq!(letters.len(), 1);
         assert_eq!(letters[0].key, "msg_d-1_failed");
+        assert_eq!(letters[0].reason, "the destination is not allowed");
         assert_eq!(letters[0].payload["callbackUrl"], url.as_str());
+    }
+
+    /// Log lines as the human format writes them, into memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    /// A receiver whose answer holds a line break and a line of its own
+    /// making: the log keeps it on the callback's one line, escaped, and
+    /// the client's `lastError` holds none of it.
+    #[tokio::test]
+    async fn a_receivers_answer_forges_no_log_line_and_stays_out_of_the_last_error() {
+        const FORGED: &str = "2026-11-28T00:00:00.000000Z ERROR skyport: forged";
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
+        let (url, _) = answering(
+            StatusCode::BAD_REQUEST,
+            "refused\n2026-11-28T00:00:00.000000Z ERROR skyport: forged",
+        )
+        .await;
+        let notifier = notifier(&store, &["127.0.0.0/8"]);
+        let change = written(&store, &document("d-1", DeliveryState::Failed, Some(&url))).await;
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        {
+            // The test's runtime has one thread: every poll of the notifier logs here.
+            let _default = tracing::subscriber::set_default(subscriber);
+            notifier.handle(&[change]).await.unwrap();
+        }
+        let log = captured.text();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 1, "one event, one line: {log}");
+        assert!(lines[0].contains("dead-lettered"), "{log}");
+        assert!(lines[0].contains("refused\\n2026-11-28"), "{log}");
+        assert!(
+            !log.contains(&format!("\n{FORGED}")),
+            "a forged line: {log}"
+        );
+        let outcome = stored(&store, "d-1").await.callback.unwrap();
+        assert_eq!(
+            outcome.last_error.as_deref(),
+            Some("the receiver answered 400")
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! signed as Standard Webhooks specifies (checked by the `standardwebhooks`
 //! Python package), through receivers that fail for a while or for good, on
 //! the embedded store and on Cosmos DB; destinations in the way of the
-//! address policy are refused and never contacted.
+//! address policy are refused and never contacted, and the client's status
+//! says so without saying what a name resolved to.
 
 #![allow(clippy::unwrap_used)]
 
@@ -283,7 +284,10 @@ async fn a_receiver_that_never_answers_ends_with_dead_lettered_callbacks() {
     for document in &documents {
         let outcome = document.callback.as_ref().unwrap();
         let error = outcome.last_error.as_deref().unwrap_or_default();
-        assert!(error.contains("gave up after"), "{outcome:?}");
+        assert!(
+            error.starts_with("the receiver did not answer within 300 ms (gave up after "),
+            "{outcome:?}"
+        );
         assert!(outcome.delivered_at.is_none());
     }
     let listed: Vec<Value> = app
@@ -352,22 +356,18 @@ async fn callbacks_to_special_addresses_are_refused_and_never_sent() {
         CALLBACK_WAIT,
     )
     .await;
+    // The client reads why, in general terms: neither what `localhost`
+    // resolved to nor where the receiver redirected (the log has those).
     let by_name = documents[0].callback.as_ref().unwrap();
-    assert!(
-        by_name
-            .last_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("127.0.0.1"),
+    assert_eq!(
+        by_name.last_error.as_deref(),
+        Some("the destination is not allowed"),
         "{by_name:?}"
     );
     let redirected = documents[1].callback.as_ref().unwrap();
-    assert!(
-        redirected
-            .last_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("redirect"),
+    assert_eq!(
+        redirected.last_error.as_deref(),
+        Some("the receiver redirected (callbacks do not follow redirects)"),
         "{redirected:?}"
     );
     assert!(local.received().is_empty(), "localhost was contacted");
