@@ -1,7 +1,9 @@
 //! Composition of the callbacks: the change-feed processor over the status
-//! store's change feed, with the notifier as its handler, signing with the
-//! configured secrets — or, on the embedded store with none configured, the
-//! one kept in the data directory's `callback-secret` (created once).
+//! store's change feed, with the notifier as its handler, signing with
+//! secrets derived from the master secrets configured — or, on the embedded
+//! store with none configured, the one kept in the data directory's
+//! `callback-secret` (created once). Only the process that signs needs them:
+//! a gateway alone holds none.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,7 +13,7 @@ use anyhow::Context;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use skyport_callbacks::change_feed::{Processor, ProcessorSettings};
-use skyport_callbacks::notify::Notifier;
+use skyport_callbacks::notify::{MasterSecrets, Notifier};
 use skyport_runtime::config::{ConfigError, SECRET_PREFIX, Settings, StoreBackend, decode_secret};
 use skyport_runtime::destination::AddressPolicy;
 
@@ -59,8 +61,9 @@ pub fn notifier(
         (Store::Embedded(_), _) => vec![kept_secret(&settings.embedded.data_dir)?],
         // Unset `enabled` means on where there is a secret: there is none.
         (Store::Cosmos(_), _) if settings.callbacks.enabled.is_none() => return Ok(None),
-        (Store::Cosmos(_), _) => return Err(no_secret().into()),
+        (Store::Cosmos(_), none) => none,
     };
+    let masters = MasterSecrets::new(&keys).ok_or_else(no_secret)?;
     let processor_settings = ProcessorSettings {
         only_with_field: Some(Notifier::FIELD.to_owned()),
         ..ProcessorSettings::from(&settings.change_feed)
@@ -71,7 +74,7 @@ pub fn notifier(
         Arc::clone(&ports.dead_letters),
         &settings.callbacks,
         AddressPolicy::new(settings.callbacks.allowed()),
-        &keys,
+        masters,
         &processor_settings.processor,
     )
     .context("cannot build the callbacks' HTTP client")?;
@@ -84,17 +87,31 @@ pub fn notifier(
     )))
 }
 
-/// The secret in `data_dir`'s `callback-secret`, created (owner-only) when missing.
-fn kept_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
+/// The secret in `data_dir`'s `callback-secret`, `None` when there is no
+/// such file yet; reads only, so it may run beside the process that keeps it.
+///
+/// # Errors
+/// When the file cannot be read or holds no secret.
+pub fn read_kept_secret(data_dir: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     let path: PathBuf = data_dir.join(SECRET_FILE);
     match std::fs::read_to_string(&path) {
-        Ok(text) => decode_secret(text.trim()).with_context(|| {
+        Ok(text) => decode_secret(text.trim()).map(Some).with_context(|| {
             format!(
                 "{} does not hold a callback secret (\"{SECRET_PREFIX}\" and base64)",
                 path.display()
             )
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// The secret in `data_dir`'s `callback-secret`, created (owner-only) when missing.
+fn kept_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let path: PathBuf = data_dir.join(SECRET_FILE);
+    match read_kept_secret(data_dir)? {
+        Some(key) => Ok(key),
+        None => {
             let mut key = [0u8; 32];
             getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
             let text = format!("{SECRET_PREFIX}{}\n", STANDARD.encode(key));
@@ -105,10 +122,9 @@ fn kept_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
             file.write_all(text.as_bytes())
                 .and_then(|()| file.sync_all())
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            tracing::info!(path = %path.display(), "Callbacks are signed with the secret generated in this file; give it to their receivers.");
+            tracing::info!(path = %path.display(), "Callbacks are signed with the master secret generated in this file, or with each principal's secret derived from it (`skyport callbacks secret PRINCIPAL` prints it).");
             Ok(key.to_vec())
         }
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 

@@ -3,15 +3,19 @@
 //! `callbackUrl`, signed as Standard Webhooks specifies, and records the
 //! outcome in the status document.
 //!
-//! A message's id is `msg_{delivery id}_{state}`: stable per delivery and
-//! state, so a receiver drops the duplicates at-least-once delivery brings.
-//! The body is `{type: "delivery.{state}", timestamp, data: status}`, the
-//! same bytes on every attempt; each attempt is signed with its own
-//! timestamp. Retryable failures (5xx, 408, 429, timeouts, connection
-//! errors) are retried with backoff and jitter for `callbacks.retry_for_ms`;
-//! then, or at once for a permanent one (another 4xx, a redirect, a refused
-//! address), the callback is dead-lettered and the document says so, with a
-//! generic reason: the detail of each failure goes to the log alone, escaped.
+//! A message's `webhook-id` is a MAC of its delivery, announced state and
+//! attempt epoch under the first master secret ([`MasterSecrets::webhook_id`]):
+//! stable for every attempt and resend of one message, so a receiver drops
+//! the duplicates at-least-once delivery brings, and not to be guessed by
+//! anyone who would forge one. The body is `{type: "delivery.{state}",
+//! timestamp, data: status}`, the same bytes on every attempt; each attempt
+//! is signed with its own timestamp, by the secrets of the principal who made
+//! the delivery (the masters' without one). Retryable failures (5xx, 408,
+//! 429, timeouts, connection errors) are retried with backoff and jitter for
+//! `callbacks.retry_for_ms`; then, or at once for a permanent one (another
+//! 4xx, a redirect, a refused address), the callback is dead-lettered under
+//! the key `{delivery id}:{state}` and the document says so, with a generic
+//! reason: the detail of each failure goes to the log alone, escaped.
 //!
 //! The batch's callbacks run concurrently (the client limits each
 //! destination); the batch is done, and checkpointed, once every one of them
@@ -40,7 +44,7 @@ use tracing::Instrument;
 use url::Url;
 
 use super::client::{Attempt, CallbackClient, Failure, WebhookHeaders, wait_before_retry};
-use super::sign::Signer;
+use super::sign::MasterSecrets;
 use crate::change_feed::ChangeHandler;
 
 /// Sends the callbacks of terminal statuses.
@@ -48,7 +52,7 @@ pub struct Notifier {
     status: Arc<dyn StatusStore>,
     dead_letters: Arc<dyn DeadLetterStore>,
     client: CallbackClient,
-    signer: Signer,
+    masters: MasterSecrets,
     settings: CallbackSettings,
     /// The processor the dead letters are kept under.
     processor: String,
@@ -102,8 +106,14 @@ impl Ended {
     }
 }
 
+/// One message: what the receiver knows it by, and what its dead letter is kept under.
+struct Message {
+    webhook_id: String,
+    key: String,
+}
+
 impl Notifier {
-    /// A notifier signing with `keys` (each a decoded `whsec_` secret).
+    /// A notifier signing with secrets derived from `masters`.
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
@@ -112,7 +122,7 @@ impl Notifier {
         dead_letters: Arc<dyn DeadLetterStore>,
         settings: &CallbackSettings,
         policy: AddressPolicy,
-        keys: &[Vec<u8>],
+        masters: MasterSecrets,
         processor: &str,
     ) -> Result<Self, reqwest::Error> {
         // The callbacks' series are exposed from the notifier's start, at 0.
@@ -121,7 +131,7 @@ impl Notifier {
             status,
             dead_letters,
             client: CallbackClient::new(settings, policy)?,
-            signer: Signer::new(keys),
+            masters,
             settings: settings.clone(),
             processor: processor.to_owned(),
             sending: Mutex::new(HashSet::new()),
@@ -132,9 +142,13 @@ impl Notifier {
     /// may pass over documents without it.
     pub const FIELD: &'static str = "callbackUrl";
 
-    /// The callback's message id: stable per delivery and announced state.
-    pub fn message_id(delivery_id: &str, state: DeliveryState) -> String {
-        format!("msg_{delivery_id}_{}", state_name(state))
+    /// The message announcing `document`'s state.
+    fn message(&self, document: &StatusDocument) -> Message {
+        let state = state_name(document.state);
+        Message {
+            webhook_id: self.masters.webhook_id(&document.id, state, document.epoch),
+            key: format!("{}:{state}", document.id),
+        }
     }
 
     /// Sends the callback of `document` unless the stored document no longer
@@ -151,18 +165,18 @@ impl Notifier {
         let Some(url) = current.callback_url.as_deref() else {
             return Ok(());
         };
-        let id = Self::message_id(&current.id, current.state);
+        let message = self.message(&current);
         if !self
             .sending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.clone())
+            .insert(message.key.clone())
         {
             return Ok(());
         }
         let _sending = Sending {
             set: &self.sending,
-            id,
+            id: message.key.clone(),
         };
         let span = trace_span!(
             "callback",
@@ -171,12 +185,17 @@ impl Notifier {
             state = state_name(current.state),
         );
         telemetry::continue_trace(&span, current.traceparent.as_deref());
-        let ended = self.send(&current, url).instrument(span).await?;
+        let ended = self.send(&current, &message, url).instrument(span).await?;
         self.record(&current.id, current.state, ended).await
     }
 
-    async fn send(&self, document: &StatusDocument, url: &str) -> Result<Ended, BoxError> {
-        let id = Self::message_id(&document.id, document.state);
+    async fn send(
+        &self,
+        document: &StatusDocument,
+        message: &Message,
+        url: &str,
+    ) -> Result<Ended, BoxError> {
+        let id = message.webhook_id.as_str();
         let earlier = document
             .callback
             .as_ref()
@@ -198,25 +217,27 @@ impl Notifier {
                 count("refused");
                 log_dead_lettered(
                     document,
-                    &id,
+                    id,
                     &failure,
                     "A callback was refused for good; it is dead-lettered.",
                 );
-                self.dead_letter(&id, document, url, &failure.reason)
+                self.dead_letter(message, document, url, &failure.reason)
                     .await?;
                 return Ok(ended.finish(CallbackState::DeadLettered, Some(failure.reason)));
             }
         };
         let body = Bytes::from(payload(document).to_string());
+        // Derived once a message: its retries sign with the same keys.
+        let signer = self.masters.signer(document.principal.as_deref());
         let retry_for = time::Duration::try_from(self.settings.retry_for_ms.duration())
             .unwrap_or(time::Duration::MAX);
         let mut recorded: Option<Instant> = None;
         loop {
             ended.attempts += 1;
             let timestamp = OffsetDateTime::now_utc().unix_timestamp();
-            let signature = self.signer.sign(&id, timestamp, &body);
+            let signature = signer.sign(id, timestamp, &body);
             let headers = WebhookHeaders {
-                id: &id,
+                id,
                 timestamp,
                 signature: &signature,
                 traceparent: document.traceparent.as_deref(),
@@ -235,11 +256,11 @@ impl Notifier {
                     count("refused");
                     log_dead_lettered(
                         document,
-                        &id,
+                        id,
                         &failure,
                         "A callback was refused for good; it is dead-lettered.",
                     );
-                    self.dead_letter(&id, document, url.as_str(), &failure.reason)
+                    self.dead_letter(message, document, url.as_str(), &failure.reason)
                         .await?;
                     return Ok(ended.finish(CallbackState::DeadLettered, Some(failure.reason)));
                 }
@@ -252,7 +273,7 @@ impl Notifier {
                 count("dead_lettered");
                 log_dead_lettered(
                     document,
-                    &id,
+                    id,
                     &failure,
                     "A callback kept failing; it is dead-lettered.",
                 );
@@ -260,7 +281,7 @@ impl Notifier {
                     "{} (gave up after {} attempts)",
                     failure.reason, ended.attempts
                 );
-                self.dead_letter(&id, document, url.as_str(), &reason)
+                self.dead_letter(message, document, url.as_str(), &reason)
                     .await?;
                 return Ok(ended.finish(CallbackState::DeadLettered, Some(reason)));
             }
@@ -287,7 +308,7 @@ impl Notifier {
 
     async fn dead_letter(
         &self,
-        id: &str,
+        message: &Message,
         document: &StatusDocument,
         url: &str,
         reason: &str,
@@ -295,10 +316,10 @@ impl Notifier {
         self.dead_letters
             .put_change(ChangeDeadLetter {
                 processor: self.processor.clone(),
-                key: id.to_owned(),
+                key: message.key.clone(),
                 reason: reason.to_owned(),
                 payload: json!({
-                    "webhookId": id,
+                    "webhookId": message.webhook_id,
                     "callbackUrl": url,
                     "payload": payload(document),
                 }),
@@ -433,8 +454,13 @@ mod tests {
 
     use super::*;
     use crate::change_feed::fixture::Fixture;
+    use crate::notify::sign::Signer;
 
     const KEY: &[u8] = b"a test key of the notifier";
+
+    fn masters() -> MasterSecrets {
+        MasterSecrets::new(&[KEY.to_vec()]).unwrap()
+    }
 
     fn notifier(store: &Arc<EmbeddedStore>, allow: &[&str]) -> Notifier {
         let settings = CallbackSettings {
@@ -446,7 +472,7 @@ mod tests {
             Arc::clone(store) as _,
             &settings,
             AddressPolicy::new(settings.allowed()),
-            &[KEY.to_vec()],
+            masters(),
             "test-processor",
         )
         .unwrap()
@@ -498,16 +524,29 @@ mod tests {
         answering(StatusCode::NO_CONTENT, "").await
     }
 
-    #[test]
-    fn the_message_id_is_stable_per_delivery_and_state() {
+    #[tokio::test]
+    async fn the_message_is_known_by_an_opaque_id_and_kept_under_a_readable_key() {
+        let fixture = Fixture::open();
+        let notifier = notifier(&fixture.store, &[]);
+        let scheduled = document("d-1", DeliveryState::Scheduled, None);
+        let message = notifier.message(&scheduled);
+        assert_eq!(message.key, "d-1:scheduled");
         assert_eq!(
-            Notifier::message_id("d-1", DeliveryState::Scheduled),
-            "msg_d-1_scheduled"
+            message.webhook_id,
+            masters().webhook_id("d-1", "scheduled", 0)
         );
-        assert_ne!(
-            Notifier::message_id("d-1", DeliveryState::Failed),
-            Notifier::message_id("d-1", DeliveryState::Cancelled)
+        assert!(
+            !message.webhook_id.contains("d-1"),
+            "{}",
+            message.webhook_id
         );
+        let cancelled = document("d-1", DeliveryState::Cancelled, None);
+        assert_ne!(notifier.message(&cancelled).webhook_id, message.webhook_id);
+        let redriven = StatusDocument {
+            epoch: 1,
+            ..scheduled.clone()
+        };
+        assert_ne!(notifier.message(&redriven).webhook_id, message.webhook_id);
     }
 
     #[test]
@@ -542,11 +581,13 @@ mod tests {
         notifier.handle(&[change]).await.unwrap();
         let (headers, body) = received.lock().unwrap().remove(0);
         let header = |name: &str| headers[name].to_str().unwrap().to_owned();
-        assert_eq!(header("webhook-id"), "msg_d-1_scheduled");
+        let id = masters().webhook_id("d-1", "scheduled", 0);
+        assert_eq!(header("webhook-id"), id);
         let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+        // No principal (auth off): the master signs.
         assert_eq!(
             header("webhook-signature"),
-            Signer::new(&[KEY.to_vec()]).sign("msg_d-1_scheduled", timestamp, &body)
+            masters().signer(None).sign(&id, timestamp, &body)
         );
         let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(sent["type"], "delivery.scheduled");
@@ -555,6 +596,28 @@ mod tests {
         assert_eq!(outcome.announced, DeliveryState::Scheduled);
         assert_eq!(outcome.attempts, 1);
         assert!(outcome.delivered_at.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_principals_delivery_is_signed_with_its_derived_secret() {
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
+        let (url, received) = receiver().await;
+        let notifier = notifier(&store, &["127.0.0.0/8"]);
+        let made_by_alice = StatusDocument {
+            principal: Some("alice".into()),
+            ..document("d-1", DeliveryState::Scheduled, Some(&url))
+        };
+        let change = written(&store, &made_by_alice).await;
+        notifier.handle(&[change]).await.unwrap();
+        let (headers, body) = received.lock().unwrap().remove(0);
+        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+        let (id, signature) = (header("webhook-id"), header("webhook-signature"));
+        let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+        let sign = |signer: Signer| signer.sign(&id, timestamp, &body);
+        assert_eq!(signature, sign(masters().signer(Some("alice"))));
+        assert_ne!(signature, sign(masters().signer(Some("bob"))));
+        assert_ne!(signature, sign(masters().signer(None)));
     }
 
     #[tokio::test]
@@ -594,9 +657,13 @@ mod tests {
         );
         let letters = store.changes("test-processor").await.unwrap();
         assert_eq!(letters.len(), 1);
-        assert_eq!(letters[0].key, "msg_d-1_failed");
+        assert_eq!(letters[0].key, "d-1:failed");
         assert_eq!(letters[0].reason, "the destination is not allowed");
         assert_eq!(letters[0].payload["callbackUrl"], url.as_str());
+        assert_eq!(
+            letters[0].payload["webhookId"],
+            masters().webhook_id("d-1", "failed", 0)
+        );
     }
 
     /// Log lines as the human format writes them, into memory.
