@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use crate::backends::Backends;
-use crate::callbacks::notifier;
+use crate::callbacks::{check_secrets, notifier};
 use crate::listing::listing;
 
 /// How long a stopping process waits for the worker's runtime to end once
@@ -63,10 +63,12 @@ impl App {
     /// Opens the store and starts every part; `shutdown` stops the gateway and the worker.
     ///
     /// # Errors
-    /// When the store cannot be opened, the token issuer's keys cannot be
-    /// fetched or a listener cannot be bound.
+    /// When no key signs receipts or callbacks are enabled with no secret to
+    /// sign them on Cosmos DB, the store cannot be opened, the token issuer's keys cannot be fetched
+    /// or a listener cannot be bound.
     pub async fn start(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
         settings.check_gateway()?;
+        check_secrets(&settings)?;
         let backends = Backends::open(&settings)
             .await
             .context("cannot open the stream and the store")?;

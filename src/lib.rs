@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod backends;
+pub mod callback_secret;
 pub mod callbacks;
 pub mod gateway;
 pub mod listing;

@@ -1,5 +1,7 @@
 //! `cargo run --release`: the whole Skyport on one machine, data under `./data`;
-//! `skyport plan …`: the capacity planner ([`skyport::plan`]).
+//! `skyport plan …`: the capacity planner ([`skyport::plan`]);
+//! `skyport callbacks secret PRINCIPAL`: a principal's callback secret
+//! ([`skyport::callback_secret`]).
 
 use std::process::ExitCode;
 
@@ -14,11 +16,11 @@ const BINARY: Binary = Binary::new(
 );
 
 fn main() -> ExitCode {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|first| first == "plan")
-    {
-        return skyport::plan::main(std::env::args_os().skip(1));
+    match std::env::args_os().nth(1) {
+        Some(first) if first == "plan" => skyport::plan::main(std::env::args_os().skip(1)),
+        Some(first) if first == "callbacks" => {
+            skyport::callback_secret::main(std::env::args_os().skip(1))
+        }
+        _ => BINARY.run(skyport::app::run),
     }
-    BINARY.run(skyport::app::run)
 }

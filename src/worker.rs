@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
-use crate::callbacks::notifier;
+use crate::callbacks::{check_secrets, notifier};
 use crate::listing::listing;
 
 /// How long `/readyz` asks a prober to wait once the worker is unready.
@@ -25,7 +25,8 @@ const RETRY_AFTER_S: u32 = 1;
 /// meanwhile (unready once it drains).
 ///
 /// # Errors
-/// When `services.base_url` is unset, a backend cannot be opened, the admin
+/// When `services.base_url` is unset, callbacks are enabled with no secret
+/// to sign them on Cosmos DB, a backend cannot be opened, the admin
 /// listener cannot be bound, or the backlog stayed over its limit.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let services_url = settings.services.base_url.clone().ok_or_else(|| {
@@ -34,6 +35,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             "must be set (the URL that serves the five services)",
         )
     })?;
+    check_secrets(&settings)?;
     let backends = Backends::open(&settings)
         .await
         .context("cannot open the stream and store")?;

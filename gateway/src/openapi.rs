@@ -291,11 +291,11 @@ fn add_webhooks(document: &mut Value) {
                     "operationId": "deliveryStatusCallback",
                     "tags": ["callbacks"],
                     "summary": "A delivery reached a terminal state (Scheduled, Failed or Cancelled).",
-                    "description": "Sent to the request's `callbackUrl` once per terminal state, at least once: a receiver drops repeats by `webhook-id`, which is stable per delivery and state (`msg_{deliveryId}_{state}`). Signed as Standard Webhooks specifies: `webhook-signature` holds `v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under each active secret (`whsec_…`), space-separated; verify with any Standard Webhooks library. Answer 2xx to acknowledge. 5xx, 408, 429 (with `Retry-After` honoured), timeouts and connection errors are retried with backoff for `callbacks.retry_for_ms`; other answers, redirects (never followed) and that time running out dead-letter the callback, which the status document's `callback` records.",
+                    "description": "Sent to the request's `callbackUrl` once per terminal state, at least once: a receiver drops repeats by `webhook-id`, an opaque id, the same for every attempt of one message and another for each message (the delivery and its state are in the body). Signed as Standard Webhooks specifies: `webhook-signature` holds `v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under each of the secrets of the principal who made the delivery (`whsec_…`, one per master secret, which its operator hands over; with auth off, the master secrets), space-separated; verify with any Standard Webhooks library. Answer 2xx to acknowledge. 5xx, 408, 429 (with `Retry-After` honoured), timeouts and connection errors are retried with backoff for `callbacks.retry_for_ms`; other answers, redirects (never followed) and that time running out dead-letter the callback, which the status document's `callback` records.",
                     "parameters": [
-                        header("webhook-id", "The message id, stable per delivery and state.", "msg_delivery-42_scheduled"),
+                        header("webhook-id", "The message id: opaque, the same for every attempt of one message.", "msg_L25nPE0g1QKApOoLgD0LNA"),
                         header("webhook-timestamp", "Seconds since the Unix epoch when this attempt was signed.", "1764072000"),
-                        header("webhook-signature", "`v1,<base64 HMAC-SHA256>` per active secret, space-separated.", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+                        header("webhook-signature", "`v1,<base64 HMAC-SHA256>` per secret (two during a rotation), space-separated.", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
                     ],
                     "requestBody": {
                         "required": true,

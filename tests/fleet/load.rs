@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use secrecy::ExposeSecret;
 use serde_json::Value;
+use skyport_callbacks::notify::MasterSecrets;
 use skyport_core::status::{DeliveryState, StatusDocument};
+use skyport_runtime::config::decode_secret;
 use skyport_tests::delivery_request;
 use skyport_tests::webhooks::{Receiver, verify_with_python};
 use tokio::sync::Semaphore;
@@ -164,7 +167,7 @@ impl Clients {
             let called: BTreeSet<String> = receiver
                 .received()
                 .iter()
-                .filter_map(|hit| delivery_of(&hit.id).map(str::to_owned))
+                .map(|hit| hit.message().0)
                 .collect();
             let pending: Vec<usize> = (0..accepted.len())
                 .filter(|i| !done.contains_key(i))
@@ -204,12 +207,15 @@ impl Clients {
     }
 }
 
-/// The delivery a callback's `webhook-id` (`msg_{delivery}_{state}`) names.
-fn delivery_of(message_id: &str) -> Option<&str> {
-    message_id
-        .strip_prefix("msg_")
-        .and_then(|rest| rest.rsplit_once('_'))
-        .map(|(delivery, _)| delivery)
+/// The secret the receiver of the chart's API key, `portal`, verifies its
+/// callbacks with: derived from the fleet's master secret.
+fn portal_secret() -> String {
+    let master = decode_secret(CALLBACK_SECRET).unwrap();
+    MasterSecrets::new(&[master])
+        .unwrap()
+        .principal_secrets("portal")[0]
+        .expose_secret()
+        .to_owned()
 }
 
 /// Every document is Scheduled.
@@ -252,7 +258,7 @@ pub(crate) async fn expect_callbacks_once(
                     wanted.contains(hit.json()["data"]["id"].as_str().unwrap_or_default())
                 })
                 .collect();
-            assert_eq!(verify_with_python(CALLBACK_SECRET, &ours), wanted.len());
+            assert_eq!(verify_with_python(&portal_secret(), &ours), wanted.len());
             return;
         }
         assert!(

@@ -5,6 +5,7 @@
 //! its own.
 
 mod bomb;
+mod callback_secrets;
 mod callbacks_crash;
 mod config_errors;
 mod crash_recovery;

@@ -5,8 +5,9 @@
 //! callbacks over HTTPS (native-tls, as the Cosmos DB, Entra and Event Hubs
 //! clients use it), and the Kafka stream over TLS (librdkafka). A receiver
 //! whose certificate another authority signed, or whose certificate names
-//! another host, gets no callback: the handshake fails, and the status
-//! document says why while the callback is retried.
+//! another host, gets no callback: the handshake fails, the callback is
+//! retried, the status document says that the connection failed and the log
+//! says why.
 
 #![allow(clippy::unwrap_used)]
 
@@ -37,14 +38,21 @@ backoff_max_ms = 500
 "#;
 
 /// The `skyport` binary with the configuration `config`, trusting the
-/// authorities in `ca_file` through `SSL_CERT_FILE`.
+/// authorities in `ca_file` through `SSL_CERT_FILE`, and logging each
+/// callback's failed attempt (at debug).
 async fn spawn(dir: &Path, config: &str, ca_file: &Path) -> ChildApp {
     let config_file = dir.join("skyport.toml");
     std::fs::write(&config_file, config).unwrap();
     ChildApp::spawn_with_env(
         Path::new(env!("CARGO_BIN_EXE_skyport")),
         &configured_args(&config_file, &dir.join("data")),
-        &[("SSL_CERT_FILE", ca_file.to_str().unwrap().to_owned())],
+        &[
+            ("SSL_CERT_FILE", ca_file.to_str().unwrap().to_owned()),
+            (
+                "RUST_LOG",
+                "info,skyport_callbacks::notify=debug".to_owned(),
+            ),
+        ],
         dir.join("skyport.log"),
     )
     .await
@@ -138,11 +146,27 @@ async fn https_callbacks_trust_the_authority_in_ssl_cert_file_and_check_certific
         ),
     ] {
         let document = wait_for(&app.client, url, "retried", within, retried_with_an_error).await;
-        let error = document.callback.unwrap().last_error.unwrap();
-        println!("a certificate {what}: {error}");
+        // The client reads that much; the log, why.
+        let error = document
+            .callback
+            .as_ref()
+            .unwrap()
+            .last_error
+            .clone()
+            .unwrap();
+        assert_eq!(error, "the connection failed", "a certificate {what}");
+        let log = std::fs::read_to_string(&app.stderr).unwrap();
+        let failure = log
+            .lines()
+            .find(|line| {
+                line.contains("A callback failed; it is tried again.")
+                    && line.contains(&format!("delivery_id={}", document.id))
+            })
+            .unwrap_or_else(|| panic!("no failed attempt of {} in the log:\n{log}", document.id));
+        println!("a certificate {what}: {failure}");
         assert!(
-            error.contains("certificate verify failed") && error.contains(reason),
-            "a certificate {what} fails its check with {reason:?}: {error}"
+            failure.contains("certificate verify failed") && failure.contains(reason),
+            "a certificate {what} fails its check with {reason:?}: {failure}"
         );
         assert!(
             receiver.received().is_empty(),

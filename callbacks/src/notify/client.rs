@@ -10,7 +10,10 @@
 //!
 //! Each answer is sorted once: delivered (2xx), worth retrying (5xx, 408, 429,
 //! timeouts, connection errors; `Retry-After` honoured) or refused for good
-//! (any other answer, a redirect, a refused address). Only the first
+//! (any other answer, a redirect, a refused address). A failure has two
+//! texts: a generic reason the client reads in its status (never an address a
+//! name resolved to, nor what the receiver answered, so the status is no
+//! oracle into our network), and the detail, for the log only. Only the first
 //! `max_response_bytes` of an answer are read, and callbacks in flight are
 //! limited per destination and in all, so that one slow receiver cannot hold
 //! every callback up.
@@ -37,8 +40,14 @@ use url::Url;
 /// The `User-Agent` of every callback.
 const AGENT: &str = concat!("skyport-callbacks/", env!("CARGO_PKG_VERSION"));
 
-/// How much of a receiver's answer goes into an error.
+/// How much of a receiver's answer goes into a failure's detail.
 const ERROR_TEXT_CHARS: usize = 200;
+
+/// The reason of a destination the address policy refuses.
+pub(crate) const NOT_ALLOWED: &str = "the destination is not allowed";
+/// The reason of a request that got no answer, for want of a connection or
+/// because it broke off.
+const CONNECTION_FAILED: &str = "the connection failed";
 
 /// Destinations whose limits are kept before the idle ones are forgotten.
 const DESTINATIONS_KEPT: usize = 1024;
@@ -63,11 +72,32 @@ pub(crate) enum Attempt {
     Delivered { status: u16 },
     /// Worth trying again, not before `after` when the receiver said so.
     Retry {
-        error: String,
+        failure: Failure,
         after: Option<Duration>,
     },
     /// Trying again cannot help; nothing was sent when the address was refused.
-    Refused { error: String },
+    Refused { failure: Failure },
+}
+
+/// Why a POST did not deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// A generic reason, for the status document's `lastError`: what the
+    /// client may know (a status code, a time limit), nothing of our
+    /// network or of the receiver's answer.
+    pub(crate) reason: String,
+    /// Everything known, for the log only: it may hold resolved addresses
+    /// and the receiver's own text, so it is logged escaped (`?detail`).
+    pub(crate) detail: String,
+}
+
+impl Failure {
+    fn new(reason: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            detail: detail.into(),
+        }
+    }
 }
 
 /// Sends callbacks, within the address policy and the concurrency limits.
@@ -75,6 +105,8 @@ pub(crate) enum Attempt {
 pub(crate) struct CallbackClient {
     http: reqwest::Client,
     policy: AddressPolicy,
+    /// `callbacks.timeout_ms`, named in the reason of a time-out.
+    timeout: Duration,
     max_response_bytes: usize,
     per_destination: usize,
     destinations: Mutex<HashMap<Destination, Arc<Semaphore>>>,
@@ -120,6 +152,7 @@ impl CallbackClient {
         Ok(Self {
             http,
             policy,
+            timeout: settings.timeout_ms.duration(),
             max_response_bytes: settings.max_response_bytes,
             per_destination: settings.per_destination,
             destinations: Mutex::new(HashMap::new()),
@@ -137,15 +170,23 @@ impl CallbackClient {
     ) -> Attempt {
         if !matches!(url.scheme(), "http" | "https") {
             return Attempt::Refused {
-                error: format!("{}: callbacks go over http or https only", url.scheme()),
+                failure: Failure::new(
+                    "the callbackUrl is not an http or https URL",
+                    format!("{}: callbacks go over http or https only", url.scheme()),
+                ),
             };
         }
-        if let Some(error) = self.policy.literal_refusal(url) {
-            return Attempt::Refused { error };
+        if let Some(detail) = self.policy.literal_refusal(url) {
+            return Attempt::Refused {
+                failure: Failure::new(NOT_ALLOWED, detail),
+            };
         }
         let Some(destination) = Destination::of(url) else {
             return Attempt::Refused {
-                error: format!("{url} names no host"),
+                failure: Failure::new(
+                    "the callbackUrl names no host",
+                    format!("{url} names no host"),
+                ),
             };
         };
         // The destination's permit first: callbacks queued behind one slow
@@ -196,7 +237,7 @@ impl CallbackClient {
         }
         let mut response = match request.send().await {
             Ok(response) => response,
-            Err(e) => return failed(&e),
+            Err(e) => return self.failed(&e),
         };
         let status = response.status();
         if status.is_success() {
@@ -214,7 +255,10 @@ impl CallbackClient {
                     String::from_utf8_lossy(value.as_bytes()).into_owned()
                 });
             return Attempt::Refused {
-                error: format!("{status}: redirects are not followed: Location {location}"),
+                failure: Failure::new(
+                    "the receiver redirected (callbacks do not follow redirects)",
+                    format!("{status}: redirects are not followed: Location {location}"),
+                ),
             };
         }
         let after = response
@@ -222,14 +266,49 @@ impl CallbackClient {
             .get(RETRY_AFTER)
             .and_then(|value| retry_after(value, OffsetDateTime::now_utc()));
         let text = read_prefix(&mut response, self.max_response_bytes).await;
-        let error = describe(status, &text);
+        let failure = Failure::new(
+            format!("the receiver answered {}", status.as_u16()),
+            describe(status, &text),
+        );
         if status.is_server_error()
             || status == StatusCode::REQUEST_TIMEOUT
             || status == StatusCode::TOO_MANY_REQUESTS
         {
-            Attempt::Retry { error, after }
+            Attempt::Retry { failure, after }
         } else {
-            Attempt::Refused { error }
+            Attempt::Refused { failure }
+        }
+    }
+
+    /// A request that got no answer: refused when the address was, or when
+    /// the request could not even be built; worth retrying otherwise.
+    fn failed(&self, error: &reqwest::Error) -> Attempt {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        while let Some(cause) = source {
+            if let Some(refused) = cause.downcast_ref::<RefusedName>() {
+                return Attempt::Refused {
+                    failure: Failure::new(NOT_ALLOWED, refused.to_string()),
+                };
+            }
+            source = cause.source();
+        }
+        let detail = error_chain(error);
+        if error.is_builder() {
+            return Attempt::Refused {
+                failure: Failure::new("the callbackUrl cannot be requested", detail),
+            };
+        }
+        let reason = if error.is_timeout() {
+            format!(
+                "the receiver did not answer within {} ms",
+                self.timeout.as_millis()
+            )
+        } else {
+            CONNECTION_FAILED.to_owned()
+        };
+        Attempt::Retry {
+            failure: Failure::new(reason, detail),
+            after: None,
         }
     }
 }
@@ -253,29 +332,6 @@ pub(crate) fn wait_before_retry(
     retry_after: Option<Duration>,
 ) -> Duration {
     backoff(settings, attempt).max(retry_after.unwrap_or_default())
-}
-
-/// A request that got no answer: refused when the address was, or when the
-/// request could not even be built; worth retrying otherwise.
-fn failed(error: &reqwest::Error) -> Attempt {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if let Some(refused) = cause.downcast_ref::<RefusedName>() {
-            return Attempt::Refused {
-                error: refused.to_string(),
-            };
-        }
-        source = cause.source();
-    }
-    let text = error_chain(error);
-    if error.is_builder() {
-        Attempt::Refused { error: text }
-    } else {
-        Attempt::Retry {
-            error: text,
-            after: None,
-        }
-    }
 }
 
 /// The first `limit` bytes of the answer's body, or fewer when it is shorter
@@ -545,7 +601,10 @@ mod tests {
         assert_eq!(
             send(&local(), &server.own_url()).await,
             Attempt::Retry {
-                error: "503 Service Unavailable: down for maintenance".into(),
+                failure: Failure::new(
+                    "the receiver answered 503",
+                    "503 Service Unavailable: down for maintenance"
+                ),
                 after: Some(Duration::from_secs(2)),
             }
         );
@@ -572,7 +631,10 @@ mod tests {
                 assert_eq!(
                     attempt,
                     Attempt::Refused {
-                        error: StatusCode::from_u16(status).expect("status").to_string()
+                        failure: Failure::new(
+                            format!("the receiver answered {status}"),
+                            StatusCode::from_u16(status).expect("status").to_string()
+                        )
                     }
                 );
             }
@@ -597,7 +659,10 @@ mod tests {
             assert_eq!(
                 send(&local(), &server.own_url()).await,
                 Attempt::Refused {
-                    error: format!("302 Found: redirects are not followed: Location {location}")
+                    failure: Failure::new(
+                        "the receiver redirected (callbacks do not follow redirects)",
+                        format!("302 Found: redirects are not followed: Location {location}")
+                    )
                 }
             );
             server.stop().await;
@@ -620,7 +685,8 @@ mod tests {
         let attempt = send(&client, &url(&format!("http://{address}/hook"))).await;
         let took = started.elapsed();
         assert!(
-            matches!(&attempt, Attempt::Retry { after: None, .. }),
+            matches!(&attempt, Attempt::Retry { failure, after: None }
+                if failure.reason == "the receiver did not answer within 300 ms"),
             "{attempt:?}"
         );
         assert!(
@@ -647,7 +713,8 @@ mod tests {
             let started = Instant::now();
             let attempt = send(&client, &url).await;
             assert!(
-                matches!(&attempt, Attempt::Refused { error } if error.contains("callbacks may not reach")),
+                matches!(&attempt, Attempt::Refused { failure }
+                    if failure.reason == NOT_ALLOWED && failure.detail.contains("callbacks may not reach")),
                 "{url}: {attempt:?}"
             );
             assert!(started.elapsed() < Duration::from_secs(1), "{url}");
@@ -676,10 +743,13 @@ mod tests {
         let server = answering(204).await;
         let url = server.url("localhost");
         let attempt = send(&client(&settings(&[], 5_000)), &url).await;
+        // The detail names the name and what it resolved to; the reason, which
+        // the client reads, neither.
         assert!(
-            matches!(&attempt, Attempt::Refused { error }
-                if error.starts_with("localhost resolves only to addresses callbacks may not reach")
-                    && error.contains("127.0.0.1 is loopback")),
+            matches!(&attempt, Attempt::Refused { failure }
+                if failure.reason == NOT_ALLOWED
+                    && failure.detail.starts_with("localhost resolves only to addresses callbacks may not reach")
+                    && failure.detail.contains("127.0.0.1 is loopback")),
             "{attempt:?}"
         );
         assert_eq!(server.hits(), 0);
@@ -689,6 +759,84 @@ mod tests {
         );
         assert_eq!(server.hits(), 1);
         server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_with_a_generic_reason() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        drop(listener);
+        let attempt = send(&local(), &url(&format!("http://{address}/hook"))).await;
+        assert!(
+            matches!(&attempt, Attempt::Retry { failure, after: None }
+                if failure.reason == CONNECTION_FAILED && !failure.detail.is_empty()),
+            "{attempt:?}"
+        );
+    }
+
+    /// The ranges the review of 2026-11-28 found open, each as a literal.
+    const NEWLY_REFUSED: [&str; 13] = [
+        "168.63.129.16",
+        "192.0.0.8",
+        "198.18.0.1",
+        "198.19.1.1",
+        "192.0.2.1",
+        "198.51.100.1",
+        "203.0.113.1",
+        "2001:db8::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+        "64:ff9b::a00:1",
+        "64:ff9b::a83f:8110",
+        "64:ff9b:1::a9fe:a9fe",
+        "2002:a00:1::1",
+    ];
+
+    #[tokio::test]
+    async fn the_newly_refused_ranges_are_refused_as_literals_before_sending() {
+        let client = client(&settings(&[], 5_000));
+        for text in NEWLY_REFUSED {
+            let host = if text.contains(':') {
+                format!("[{text}]")
+            } else {
+                text.to_owned()
+            };
+            let started = Instant::now();
+            let attempt = send(&client, &url(&format!("http://{host}/hook"))).await;
+            assert!(
+                matches!(&attempt, Attempt::Refused { failure }
+                    if failure.reason == NOT_ALLOWED && failure.detail.contains("callbacks may not reach")),
+                "{text}: {attempt:?}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(1), "{text}");
+        }
+    }
+
+    /// The resolver judges every address the system's lookup answers (here
+    /// each range written out, which the lookup answers as itself).
+    #[tokio::test]
+    async fn the_newly_refused_ranges_are_refused_where_names_resolve() {
+        let resolver = GuardedResolver {
+            policy: AddressPolicy::default(),
+        };
+        for text in NEWLY_REFUSED {
+            let name: Name = text.parse().expect("a name");
+            let Err(error) = resolver.resolve(name).await else {
+                panic!("{text} resolved to an address callbacks may reach");
+            };
+            let refused = error.downcast_ref::<RefusedName>().expect("refused");
+            let shown = text
+                .parse::<std::net::IpAddr>()
+                .expect("an address")
+                .to_string();
+            assert!(refused.reasons.starts_with(&shown), "{text}: {refused}");
+        }
+        let public: Name = "93.184.215.14".parse().expect("a name");
+        let addresses: Vec<SocketAddr> = resolver
+            .resolve(public)
+            .await
+            .expect("a public address passes")
+            .collect();
+        assert_eq!(addresses.len(), 1);
     }
 
     /// A receiver that takes `delay` to answer and counts the requests it
@@ -810,9 +958,12 @@ mod tests {
         assert_eq!(
             attempt,
             Attempt::Retry {
-                error: format!(
-                    "500 Internal Server Error: {}",
-                    "x".repeat(ERROR_TEXT_CHARS)
+                failure: Failure::new(
+                    "the receiver answered 500",
+                    format!(
+                        "500 Internal Server Error: {}",
+                        "x".repeat(ERROR_TEXT_CHARS)
+                    )
                 ),
                 after: None,
             }

@@ -2,7 +2,8 @@
 //! POSTed to the `callbackUrl` its client gave, signed as Standard Webhooks
 //! specifies so that the receiver can check where it came from.
 //!
-//! [`sign`] makes the `webhook-signature`; [`client`] sends one POST within
+//! [`sign`] derives each principal's secret from the master secrets and makes
+//! the `webhook-id` and `webhook-signature`; [`client`] sends one POST within
 //! the address policy (a client's URL must not reach into our network) and
 //! the concurrency limits, and says whether to try again; the [`Notifier`]
 //! is the change-feed handler that decides what to send, retries, and
@@ -13,3 +14,4 @@ mod notifier;
 pub(crate) mod sign;
 
 pub use self::notifier::Notifier;
+pub use self::sign::MasterSecrets;

@@ -3,14 +3,19 @@
 //! `callbackUrl`, signed as Standard Webhooks specifies, and records the
 //! outcome in the status document.
 //!
-//! A message's id is `msg_{delivery id}_{state}`: stable per delivery and
-//! state, so a receiver drops the duplicates at-least-once delivery brings.
-//! The body is `{type: "delivery.{state}", timestamp, data: status}`, the
-//! same bytes on every attempt; each attempt is signed with its own
-//! timestamp. Retryable failures (5xx, 408, 429, timeouts, connection
-//! errors) are retried with backoff and jitter for `callbacks.retry_for_ms`;
-//! then, or at once for a permanent one (another 4xx, a redirect, a refused
-//! address), the callback is dead-lettered and the document says so.
+//! A message's `webhook-id` is a MAC of its delivery, announced state and
+//! attempt epoch under the first master secret ([`MasterSecrets::webhook_id`]):
+//! stable for every attempt and resend of one message, so a receiver drops
+//! the duplicates at-least-once delivery brings, and not to be guessed by
+//! anyone who would forge one. The body is `{type: "delivery.{state}",
+//! timestamp, data: status}`, the same bytes on every attempt; each attempt
+//! is signed with its own timestamp, by the secrets of the principal who made
+//! the delivery (the masters' without one). Retryable failures (5xx, 408,
+//! 429, timeouts, connection errors) are retried with backoff and jitter for
+//! `callbacks.retry_for_ms`; then, or at once for a permanent one (another
+//! 4xx, a redirect, a refused address), the callback is dead-lettered under
+//! the key `{delivery id}:{state}` and the document says so, with a generic
+//! reason: the detail of each failure goes to the log alone, escaped.
 //!
 //! The batch's callbacks run concurrently (the client limits each
 //! destination); the batch is done, and checkpointed, once every one of them
@@ -38,8 +43,8 @@ use time::format_description::well_known::Rfc3339;
 use tracing::Instrument;
 use url::Url;
 
-use super::client::{Attempt, CallbackClient, WebhookHeaders, wait_before_retry};
-use super::sign::Signer;
+use super::client::{Attempt, CallbackClient, Failure, WebhookHeaders, wait_before_retry};
+use super::sign::MasterSecrets;
 use crate::change_feed::ChangeHandler;
 
 /// Sends the callbacks of terminal statuses.
@@ -47,7 +52,7 @@ pub struct Notifier {
     status: Arc<dyn StatusStore>,
     dead_letters: Arc<dyn DeadLetterStore>,
     client: CallbackClient,
-    signer: Signer,
+    masters: MasterSecrets,
     settings: CallbackSettings,
     /// The processor the dead letters are kept under.
     processor: String,
@@ -101,8 +106,14 @@ impl Ended {
     }
 }
 
+/// One message: what the receiver knows it by, and what its dead letter is kept under.
+struct Message {
+    webhook_id: String,
+    key: String,
+}
+
 impl Notifier {
-    /// A notifier signing with `keys` (each a decoded `whsec_` secret).
+    /// A notifier signing with secrets derived from `masters`.
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
@@ -111,7 +122,7 @@ impl Notifier {
         dead_letters: Arc<dyn DeadLetterStore>,
         settings: &CallbackSettings,
         policy: AddressPolicy,
-        keys: &[Vec<u8>],
+        masters: MasterSecrets,
         processor: &str,
     ) -> Result<Self, reqwest::Error> {
         // The callbacks' series are exposed from the notifier's start, at 0.
@@ -120,7 +131,7 @@ impl Notifier {
             status,
             dead_letters,
             client: CallbackClient::new(settings, policy)?,
-            signer: Signer::new(keys),
+            masters,
             settings: settings.clone(),
             processor: processor.to_owned(),
             sending: Mutex::new(HashSet::new()),
@@ -131,9 +142,13 @@ impl Notifier {
     /// may pass over documents without it.
     pub const FIELD: &'static str = "callbackUrl";
 
-    /// The callback's message id: stable per delivery and announced state.
-    pub fn message_id(delivery_id: &str, state: DeliveryState) -> String {
-        format!("msg_{delivery_id}_{}", state_name(state))
+    /// The message announcing `document`'s state.
+    fn message(&self, document: &StatusDocument) -> Message {
+        let state = state_name(document.state);
+        Message {
+            webhook_id: self.masters.webhook_id(&document.id, state, document.epoch),
+            key: format!("{}:{state}", document.id),
+        }
     }
 
     /// Sends the callback of `document` unless the stored document no longer
@@ -150,18 +165,18 @@ impl Notifier {
         let Some(url) = current.callback_url.as_deref() else {
             return Ok(());
         };
-        let id = Self::message_id(&current.id, current.state);
+        let message = self.message(&current);
         if !self
             .sending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.clone())
+            .insert(message.key.clone())
         {
             return Ok(());
         }
         let _sending = Sending {
             set: &self.sending,
-            id,
+            id: message.key.clone(),
         };
         let span = trace_span!(
             "callback",
@@ -170,12 +185,17 @@ impl Notifier {
             state = state_name(current.state),
         );
         telemetry::continue_trace(&span, current.traceparent.as_deref());
-        let ended = self.send(&current, url).instrument(span).await?;
+        let ended = self.send(&current, &message, url).instrument(span).await?;
         self.record(&current.id, current.state, ended).await
     }
 
-    async fn send(&self, document: &StatusDocument, url: &str) -> Result<Ended, BoxError> {
-        let id = Self::message_id(&document.id, document.state);
+    async fn send(
+        &self,
+        document: &StatusDocument,
+        message: &Message,
+        url: &str,
+    ) -> Result<Ended, BoxError> {
+        let id = message.webhook_id.as_str();
         let earlier = document
             .callback
             .as_ref()
@@ -190,21 +210,34 @@ impl Notifier {
         let url = match Url::parse(url) {
             Ok(url) => url,
             Err(e) => {
-                let error = format!("the callbackUrl is not a URL: {e}");
-                self.dead_letter(&id, document, url, &error).await?;
-                return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
+                let failure = Failure {
+                    reason: "the callbackUrl is not a URL".into(),
+                    detail: e.to_string(),
+                };
+                count("refused");
+                log_dead_lettered(
+                    document,
+                    id,
+                    &failure,
+                    "A callback was refused for good; it is dead-lettered.",
+                );
+                self.dead_letter(message, document, url, &failure.reason)
+                    .await?;
+                return Ok(ended.finish(CallbackState::DeadLettered, Some(failure.reason)));
             }
         };
         let body = Bytes::from(payload(document).to_string());
+        // Derived once a message: its retries sign with the same keys.
+        let signer = self.masters.signer(document.principal.as_deref());
         let retry_for = time::Duration::try_from(self.settings.retry_for_ms.duration())
             .unwrap_or(time::Duration::MAX);
         let mut recorded: Option<Instant> = None;
         loop {
             ended.attempts += 1;
             let timestamp = OffsetDateTime::now_utc().unix_timestamp();
-            let signature = self.signer.sign(&id, timestamp, &body);
+            let signature = signer.sign(id, timestamp, &body);
             let headers = WebhookHeaders {
-                id: &id,
+                id,
                 timestamp,
                 signature: &signature,
                 traceparent: document.traceparent.as_deref(),
@@ -214,34 +247,54 @@ impl Notifier {
             metrics::global()
                 .callback_duration
                 .observe(started.elapsed().as_secs_f64());
-            let (error, after) = match attempt {
+            let (failure, after) = match attempt {
                 Attempt::Delivered { .. } => {
                     count("delivered");
                     return Ok(ended.finish(CallbackState::Delivered, None));
                 }
-                Attempt::Refused { error } => {
+                Attempt::Refused { failure } => {
                     count("refused");
-                    tracing::warn!(delivery_id = %document.id, %error, "A callback was refused for good; it is dead-lettered.");
-                    self.dead_letter(&id, document, url.as_str(), &error)
+                    log_dead_lettered(
+                        document,
+                        id,
+                        &failure,
+                        "A callback was refused for good; it is dead-lettered.",
+                    );
+                    self.dead_letter(message, document, url.as_str(), &failure.reason)
                         .await?;
-                    return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
+                    return Ok(ended.finish(CallbackState::DeadLettered, Some(failure.reason)));
                 }
-                Attempt::Retry { error, after } => (error, after),
+                Attempt::Retry { failure, after } => (failure, after),
             };
             let now = OffsetDateTime::now_utc();
             let since = *ended.retrying_since.get_or_insert(now);
             let wait = wait_before_retry(&self.settings, ended.attempts, after);
             if now + wait > since.saturating_add(retry_for) {
                 count("dead_lettered");
-                let error = format!("{error} (gave up after {} attempts)", ended.attempts);
-                tracing::warn!(delivery_id = %document.id, %error, "A callback kept failing; it is dead-lettered.");
-                self.dead_letter(&id, document, url.as_str(), &error)
+                log_dead_lettered(
+                    document,
+                    id,
+                    &failure,
+                    "A callback kept failing; it is dead-lettered.",
+                );
+                let reason = format!(
+                    "{} (gave up after {} attempts)",
+                    failure.reason, ended.attempts
+                );
+                self.dead_letter(message, document, url.as_str(), &reason)
                     .await?;
-                return Ok(ended.finish(CallbackState::DeadLettered, Some(error)));
+                return Ok(ended.finish(CallbackState::DeadLettered, Some(reason)));
             }
             count("retried");
-            tracing::debug!(delivery_id = %document.id, %error, ?wait, "A callback failed; it is tried again.");
-            ended.last_error = Some(error);
+            tracing::debug!(
+                delivery_id = %document.id,
+                webhook_id = id,
+                reason = failure.reason,
+                detail = ?failure.detail,
+                ?wait,
+                "A callback failed; it is tried again."
+            );
+            ended.last_error = Some(failure.reason);
             // Pending, its attempts and last error are written at the first
             // failure and then now and again, not at every attempt.
             if recorded.is_none_or(|at| at.elapsed() >= PENDING_RECORD_INTERVAL) {
@@ -255,18 +308,18 @@ impl Notifier {
 
     async fn dead_letter(
         &self,
-        id: &str,
+        message: &Message,
         document: &StatusDocument,
         url: &str,
-        error: &str,
+        reason: &str,
     ) -> Result<(), BoxError> {
         self.dead_letters
             .put_change(ChangeDeadLetter {
                 processor: self.processor.clone(),
-                key: id.to_owned(),
-                reason: error.to_owned(),
+                key: message.key.clone(),
+                reason: reason.to_owned(),
                 payload: json!({
-                    "webhookId": id,
+                    "webhookId": message.webhook_id,
                     "callbackUrl": url,
                     "payload": payload(document),
                 }),
@@ -312,6 +365,24 @@ impl Notifier {
             }
         }
     }
+}
+
+/// Logs a callback given up on, once: the detail (which may hold the
+/// receiver's text or addresses a name resolved to) escaped, so that it
+/// cannot break the line it is on.
+fn log_dead_lettered(
+    document: &StatusDocument,
+    webhook_id: &str,
+    failure: &Failure,
+    message: &str,
+) {
+    tracing::warn!(
+        delivery_id = %document.id,
+        webhook_id,
+        reason = failure.reason,
+        detail = ?failure.detail,
+        "{message}"
+    );
 }
 
 fn count(outcome: &'static str) {
@@ -372,6 +443,7 @@ impl ChangeHandler for Notifier {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::io::Write;
     use std::sync::Mutex;
 
     use axum::Router;
@@ -382,8 +454,13 @@ mod tests {
 
     use super::*;
     use crate::change_feed::fixture::Fixture;
+    use crate::notify::sign::Signer;
 
     const KEY: &[u8] = b"a test key of the notifier";
+
+    fn masters() -> MasterSecrets {
+        MasterSecrets::new(&[KEY.to_vec()]).unwrap()
+    }
 
     fn notifier(store: &Arc<EmbeddedStore>, allow: &[&str]) -> Notifier {
         let settings = CallbackSettings {
@@ -395,7 +472,7 @@ mod tests {
             Arc::clone(store) as _,
             &settings,
             AddressPolicy::new(settings.allowed()),
-            &[KEY.to_vec()],
+            masters(),
             "test-processor",
         )
         .unwrap()
@@ -425,30 +502,51 @@ mod tests {
         versioned.document
     }
 
-    /// A local receiver answering 204, keeping what it was sent.
-    async fn receiver() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
+    /// A local receiver answering `status` with `body`, keeping what it was sent.
+    async fn answering(
+        status: StatusCode,
+        body: &'static str,
+    ) -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let keep = Arc::clone(&received);
-        let app = Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
-            keep.lock().unwrap().push((headers, body));
-            async { StatusCode::NO_CONTENT }
+        let app = Router::new().fallback(move |headers: HeaderMap, sent: Bytes| {
+            keep.lock().unwrap().push((headers, sent));
+            async move { (status, body) }
         });
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         (format!("http://{address}/hook"), received)
     }
 
-    #[test]
-    fn the_message_id_is_stable_per_delivery_and_state() {
+    /// A local receiver answering 204, keeping what it was sent.
+    async fn receiver() -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
+        answering(StatusCode::NO_CONTENT, "").await
+    }
+
+    #[tokio::test]
+    async fn the_message_is_known_by_an_opaque_id_and_kept_under_a_readable_key() {
+        let fixture = Fixture::open();
+        let notifier = notifier(&fixture.store, &[]);
+        let scheduled = document("d-1", DeliveryState::Scheduled, None);
+        let message = notifier.message(&scheduled);
+        assert_eq!(message.key, "d-1:scheduled");
         assert_eq!(
-            Notifier::message_id("d-1", DeliveryState::Scheduled),
-            "msg_d-1_scheduled"
+            message.webhook_id,
+            masters().webhook_id("d-1", "scheduled", 0)
         );
-        assert_ne!(
-            Notifier::message_id("d-1", DeliveryState::Failed),
-            Notifier::message_id("d-1", DeliveryState::Cancelled)
+        assert!(
+            !message.webhook_id.contains("d-1"),
+            "{}",
+            message.webhook_id
         );
+        let cancelled = document("d-1", DeliveryState::Cancelled, None);
+        assert_ne!(notifier.message(&cancelled).webhook_id, message.webhook_id);
+        let redriven = StatusDocument {
+            epoch: 1,
+            ..scheduled.clone()
+        };
+        assert_ne!(notifier.message(&redriven).webhook_id, message.webhook_id);
     }
 
     #[test]
@@ -483,11 +581,13 @@ mod tests {
         notifier.handle(&[change]).await.unwrap();
         let (headers, body) = received.lock().unwrap().remove(0);
         let header = |name: &str| headers[name].to_str().unwrap().to_owned();
-        assert_eq!(header("webhook-id"), "msg_d-1_scheduled");
+        let id = masters().webhook_id("d-1", "scheduled", 0);
+        assert_eq!(header("webhook-id"), id);
         let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+        // No principal (auth off): the master signs.
         assert_eq!(
             header("webhook-signature"),
-            Signer::new(&[KEY.to_vec()]).sign("msg_d-1_scheduled", timestamp, &body)
+            masters().signer(None).sign(&id, timestamp, &body)
         );
         let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(sent["type"], "delivery.scheduled");
@@ -496,6 +596,28 @@ mod tests {
         assert_eq!(outcome.announced, DeliveryState::Scheduled);
         assert_eq!(outcome.attempts, 1);
         assert!(outcome.delivered_at.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_principals_delivery_is_signed_with_its_derived_secret() {
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
+        let (url, received) = receiver().await;
+        let notifier = notifier(&store, &["127.0.0.0/8"]);
+        let made_by_alice = StatusDocument {
+            principal: Some("alice".into()),
+            ..document("d-1", DeliveryState::Scheduled, Some(&url))
+        };
+        let change = written(&store, &made_by_alice).await;
+        notifier.handle(&[change]).await.unwrap();
+        let (headers, body) = received.lock().unwrap().remove(0);
+        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+        let (id, signature) = (header("webhook-id"), header("webhook-signature"));
+        let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+        let sign = |signer: Signer| signer.sign(&id, timestamp, &body);
+        assert_eq!(signature, sign(masters().signer(Some("alice"))));
+        assert_ne!(signature, sign(masters().signer(Some("bob"))));
+        assert_ne!(signature, sign(masters().signer(None)));
     }
 
     #[tokio::test]
@@ -528,9 +650,83 @@ mod tests {
         assert!(received.lock().unwrap().is_empty());
         let outcome = stored(&store, "d-1").await.callback.unwrap();
         assert_eq!(outcome.state, CallbackState::DeadLettered);
+        // The client reads that much, not which address was refused.
+        assert_eq!(
+            outcome.last_error.as_deref(),
+            Some("the destination is not allowed")
+        );
         let letters = store.changes("test-processor").await.unwrap();
         assert_eq!(letters.len(), 1);
-        assert_eq!(letters[0].key, "msg_d-1_failed");
+        assert_eq!(letters[0].key, "d-1:failed");
+        assert_eq!(letters[0].reason, "the destination is not allowed");
         assert_eq!(letters[0].payload["callbackUrl"], url.as_str());
+        assert_eq!(
+            letters[0].payload["webhookId"],
+            masters().webhook_id("d-1", "failed", 0)
+        );
+    }
+
+    /// Log lines as the human format writes them, into memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    /// A receiver whose answer holds a line break and a line of its own
+    /// making: the log keeps it on the callback's one line, escaped, and
+    /// the client's `lastError` holds none of it.
+    #[tokio::test]
+    async fn a_receivers_answer_forges_no_log_line_and_stays_out_of_the_last_error() {
+        const FORGED: &str = "2026-11-28T00:00:00.000000Z ERROR skyport: forged";
+        let fixture = Fixture::open();
+        let store = Arc::clone(&fixture.store);
+        let (url, _) = answering(
+            StatusCode::BAD_REQUEST,
+            "refused\n2026-11-28T00:00:00.000000Z ERROR skyport: forged",
+        )
+        .await;
+        let notifier = notifier(&store, &["127.0.0.0/8"]);
+        let change = written(&store, &document("d-1", DeliveryState::Failed, Some(&url))).await;
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        {
+            // The test's runtime has one thread: every poll of the notifier logs here.
+            let _default = tracing::subscriber::set_default(subscriber);
+            notifier.handle(&[change]).await.unwrap();
+        }
+        let log = captured.text();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 1, "one event, one line: {log}");
+        assert!(lines[0].contains("dead-lettered"), "{log}");
+        assert!(lines[0].contains("refused\\n2026-11-28"), "{log}");
+        assert!(
+            !log.contains(&format!("\n{FORGED}")),
+            "a forged line: {log}"
+        );
+        let outcome = stored(&store, "d-1").await.callback.unwrap();
+        assert_eq!(
+            outcome.last_error.as_deref(),
+            Some("the receiver answered 400")
+        );
     }
 }

@@ -1,8 +1,12 @@
 //! Callbacks: every terminal status reaches the request's `callbackUrl`,
 //! signed as Standard Webhooks specifies (checked by the `standardwebhooks`
-//! Python package), through receivers that fail for a while or for good, on
-//! the embedded store and on Cosmos DB; destinations in the way of the
-//! address policy are refused and never contacted.
+//! Python package) and known by an opaque `webhook-id`, through receivers
+//! that fail for a while or for good, on the embedded store and on Cosmos
+//! DB; with auth on, each principal's callbacks verify with its own derived
+//! secrets and no one else's; destinations in the way of the address policy
+//! are refused and never contacted, and the client's status says so without
+//! saying what a name resolved to; a gateway takes callback URLs without
+//! holding any secret.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,14 +15,25 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
+use skyport::Backends;
+use skyport::callbacks::notifier;
+use skyport_azure::cosmos::emulator::Emulator;
+use skyport_callbacks::notify::MasterSecrets;
 use skyport_core::status::{CallbackState, DeliveryState, StatusDocument};
-use skyport_runtime::config::{Millis, Settings};
+use skyport_gateway::Gateway;
+use skyport_gateway::auth::Auth;
+use skyport_runtime::config::{
+    ApiKeySettings, ConfigError, CosmosAuth, Millis, Scope, Settings, StoreBackend, decode_secret,
+};
+use skyport_runtime::destination::CallbackAcceptance;
 use skyport_tests::webhooks::{
-    Behaviour, CALLBACK_WAIT, Receiver, post_with_callbacks, verify_with_python,
+    Behaviour, CALLBACK_WAIT, Received, Receiver, message_ids, post_with_callbacks,
+    verified_by_python, verify_with_python,
 };
 use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
+use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -73,16 +88,23 @@ async fn wait_for_callbacks(
     documents
 }
 
-/// Callbacks by message id (the first of each), and how many were duplicates.
-fn by_id(received: &[skyport_tests::webhooks::Received]) -> (BTreeMap<String, Value>, usize) {
+/// Callbacks by message, (delivery id, type), the first of each, and how
+/// many were duplicates; asserts each message came with one opaque id of its own.
+fn by_message(received: &[Received]) -> (BTreeMap<(String, String), Value>, usize) {
+    message_ids(received);
     let mut first = BTreeMap::new();
     let mut duplicates = 0;
     for callback in received {
-        if first.insert(callback.id.clone(), callback.json()).is_some() {
+        if first.insert(callback.message(), callback.json()).is_some() {
             duplicates += 1;
         }
     }
     (first, duplicates)
+}
+
+/// The key of a message in [`by_message`]'s map.
+fn message(delivery_id: &str, kind: &str) -> (String, String) {
+    (delivery_id.to_owned(), format!("delivery.{kind}"))
 }
 
 async fn every_terminal_status_reaches_its_callback(app: TestApp, receiver: Receiver) {
@@ -103,20 +125,20 @@ async fn every_terminal_status_reaches_its_callback(app: TestApp, receiver: Rece
     let documents =
         wait_for_callbacks(&app.client, &urls, CallbackState::Delivered, CALLBACK_WAIT).await;
     let received = receiver.received();
-    let (callbacks, duplicates) = by_id(&received);
+    let (callbacks, duplicates) = by_message(&received);
     println!(
         "{} callbacks received for {} terminal states ({duplicates} duplicates)",
         received.len(),
         callbacks.len()
     );
     for (n, document) in documents.iter().enumerate() {
-        let scheduled = &callbacks[&format!("msg_{}_scheduled", document.id)];
+        let scheduled = &callbacks[&message(&document.id, "scheduled")];
         assert_eq!(scheduled["type"], "delivery.scheduled");
         assert_eq!(scheduled["data"]["state"], "Scheduled");
         assert_eq!(scheduled["data"]["id"], document.id.as_str());
         assert!(scheduled["data"]["droneId"].is_string(), "{scheduled}");
         if n < 5 {
-            let cancelled = &callbacks[&format!("msg_{}_cancelled", document.id)];
+            let cancelled = &callbacks[&message(&document.id, "cancelled")];
             assert_eq!(cancelled["data"]["state"], "Cancelled");
         }
         let outcome = document.callback.as_ref().unwrap();
@@ -128,7 +150,7 @@ async fn every_terminal_status_reaches_its_callback(app: TestApp, receiver: Rece
     assert_eq!(callbacks.len(), 505, "one callback per terminal state");
     let traced = received
         .iter()
-        .find(|r| r.id == format!("msg_{}_scheduled", documents[0].id))
+        .find(|r| r.message() == message(&documents[0].id, "scheduled"))
         .and_then(|r| r.traceparent.clone())
         .unwrap_or_default();
     assert!(
@@ -238,7 +260,7 @@ async fn a_receiver_down_for_20_s_gets_every_callback_afterwards() {
     let received = receiver.received();
     let refused = received.iter().filter(|r| r.id.is_empty()).count();
     assert_eq!(refused, 0);
-    let (callbacks, duplicates) = by_id(&received);
+    let (callbacks, duplicates) = by_message(&received);
     println!(
         "{} POSTs for {} callbacks over the outage ({duplicates} repeats of a message id)",
         received.len(),
@@ -283,7 +305,10 @@ async fn a_receiver_that_never_answers_ends_with_dead_lettered_callbacks() {
     for document in &documents {
         let outcome = document.callback.as_ref().unwrap();
         let error = outcome.last_error.as_deref().unwrap_or_default();
-        assert!(error.contains("gave up after"), "{outcome:?}");
+        assert!(
+            error.starts_with("the receiver did not answer within 300 ms (gave up after "),
+            "{outcome:?}"
+        );
         assert!(outcome.delivered_at.is_none());
     }
     let listed: Vec<Value> = app
@@ -301,7 +326,7 @@ async fn a_receiver_that_never_answers_ends_with_dead_lettered_callbacks() {
         .unwrap();
     let keys: BTreeSet<&str> = listed.iter().filter_map(|l| l["key"].as_str()).collect();
     for document in &documents {
-        assert!(keys.contains(format!("msg_{}_scheduled", document.id).as_str()));
+        assert!(keys.contains(format!("{}:scheduled", document.id).as_str()));
     }
     assert_eq!(listed.len(), 20, "{listed:?}");
     app.app.stop().await.unwrap();
@@ -352,22 +377,18 @@ async fn callbacks_to_special_addresses_are_refused_and_never_sent() {
         CALLBACK_WAIT,
     )
     .await;
+    // The client reads why, in general terms: neither what `localhost`
+    // resolved to nor where the receiver redirected (the log has those).
     let by_name = documents[0].callback.as_ref().unwrap();
-    assert!(
-        by_name
-            .last_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("127.0.0.1"),
+    assert_eq!(
+        by_name.last_error.as_deref(),
+        Some("the destination is not allowed"),
         "{by_name:?}"
     );
     let redirected = documents[1].callback.as_ref().unwrap();
-    assert!(
-        redirected
-            .last_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("redirect"),
+    assert_eq!(
+        redirected.last_error.as_deref(),
+        Some("the receiver redirected (callbacks do not follow redirects)"),
         "{redirected:?}"
     );
     assert!(local.received().is_empty(), "localhost was contacted");
@@ -375,4 +396,166 @@ async fn callbacks_to_special_addresses_are_refused_and_never_sent() {
     app.app.stop().await.unwrap();
     local.stop().await;
     redirector.stop().await;
+}
+
+/// The second master secret of a rotation: the older one, configured second.
+const OLDER_SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const ALICE_KEY: &str = "alice-key-0123456789abcdef0123456789ab";
+const BOB_KEY: &str = "bob-key-0123456789abcdef0123456789abcd";
+
+/// Posts deliveries `from..from + count` as the client `as_principal`, each
+/// with a callback to `receiver`; their status URLs.
+async fn post_as(
+    as_principal: &Client,
+    receiver: &Receiver,
+    from: usize,
+    count: usize,
+) -> Vec<String> {
+    let mut urls = Vec::with_capacity(count);
+    for n in from..from + count {
+        let mut request = delivery_request(n);
+        request["callbackUrl"] = Value::String(receiver.url("127.0.0.1", &format!("p{n}")));
+        urls.push(as_principal.post_delivery(&request).await.status_url);
+    }
+    urls
+}
+
+/// The callbacks in `received` of deliveries made by `principal`.
+fn made_by(received: &[Received], principal: &str) -> Vec<Received> {
+    received
+        .iter()
+        .filter(|r| r.json()["data"]["principal"] == principal)
+        .cloned()
+        .collect()
+}
+
+/// With auth on and two master secrets (a rotation), each callback carries
+/// two signatures, each made with its principal's secret under one master:
+/// the `standardwebhooks` verifier accepts Alice's callbacks with either of
+/// her secrets, and refuses them with Bob's and with the masters themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_each_principals_callbacks_verify_with_its_own_secrets_only() {
+    const EACH: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(LOOPBACK, Behaviour::Accept).await;
+    let mut settings = callback_settings(dir.path(), &["127.0.0.0/8"]);
+    settings.callbacks.secrets = vec![SecretString::from(SECRET), SecretString::from(OLDER_SECRET)];
+    settings.gateway.auth.enabled = Some(true);
+    for (name, key) in [("alice", ALICE_KEY), ("bob", BOB_KEY)] {
+        settings.gateway.auth.api_keys.insert(
+            name.into(),
+            ApiKeySettings {
+                key: SecretString::from(key),
+                scopes: Scope::all(),
+            },
+        );
+    }
+    let app = TestApp::spawn_with(settings).await;
+    let alice = app.client.with_header("x-api-key", ALICE_KEY);
+    let bob = app.client.with_header("x-api-key", BOB_KEY);
+    let alices = post_as(&alice, &receiver, 0, EACH).await;
+    let bobs = post_as(&bob, &receiver, EACH, EACH).await;
+    wait_for_callbacks(&alice, &alices, CallbackState::Delivered, CALLBACK_WAIT).await;
+    wait_for_callbacks(&bob, &bobs, CallbackState::Delivered, CALLBACK_WAIT).await;
+    let received = receiver.received();
+    message_ids(&received);
+    let (to_alice, to_bob) = (made_by(&received, "alice"), made_by(&received, "bob"));
+    assert!(
+        to_alice.len() >= EACH && to_bob.len() >= EACH,
+        "{received:?}"
+    );
+    for callback in &received {
+        assert_eq!(
+            callback.signature.split(' ').count(),
+            2,
+            "one signature per master: {}",
+            callback.signature
+        );
+    }
+    let keys: Vec<Vec<u8>> = [SECRET, OLDER_SECRET]
+        .map(|secret| decode_secret(secret).unwrap())
+        .to_vec();
+    let masters = MasterSecrets::new(&keys).unwrap();
+    let secrets = |principal: &str| -> Vec<String> {
+        masters
+            .principal_secrets(principal)
+            .iter()
+            .map(|secret| secret.expose_secret().to_owned())
+            .collect()
+    };
+    let (alice_secrets, bob_secrets) = (secrets("alice"), secrets("bob"));
+    for (own, callbacks, others) in [
+        (&alice_secrets, &to_alice, &bob_secrets),
+        (&bob_secrets, &to_bob, &alice_secrets),
+    ] {
+        for secret in own {
+            assert_eq!(verify_with_python(secret, callbacks), callbacks.len());
+        }
+        for secret in others
+            .iter()
+            .map(String::as_str)
+            .chain([SECRET, OLDER_SECRET])
+        {
+            assert_eq!(
+                verified_by_python(secret, callbacks),
+                0,
+                "a callback verified with a secret not its principal's"
+            );
+        }
+    }
+    app.app.stop().await.unwrap();
+    receiver.stop().await;
+}
+
+/// A gateway holds no callback secret: on Cosmos DB with `callbacks.enabled
+/// = true` and none, its settings load and it takes a request with a
+/// `callbackUrl` (202); the notifier, which signs, does not start without
+/// one, naming `callbacks.secrets` (the worker and the all-in-one check the
+/// same before they open anything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cosmos_db_a_gateway_takes_callback_urls_with_no_secret_and_the_notifier_needs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    settings.store.backend = Some(StoreBackend::Cosmos);
+    settings.cosmos.endpoint = Some("https://skyport.documents.azure.com/".parse().unwrap());
+    settings.cosmos.auth = CosmosAuth::Entra;
+    settings.callbacks.enabled = Some(true);
+    settings.validate().unwrap();
+    assert!(settings.callbacks.secrets.is_empty());
+    let cosmos = Emulator::new(false)
+        .unwrap()
+        .store_with(&settings.cosmos, &settings.store)
+        .await
+        .unwrap();
+    let backends = Backends::open_with(&settings, Some(cosmos)).await.unwrap();
+    let gateway = Gateway::bind(
+        &backends.ports,
+        &settings.gateway_settings(),
+        CallbackAcceptance::from_settings(&settings),
+        Auth::from_settings(&settings).await.unwrap(),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let client = Client::new(format!("http://{}", gateway.local_addr().unwrap()));
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn(gateway.serve(shutdown.clone()));
+    let mut request = delivery_request(1);
+    request["callbackUrl"] = Value::String("https://receiver.example/hooks/1".into());
+    let accepted = client.post_delivery(&request).await;
+    assert!(!accepted.status_url.is_empty());
+    shutdown.cancel();
+    serving.await.unwrap();
+    let error = notifier(&settings, &backends).expect_err("no secret to sign with");
+    let config = error
+        .downcast_ref::<ConfigError>()
+        .unwrap_or_else(|| panic!("not a configuration error: {error:#}"));
+    assert_eq!(config.key, "callbacks.secrets", "{config}");
+    assert_eq!(
+        skyport::callbacks::check_secrets(&settings)
+            .unwrap_err()
+            .key,
+        "callbacks.secrets"
+    );
+    backends.close().await;
 }

@@ -32,7 +32,8 @@ impl Workflow {
             .status
             .update(id, None, abandon, |current| {
                 let Some(document) = current else {
-                    // The request, read later, tells its owner and accept time.
+                    // The request, read later, tells its owner, principal and
+                    // accept time; until then the listing shows it the canceller's.
                     let mut cancelled = StatusDocument::accepted(id.clone(), cancel.requested_at);
                     cancelled.cancel_requested_at = Some(cancel.requested_at);
                     cancelled.principal.clone_from(&cancel.principal);

@@ -400,7 +400,8 @@ impl Workflow {
                             // Made by a cancellation that came first, at its time.
                             told.created_at = request.accepted_at;
                             told.owner_id = Some(request.request.owner_id.clone());
-                            told.principal = told.principal.or_else(|| request.principal.clone());
+                            // Whoever cancelled first, the request says who made it.
+                            told.principal.clone_from(&request.principal);
                         }
                         Decision::Write(told, ())
                     }

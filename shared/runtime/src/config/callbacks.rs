@@ -22,12 +22,16 @@ pub const SECRET_PREFIX: &str = "whsec_";
 pub struct CallbackSettings {
     /// Whether requests may carry a `callbackUrl` (refused with 422 when off)
     /// and the worker runs the notifier. Unset: on where the notifier can
-    /// sign (secrets set, or the embedded store keeps one).
+    /// sign (secrets set, or the embedded store keeps one). A gateway alone
+    /// holds no secret: set it to `true` there.
     pub enabled: Option<bool>,
-    /// The signing secrets (`whsec_` + base64), each signing every callback
-    /// (rotation: add the new one, move receivers, drop the old one). Empty
-    /// on the embedded store: the secret it generates and keeps in its data
-    /// directory (`callback-secret`).
+    /// The master secrets (`whsec_` + base64), newest first; only the
+    /// processes that sign callbacks (worker, all-in-one) need them. Each
+    /// derives the secret of every principal, which signs that principal's
+    /// callbacks (without a principal, auth off: the masters sign). Rotation:
+    /// put the new one first, hand receivers their new secrets, drop the old
+    /// one. Empty on the embedded store: the secret it generates and keeps in
+    /// its data directory (`callback-secret`).
     #[cfg_attr(test, schemars(with = "Vec<String>"))]
     pub secrets: Vec<SecretString>,
     /// Addresses (`10.1.2.3`) and networks (`127.0.0.0/8`) callbacks may go

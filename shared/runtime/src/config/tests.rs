@@ -215,6 +215,30 @@ fn the_azure_profile_needs_a_cosmos_endpoint_and_key() {
     assert!(settings.auth_enabled());
 }
 
+/// A gateway holds no callback secret: on Cosmos DB `callbacks.enabled =
+/// true` alone loads and turns callbacks on (the process that signs them
+/// checks for a secret at its start); left unset without a secret, they are off.
+#[test]
+fn callbacks_are_on_without_a_secret_when_enabled() {
+    let azure = [
+        "profile=azure",
+        "cosmos.endpoint=https://a.documents.azure.com/",
+        "cosmos.auth=entra",
+        "eventhubs.auth=entra",
+        "eventhubs.namespace=ns.servicebus.windows.net",
+        "gateway.receipt_key=0123456789abcdef0123456789abcdef",
+        "gateway.auth.api_keys.portal.key=portal-key-0123456789abcdef0123456789",
+    ];
+    let settings = Settings::load(&cli(&azure)).expect("valid");
+    assert!(!settings.callbacks_enabled());
+    let mut enabled = azure.to_vec();
+    enabled.push("callbacks.enabled=true");
+    let settings = Settings::load(&cli(&enabled)).expect("valid without a secret");
+    assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
+    assert!(settings.callbacks.secrets.is_empty());
+    assert!(settings.callbacks_enabled());
+}
+
 #[test]
 fn an_explicit_backend_wins_over_the_profile() {
     let settings = Settings::load(&cli(&[
