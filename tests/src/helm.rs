@@ -601,29 +601,7 @@ pub fn try_load_settings(
             ..Cli::default()
         })
     };
-    match load(set.clone()) {
-        Err(errors) if wants_only_callback_secrets(&errors, &set) => {
-            println!(
-                "{}: these binaries refuse callbacks.enabled = true without a signing secret, which \
-                 the gateway is not given (it needs to know only that callbacks are on); the rest \
-                 of its configuration is checked with a stand-in secret",
-                name(workload)
-            );
-            let mut bridged = set.clone();
-            bridged.push(format!("callbacks.secrets={CALLBACK_SECRETS_STAND_IN}"));
-            (load(bridged), set)
-        }
-        loaded => (loaded, set),
-    }
-}
-
-/// Whether the only errors are the binaries' refusal of `callbacks.enabled = true` without a signing
-/// secret on Cosmos DB, for a container given none: the gateway since the chart gives the callback
-/// secrets to the worker alone, before the binaries start a gateway so.
-fn wants_only_callback_secrets(errors: &ConfigErrors, set: &[String]) -> bool {
-    !set.iter().any(|s| s.starts_with("callbacks.secrets="))
-        && !errors.0.is_empty()
-        && errors.0.iter().all(|e| e.key == "callbacks.secrets")
+    (load(set.clone()), set)
 }
 
 /// [`try_load_settings`], failing the test when the configuration does not load (an unknown key, a

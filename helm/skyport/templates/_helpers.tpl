@@ -146,8 +146,8 @@ numbers are written back as integers (a float key takes an integer as well).
 The secret values and where they go, as JSON {"entries": [{key, env, value, optional}]}, for
 (dict "root" $ "role" ROLE): ROLE gateway, worker or all-in-one gets only the entries its role uses
 (the gateway the receipt keys, API keys, the JWT secret, the stream's credentials and the Cosmos DB
-key; the worker the stream's credentials, the Cosmos DB key, the callback secrets and the receipt
-keys, since skyport-worker checks them at start; the all-in-one all), and ROLE "secret" every entry
+key; the worker the stream's credentials, the Cosmos DB key and the callback secrets; the
+all-in-one all), and ROLE "secret" every entry
 (the Secret's data). With existingSecret every key a role may use (optional but for the receipt
 keys with profile azure or kafka, the callback secrets, read there only when callbacks are on, and
 the listed API keys), else the values set in `secrets`. The lists (the receipt keys, the callback
@@ -161,7 +161,7 @@ the form the binaries read a list from one variable in.
 {{- $worker := list "worker" "all-in-one" }}
 {{- $both := list "gateway" "worker" "all-in-one" }}
 {{- $known := list
-  (list "receiptKeys" "receipt-keys" "SKYPORT__GATEWAY__RECEIPT_KEYS" $both)
+  (list "receiptKeys" "receipt-keys" "SKYPORT__GATEWAY__RECEIPT_KEYS" $gateway)
   (list "cosmosKey" "cosmos-key" "SKYPORT__COSMOS__KEY" $both)
   (list "eventhubsConnectionString" "eventhubs-connection-string" "SKYPORT__EVENTHUBS__CONNECTION_STRING" $both)
   (list "kafkaConnectionString" "kafka-connection-string" "SKYPORT__KAFKA__CONNECTION_STRING" $both)

@@ -887,8 +887,8 @@ async fn secrets_from_values_go_to_a_secret_and_nowhere_else() {
 #[tokio::test]
 async fn each_container_gets_only_the_secrets_its_role_uses() {
     // The gateway: receipt keys, API keys, the JWT secret, the stream's credentials, the Cosmos DB
-    // key. The worker: the stream's credentials, the Cosmos DB key, the callback secrets, and the
-    // receipt keys, which skyport-worker refuses to start without (shown below).
+    // key. The worker: the stream's credentials, the Cosmos DB key, the callback secrets (it signs
+    // no receipt, and starts without a key: shown below).
     let work = tempfile::tempdir().unwrap();
     let stream_and_store = [
         COSMOS_KEY_VAR,
@@ -905,7 +905,7 @@ async fn each_container_gets_only_the_secrets_its_role_uses() {
         TRACKER_VAR,
     ]));
     let mut worker = names(&stream_and_store);
-    worker.extend(names(&[RECEIPT_KEYS_VAR, CALLBACK_SECRETS_VAR]));
+    worker.extend(names(&[CALLBACK_SECRETS_VAR]));
     assert_eq!(
         secret_variables(rendering.get("Deployment", "skyport-gateway")),
         gateway
@@ -923,20 +923,24 @@ async fn each_container_gets_only_the_secrets_its_role_uses() {
     let worker = rendering.get("Deployment", "skyport-worker");
     assert_eq!(
         secret_variables(worker),
-        names(&[COSMOS_KEY_VAR, RECEIPT_KEYS_VAR, CALLBACK_SECRETS_VAR])
+        names(&[COSMOS_KEY_VAR, CALLBACK_SECRETS_VAR])
     );
-    // Why the worker still reads the receipt keys: without them it does not start on Cosmos DB.
-    let mut bare = worker.clone();
+    // The worker's configuration loads without them, and it needs none to start; a gateway's does
+    // not start without them.
+    let (loaded, _) = try_load_settings(rendering, worker, &BTreeSet::new(), work.path());
+    let settings = loaded.expect("the worker loads without receipt keys");
+    assert!(settings.gateway.receipt_keys.is_empty());
+    let mut bare = rendering.get("Deployment", "skyport-gateway").clone();
     bare["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array_mut()
         .unwrap()
         .retain(|e| e["name"] != RECEIPT_KEYS_VAR);
     let (loaded, _) = try_load_settings(rendering, &bare, &BTreeSet::new(), work.path());
-    let errors = loaded.expect_err("the worker loaded without receipt keys");
-    assert!(
-        errors.0.iter().any(|e| e.key == "gateway.receipt_keys"),
-        "{errors:?}"
-    );
+    let missing = loaded
+        .expect("the gateway's configuration loads")
+        .check_gateway()
+        .expect_err("a gateway on Cosmos DB and Event Hubs needs a receipt key");
+    assert_eq!(missing.key, "gateway.receipt_keys");
 }
 
 #[tokio::test]
@@ -957,7 +961,7 @@ async fn checksum_secret_rolls_the_pods_that_read_a_changed_secret() {
     for workload in ["skyport-gateway", "skyport-worker"] {
         assert_eq!(checksum(&again, workload), checksum(before, workload));
     }
-    // A new receipt key rolls both (the worker reads them too), and not the configuration.
+    // A new receipt key rolls the gateways alone, and not the configuration.
     let rotated = render(
         &values,
         &[&format!(
@@ -966,8 +970,15 @@ async fn checksum_secret_rolls_the_pods_that_read_a_changed_secret() {
         work.path(),
     )
     .await;
+    assert_ne!(
+        checksum(&rotated, "skyport-gateway"),
+        checksum(before, "skyport-gateway")
+    );
+    assert_eq!(
+        checksum(&rotated, "skyport-worker"),
+        checksum(before, "skyport-worker")
+    );
     for workload in ["skyport-gateway", "skyport-worker"] {
-        assert_ne!(checksum(&rotated, workload), checksum(before, workload));
         assert_eq!(
             annotations(&rotated, workload)["checksum/config"],
             annotations(before, workload)["checksum/config"]
