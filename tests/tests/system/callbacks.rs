@@ -44,6 +44,8 @@ const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 /// change-feed processor that polls and balances quickly.
 fn callback_settings(dir: &Path, allow: &[&str]) -> Settings {
     let mut settings = test_settings(dir);
+    // With auth off, the reports at /admin only on purpose.
+    settings.gateway.admin_without_auth = true;
     settings.callbacks.secrets = vec![SecretString::from(SECRET)];
     settings.callbacks.allow = allow.iter().map(|a| (*a).to_owned()).collect();
     settings.callbacks.backoff_initial_ms = Millis::new(100);

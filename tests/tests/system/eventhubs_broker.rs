@@ -842,6 +842,43 @@ async fn a_post_whose_send_the_hub_releases_or_modifies_gets_no_202_and_its_retr
     broker.stop().await;
 }
 
+/// A POST whose batch the hub stored but never answered gets a 503 of its
+/// own (`PublishOutcomeUnknown`), and its name stays taken: another body
+/// under it is a 409, not a second delivery, and the same request again
+/// learns its fate (accepted, as it was) and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_fate_the_hub_does_not_tell_keeps_its_name() {
+    let broker = EventHubsBroker::start(&[("deliveries", 2)]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
+    settings.eventhubs.send_timeout_ms = Millis::new(1_000);
+    // The worker writes no status for a while: only the reservation keeps
+    // the name taken meanwhile.
+    settings.simulator.latency_ms = Millis::new(2_000);
+    settings.worker.processing_after_ms = Millis::new(30_000);
+    let app = TestApp::spawn_with(settings).await;
+    let request = delivery_request(1);
+    broker.withhold_outcomes(true);
+    let response = app
+        .client
+        .post_raw("application/json", request.to_string())
+        .await;
+    assert_refused(response, "PublishOutcomeUnknown").await;
+    broker.withhold_outcomes(false);
+    let mut another = request.clone();
+    another["pickupLocation"] = "47.9999,-122.1368".into();
+    let response = app
+        .client
+        .post_raw("application/json", another.to_string())
+        .await;
+    assert_eq!(response.status(), 409, "the name is still taken");
+    let retried = app.client.post_delivery(&request).await;
+    app.expect_all_scheduled_once(&[retried.status_url], Duration::from_secs(60))
+        .await;
+    app.app.stop().await.unwrap();
+    broker.stop().await;
+}
+
 fn outbound(body: &str) -> OutboundEvent {
     OutboundEvent {
         key: format!("key-{body}"),

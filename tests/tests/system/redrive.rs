@@ -190,7 +190,7 @@ async fn redrive_after_an_outage(cosmos: bool) {
         "delivery-5000",
         OffsetDateTime::now_utc(),
         Lane::Normal,
-        None,
+        Some("portal"),
     );
     portal
         .wait_for_state(
@@ -228,6 +228,8 @@ async fn resend_after_an_outage(cosmos: bool) {
     )
     .await;
     let mut settings = test_settings(dir.path());
+    // With auth off, the operators' routes only on purpose.
+    settings.gateway.admin_without_auth = true;
     settings.callbacks.secrets = vec![SecretString::from(SECRET)];
     settings.callbacks.allow = vec!["127.0.0.1".into()];
     settings.callbacks.backoff_initial_ms = Millis::new(100);
