@@ -116,7 +116,9 @@ impl IntoResponses for DeliveryRefusals {
             ),
             (
                 "404".to_owned(),
-                refusal("No such delivery, or the receipt is not its own."),
+                refusal(
+                    "No such delivery, the receipt is not its own, or (with authentication on) the delivery is another principal's and the credentials lack the admin scope: all answered alike.",
+                ),
             ),
         ])
     }

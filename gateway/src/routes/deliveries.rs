@@ -82,15 +82,15 @@ const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
             )),
         (status = 400, description = "Malformed JSON, a body that is not what its Content-Encoding says, a malformed Idempotency-Key or Host header."),
         (status = 403, description = "The credentials lack the write scope."),
-        (status = 409, description = "The Idempotency-Key or deliveryId was used before with a different body."),
+        (status = 409, description = "The Idempotency-Key or deliveryId is taken: used before with a different body, or by another principal (the answer says only that it is taken). A name stays taken for as long as its delivery's status can be read."),
         (status = 408, description = "The body did not arrive within `gateway.http.body_read_timeout_ms`; the connection is closed."),
         (status = 413, description = "The body, once decoded, is larger than `gateway.max_body_bytes`."),
         (status = 415, description = "The body is not JSON, or its Content-Encoding is not one the gateway decodes (listed in `Accept-Encoding`).",
             headers(("Accept-Encoding" = String, description = "The content codings the gateway decodes, on an encoding refusal."))),
-        (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach among them); `errors` lists them."),
+        (status = 422, description = "The body has invalid fields (a `callbackUrl` callbacks may not reach, or a `deliveryId` of the gateway's own shapes — starting `sp-`, or `k-` and 32 hex digits — among them); `errors` lists them."),
         QuotaRefusal,
         Refusals,
-        (status = 503, description = "Overloaded, or the stream cannot take the request now; retry after `Retry-After`."),
+        (status = 503, description = "Overloaded, or the stream cannot take the request now (`code` Unavailable: it was not stored), or the stream did not say whether it stored it (`code` PublishOutcomeUnknown: it may still run, and its name stays taken; a named request retried unchanged learns its fate); retry after `Retry-After`."),
     ),
     security(("apiKey" = []), ("bearer" = ["deliveries.write"])),
 )]
@@ -456,8 +456,10 @@ pub struct DeliveryPath {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StatusQuery {
-    /// The receipt from the status URL (also in the 202 body). Without the
-    /// right one the delivery is not found.
+    /// The receipt from the status URL (also in the 202 body), signed for
+    /// the principal that made the delivery. Without the right one, or
+    /// (with authentication on) from another principal without the admin
+    /// scope, the delivery is not found.
     #[param(required = true)]
     pub(super) receipt: Option<String>,
 }

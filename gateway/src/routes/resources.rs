@@ -15,8 +15,8 @@ pub const DELIVERY_REQUESTS: &str = "/api/deliveryrequests";
 #[schema(example = json!({
     "deliveryId": "d-2026-11-21-0001",
     "status": "Accepted",
-    "statusUrl": "https://skyport.example.com/api/deliveryrequests/d-2026-11-21-0001/status?receipt=AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd",
-    "receipt": "AAABmwXb8QCMv2yQ2x0S7kq5y1Wq3Ttd"
+    "statusUrl": "https://skyport.example.com/api/deliveryrequests/d-2026-11-21-0001/status?receipt=1wAAAZsF2_EAAIy_bJDbHRLuSrnLVqt0028",
+    "receipt": "1wAAAZsF2_EAAIy_bJDbHRLuSrnLVqt0028"
 }))]
 pub struct Accepted {
     pub delivery_id: String,
@@ -26,7 +26,9 @@ pub struct Accepted {
     /// Poll this URL (also in `Location`) for the outcome.
     #[schema(format = "uri")]
     pub status_url: String,
-    /// The signed receipt in the status URL: the capability to read or cancel this delivery.
+    /// The signed receipt in the status URL: with the credentials of the
+    /// principal it was signed for (none with authentication off), the
+    /// capability to read, cancel or reschedule this delivery.
     pub receipt: String,
 }
 
