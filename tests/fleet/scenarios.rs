@@ -21,8 +21,9 @@ use crate::shape::{
 
 type Scenario = fn(Stream) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-const SCENARIOS: [(&str, Scenario); 8] = [
+const SCENARIOS: [(&str, Scenario); 9] = [
     ("steady-state", |s| Box::pin(steady_state(s))),
+    ("tenancy", |s| Box::pin(tenancy(s))),
     ("wait-and-reschedule", |s| Box::pin(wait_and_reschedule(s))),
     ("worker-killed", |s| Box::pin(worker_killed(s))),
     ("gateway-killed", |s| Box::pin(gateway_killed(s))),
@@ -183,6 +184,112 @@ async fn steady_state(stream: Stream) {
         terminal.as_secs_f64()
     );
     assert_eq!(replayed, 0, "no event is read twice when nothing fails");
+    fleet.stop().await;
+}
+
+/// Two clients through two gateways: Alice (the chart's `portal` key) posts
+/// through both; Bob, with a write key of his own, holds her ids, receipts
+/// and bodies and tries them through the second gateway. Each POST under one
+/// of her names is a 409, each read, cancel and reschedule the 404 of an
+/// unknown id, his listing holds none of hers; her deliveries stay as they
+/// were, booked once, called back once.
+async fn tenancy(stream: Stream) {
+    const COUNT: usize = 20;
+    const BOB: &str = "sk-fleet-bob-0123456789abcdef0123456789abcdef";
+    let mut options = Options::new(2, 1);
+    options
+        .keys
+        .push(("gateway.auth.api_keys.bob.key", BOB.to_owned()));
+    let fleet = Fleet::start(stream, &options).await;
+    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver);
+    let hers = clients.post("alice", COUNT, None).await;
+    let before = clients.wait_terminal(&fleet.receiver, &hers, SETTLE).await;
+    assert_scheduled(&before);
+    let booked = simulator_stats(&fleet.simulator.base).await;
+    let bob = {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-api-key", BOB.parse().unwrap());
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    };
+    let gateway = &fleet.gateways[1].base;
+    for (n, accepted) in hers.iter().enumerate() {
+        let status = format!("{gateway}{}", accepted.status);
+        let resource = status.replacen("/status?", "?", 1);
+        let unknown = format!("no delivery request {} is known", accepted.id);
+        for (what, request) in [
+            ("status", bob.get(&status)),
+            ("cancel", bob.delete(&resource)),
+            (
+                "reschedule",
+                bob.patch(&resource)
+                    .header("content-type", "application/merge-patch+json")
+                    .body(r#"{"pickupTime":"2030-01-01T11:00:00Z","deadline":"2030-01-01T13:00:00Z"}"#),
+            ),
+        ] {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 404, "{what} of {}", accepted.id);
+            let problem: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(problem["detail"], unknown.as_str(), "{what}");
+        }
+        let mut taken = skyport_tests::delivery_request(1_000 + n);
+        taken["deliveryId"] = accepted.id.clone().into();
+        let response = bob
+            .post(format!("{gateway}/api/deliveryrequests"))
+            .header("content-type", "application/json")
+            .body(taken.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 409, "a POST under {}", accepted.id);
+        let problem: serde_json::Value = response.json().await.unwrap();
+        assert!(
+            problem["detail"].as_str().unwrap().contains("is taken"),
+            "{problem}"
+        );
+    }
+    let listing: serde_json::Value = bob
+        .get(format!("{gateway}/api/deliveryrequests?limit=500"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listing["items"], serde_json::json!([]), "{listing}");
+    // Hers as they were, and nothing booked, undone or updated for them.
+    // (What became of each callback is written once its receiver answered:
+    // meanwhile, on its own.)
+    let after = clients.wait_terminal(&fleet.receiver, &hers, SETTLE).await;
+    let without_callback = |document: &StatusDocument| {
+        let mut value = serde_json::to_value(document).unwrap();
+        value.as_object_mut().unwrap().remove("callback");
+        value
+    };
+    for (then, now) in before.iter().zip(&after) {
+        assert_eq!(without_callback(then), without_callback(now));
+    }
+    let now = simulator_stats(&fleet.simulator.base).await;
+    for step in [
+        Step::Account,
+        Step::Package,
+        Step::Delivery,
+        Step::ThirdParty,
+        Step::Drone,
+    ] {
+        assert_eq!(now.get(step), booked.get(step), "{step:?}");
+    }
+    expect_callbacks_once(&fleet.receiver, &hers, SETTLE).await;
+    println!(
+        "fleet {}/tenancy: {COUNT} of Alice's deliveries through two gateways; Bob's {} reads, cancels, \
+         reschedules and POSTs under her names all refused as unknown or taken; hers unchanged, booked \
+         once, called back once",
+        stream.name(),
+        COUNT * 4
+    );
     fleet.stop().await;
 }
 
