@@ -416,7 +416,9 @@ impl StatusStore for EmbeddedStore {
             expected,
             body,
             listed: Listed::of(document),
-            settled: document.is_settled(),
+            settled_ms: document
+                .settled_at(OffsetDateTime::now_utc())
+                .map(committer::unix_ms),
         };
         match self.submit(kind).await {
             Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),
