@@ -528,7 +528,7 @@ mod tests {
         assert!(received.lock().unwrap().is_empty());
         let outcome = stored(&store, "d-1").await.callback.unwrap();
         assert_eq!(outcome.state, CallbackState::DeadLettered);
-        let letters = store.changes("test-processor").await.unwrap();
+        let letters = store.changes("test-processor", None, 100).await.unwrap();
         assert_eq!(letters.len(), 1);
         assert_eq!(letters[0].key, "msg_d-1_failed");
         assert_eq!(letters[0].payload["callbackUrl"], url.as_str());

@@ -295,11 +295,20 @@ async fn dead_letters_have_their_own_window() {
     assert_eq!((within.dead_letters, within.change_dead_letters), (0, 0));
     let swept = store.sweep(&retention(100), after(2)).await.unwrap();
     assert_eq!((swept.dead_letters, swept.change_dead_letters), (1, 0));
-    assert!(store.dead_letters().await.unwrap().is_empty());
-    assert_eq!(store.changes("callbacks").await.unwrap().len(), 1);
+    assert!(store.events(None, 100).await.unwrap().is_empty());
+    assert_eq!(
+        store.changes("callbacks", None, 100).await.unwrap().len(),
+        1
+    );
     let swept = store.sweep(&retention(100), after(3)).await.unwrap();
     assert_eq!(swept.change_dead_letters, 1);
-    assert!(store.changes("callbacks").await.unwrap().is_empty());
+    assert!(
+        store
+            .changes("callbacks", None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
