@@ -11,8 +11,8 @@ use axum::http::HeaderMap;
 use axum::http::uri::Authority;
 use serde_json::Value;
 use skyport_core::ports::{
-    DeadLetterStore, Diagnostics, IdempotencyStore, Lane, Ports, Publisher, StatusStore,
-    details_of, inspect_parts,
+    DeadLetterStore, Diagnostics, IdempotencyStore, Lane, Ports, Publisher, ReportError,
+    ReportQuery, StatusStore, details_of, inspect_parts,
 };
 use skyport_runtime::admin::{Admin, ReadinessCheck};
 use skyport_runtime::config::GatewaySettings;
@@ -108,8 +108,8 @@ impl ReadinessCheck for GatewayReadiness {
         details_of(&self.diagnostics)
     }
 
-    async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
-        inspect_parts(&self.diagnostics, path).await
+    async fn inspect(&self, path: &str, query: &ReportQuery) -> Option<Result<Value, ReportError>> {
+        inspect_parts(&self.diagnostics, path, query).await
     }
 }
 

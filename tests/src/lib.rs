@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod contract;
+pub mod dead_letters_contract;
 pub mod decoders;
 pub mod eventhubs;
 pub mod eventhubs_broker;

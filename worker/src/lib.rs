@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use skyport_core::ports::{Consumer, Diagnostics, Ports, StatusStore, details_of, inspect_parts};
+use skyport_core::ports::{
+    Consumer, Diagnostics, Ports, ReportError, ReportQuery, StatusStore, details_of, inspect_parts,
+};
 use skyport_runtime::admin::ReadinessCheck;
 use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::{ServicesSettings, WorkerSettings};
@@ -164,7 +166,7 @@ impl ReadinessCheck for WorkerReadiness {
         details_of(&self.diagnostics)
     }
 
-    async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
-        inspect_parts(&self.diagnostics, path).await
+    async fn inspect(&self, path: &str, query: &ReportQuery) -> Option<Result<Value, ReportError>> {
+        inspect_parts(&self.diagnostics, path, query).await
     }
 }

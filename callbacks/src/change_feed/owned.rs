@@ -572,7 +572,14 @@ mod tests {
                 call(&["e"], 1),
             ]
         );
-        assert!(fixture.store.changes(PROCESSOR).await.unwrap().is_empty());
+        assert!(
+            fixture
+                .store
+                .changes(PROCESSOR, None, 100)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]
@@ -590,7 +597,7 @@ mod tests {
         run_until(&fixture, settings, &recorder, 7).await;
         // Twice as a batch, then each change alone.
         assert_eq!(recorder.ids(), ["a", "b", "a", "b", "a", "b", "c"]);
-        let letters = fixture.store.changes(PROCESSOR).await.unwrap();
+        let letters = fixture.store.changes(PROCESSOR, None, 100).await.unwrap();
         assert_eq!(letters.len(), 1);
         assert_eq!(letters[0].key, "a");
         assert_eq!(letters[0].reason, "the handler refuses a");

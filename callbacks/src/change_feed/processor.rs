@@ -11,10 +11,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::metrics::{self, ProcessorLabels};
 use async_trait::async_trait;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use skyport_core::error::BoxError;
 use skyport_core::ports::{
-    ChangeSource, DeadLetterStore, Diagnostics, FeedRange, LeaseError, LeaseStore,
+    ChangeSource, DeadLetterStore, Diagnostics, FeedRange, LeaseError, LeaseStore, ReportError,
+    ReportQuery,
 };
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -318,33 +321,63 @@ impl Diagnostics for Processor {
     }
 
     /// `change-feed`: the report; `change-feed/dead-letters`: the changes
-    /// and callbacks given up on.
-    async fn inspect(&self, path: &str) -> Option<Result<Value, String>> {
+    /// and callbacks given up on, a page of `query.limit` by key, with
+    /// `next` (the key of the last one, opaque) while there may be more.
+    async fn inspect(&self, path: &str, query: &ReportQuery) -> Option<Result<Value, ReportError>> {
         match path.trim_end_matches('/') {
-            "change-feed" => Some(serde_json::to_value(self.report()).map_err(|e| e.to_string())),
-            "change-feed/dead-letters" => Some(
-                self.dead_letters
-                    .changes(&self.settings.processor)
-                    .await
-                    .map(|letters| {
-                        Value::Array(
-                            letters
-                                .into_iter()
-                                .map(|letter| {
-                                    json!({
-                                        "key": letter.key,
-                                        "reason": letter.reason,
-                                        "at": letter.at.format(&Rfc3339).unwrap_or_default(),
-                                        "payload": letter.payload,
-                                    })
-                                })
-                                .collect(),
-                        )
-                    })
-                    .map_err(|e| e.to_string()),
+            "change-feed" => Some(
+                serde_json::to_value(self.report())
+                    .map_err(|e| ReportError::Unavailable(e.to_string())),
             ),
+            "change-feed/dead-letters" => Some(self.dead_letter_report(query).await),
             _ => None,
         }
+    }
+}
+
+impl Processor {
+    /// A page of the changes and callbacks this processor gave up on.
+    async fn dead_letter_report(&self, query: &ReportQuery) -> Result<Value, ReportError> {
+        let after = query
+            .cursor
+            .as_deref()
+            .map(|cursor| {
+                URL_SAFE_NO_PAD
+                    .decode(cursor)
+                    .ok()
+                    .and_then(|bytes| String::from_utf8(bytes).ok())
+                    .ok_or_else(|| {
+                        ReportError::Invalid("cursor is not one this report gave out".into())
+                    })
+            })
+            .transpose()?;
+        let mut letters = self
+            .dead_letters
+            .changes(
+                &self.settings.processor,
+                after.as_deref(),
+                query.limit.saturating_add(1),
+            )
+            .await
+            .map_err(|e| ReportError::Unavailable(e.to_string()))?;
+        let more = letters.len() > query.limit;
+        letters.truncate(query.limit);
+        let next = more
+            .then(|| letters.last())
+            .flatten()
+            .map(|last| URL_SAFE_NO_PAD.encode(&last.key));
+        let items: Vec<Value> = letters
+            .into_iter()
+            .map(|letter| {
+                json!({
+                    "key": letter.key,
+                    "reason": letter.reason,
+                    "at": letter.at.format(&Rfc3339).unwrap_or_default(),
+                    "payload": letter.payload,
+                })
+            })
+            .collect();
+        Ok(json!({"items": items, "next": next}))
     }
 }
 
@@ -355,8 +388,10 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use serde_json::json;
-    use skyport_core::ports::{ChangeDeadLetter, DeadLetterStore, Diagnostics};
+    use serde_json::{Value, json};
+    use skyport_core::ports::{
+        ChangeDeadLetter, DeadLetterStore, Diagnostics, ReportError, ReportQuery,
+    };
     use time::OffsetDateTime;
     use tokio_util::sync::CancellationToken;
 
@@ -468,39 +503,72 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_admin_inspection_lists_the_report_and_the_dead_letters() {
+    async fn the_admin_inspection_lists_the_report_and_the_dead_letters_a_page_at_a_time() {
         let fixture = Fixture::open();
-        fixture
-            .store
-            .put_change(ChangeDeadLetter {
-                processor: PROCESSOR.into(),
-                key: "msg_d-1_failed".into(),
-                reason: "410 Gone".into(),
-                payload: json!({"webhookId": "msg_d-1_failed"}),
-                at: OffsetDateTime::UNIX_EPOCH,
-            })
-            .await
-            .unwrap();
+        for n in 0..5 {
+            fixture
+                .store
+                .put_change(ChangeDeadLetter {
+                    processor: PROCESSOR.into(),
+                    key: format!("msg_d-{n}_failed"),
+                    reason: "410 Gone".into(),
+                    payload: json!({"webhookId": format!("msg_d-{n}_failed")}),
+                    at: OffsetDateTime::UNIX_EPOCH,
+                })
+                .await
+                .unwrap();
+        }
         let recorder = Arc::new(Recorder::default());
         let processor = processor(&fixture, settings("pod-0"), &recorder);
-        let report = processor.inspect("change-feed/").await.unwrap().unwrap();
+        let page = |limit, cursor: Option<&str>| ReportQuery {
+            limit,
+            cursor: cursor.map(str::to_owned),
+        };
+        let report = processor
+            .inspect("change-feed/", &page(100, None))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(report["processor"], PROCESSOR);
         assert_eq!(report["instance"], "pod-0");
-        let letters = processor
-            .inspect("change-feed/dead-letters")
+        let first = processor
+            .inspect("change-feed/dead-letters", &page(1, None))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(
-            letters,
+            first["items"],
             json!([{
-                "key": "msg_d-1_failed",
+                "key": "msg_d-0_failed",
                 "reason": "410 Gone",
                 "at": "1970-01-01T00:00:00Z",
-                "payload": {"webhookId": "msg_d-1_failed"},
+                "payload": {"webhookId": "msg_d-0_failed"},
             }])
         );
-        assert!(processor.inspect("other").await.is_none());
+        let mut keys = vec![first["items"][0]["key"].clone()];
+        let mut next = first["next"].as_str().unwrap().to_owned();
+        loop {
+            let more = processor
+                .inspect("change-feed/dead-letters", &page(2, Some(&next)))
+                .await
+                .unwrap()
+                .unwrap();
+            let items = more["items"].as_array().unwrap();
+            assert!(items.len() <= 2, "{more}");
+            keys.extend(items.iter().map(|item| item["key"].clone()));
+            match more["next"].as_str() {
+                Some(cursor) => next = cursor.to_owned(),
+                None => break,
+            }
+        }
+        let expected: Vec<Value> = (0..5).map(|n| json!(format!("msg_d-{n}_failed"))).collect();
+        assert_eq!(keys, expected, "every one once, by key");
+        let forged = processor
+            .inspect("change-feed/dead-letters", &page(2, Some("not base64!")))
+            .await
+            .unwrap();
+        assert!(matches!(forged, Err(ReportError::Invalid(_))), "{forged:?}");
+        assert!(processor.inspect("other", &page(100, None)).await.is_none());
         assert_eq!(processor.details()[0].0, "changeFeed");
     }
 }

@@ -655,7 +655,7 @@ mod tests {
             outcome.last_error.as_deref(),
             Some("the destination is not allowed")
         );
-        let letters = store.changes("test-processor").await.unwrap();
+        let letters = store.changes("test-processor", None, 100).await.unwrap();
         assert_eq!(letters.len(), 1);
         assert_eq!(letters[0].key, "d-1:failed");
         assert_eq!(letters[0].reason, "the destination is not allowed");

@@ -306,10 +306,22 @@ impl StatusDocument {
 }
 
 impl StatusDocument {
-    /// Whether the document is settled: terminal, and owing no callback.
-    /// Retention counts from the write that settled it.
-    pub fn is_settled(&self) -> bool {
-        self.state.is_terminal() && !self.awaits_callback()
+    /// When this document, written at `written`, is settled: `None` while
+    /// it is not terminal or owes a callback; a Scheduled delivery not
+    /// before its deadline (the current one, a reschedule moves it), since
+    /// until then it may still be cancelled or rescheduled and its bookings
+    /// stand; anything else at `written`. Retention counts from then. A
+    /// Scheduled document kept from before the request was recorded on it
+    /// has no deadline to wait for: it is settled at `written`.
+    pub fn settled_at(&self, written: OffsetDateTime) -> Option<OffsetDateTime> {
+        if !self.state.is_terminal() || self.awaits_callback() {
+            return None;
+        }
+        let deadline = match (&self.state, &self.request) {
+            (DeliveryState::Scheduled, Some(request)) => Some(request.deadline),
+            _ => None,
+        };
+        Some(deadline.map_or(written, |deadline| deadline.max(written)))
     }
 
     /// The document of a request that is durable but not yet started.
@@ -410,6 +422,62 @@ mod tests {
         assert!(!document(Scheduled, 0).may_become(&document(Processing, 1)));
         assert!(!document(Processing, 2).may_become(&document(Scheduled, 1)));
         assert!(document(Processing, 1).may_become(&document(Scheduled, 1)));
+    }
+
+    #[test]
+    fn a_scheduled_delivery_is_settled_at_its_current_deadline_and_the_rest_at_their_write() {
+        use super::StatusDocument;
+        use time::macros::datetime;
+        let written = datetime!(2026-11-21 10:00 UTC);
+        let deadline = datetime!(2030-01-01 12:00 UTC);
+        let request: crate::request::DeliveryRequest = serde_json::from_value(serde_json::json!({
+            "ownerId": "owner-1",
+            "pickupLocation": "a",
+            "pickupTime": "2030-01-01T10:00:00Z",
+            "deadline": "2030-01-01T12:00:00Z",
+            "dropoffLocation": "b",
+            "packageInfo": {"packageId": "p-1", "size": "Small", "weight": 1.0},
+        }))
+        .expect("a request");
+        let document = |state| StatusDocument {
+            state,
+            request: Some(request.clone()),
+            ..StatusDocument::accepted("d-1", written)
+        };
+        assert_eq!(document(Scheduled).settled_at(written), Some(deadline));
+        // Written after its deadline (a late reschedule refused, say): settled then.
+        let later = datetime!(2031-01-01 00:00 UTC);
+        assert_eq!(document(Scheduled).settled_at(later), Some(later));
+        let mut rescheduled = document(Scheduled);
+        if let Some(request) = &mut rescheduled.request {
+            request.deadline = datetime!(2032-06-01 00:00 UTC);
+        }
+        assert_eq!(
+            rescheduled.settled_at(written),
+            Some(datetime!(2032-06-01 00:00 UTC))
+        );
+        for state in [Failed, Cancelled] {
+            assert_eq!(
+                document(state).settled_at(written),
+                Some(written),
+                "{state:?}"
+            );
+        }
+        for state in [Accepted, Processing] {
+            assert_eq!(document(state).settled_at(written), None, "{state:?}");
+        }
+        let older = StatusDocument {
+            state: Scheduled,
+            ..StatusDocument::accepted("d-2", written)
+        };
+        assert_eq!(
+            older.settled_at(written),
+            Some(written),
+            "no request: as before"
+        );
+        let mut awaiting = document(Failed);
+        awaiting.callback_url = Some("https://example.com/hook".into());
+        assert_eq!(awaiting.settled_at(written), None, "a callback is owed");
     }
 
     #[test]

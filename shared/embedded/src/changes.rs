@@ -5,6 +5,7 @@
 //! latest-version change feed. It is one range (the whole key space); a
 //! continuation is the last number read.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -252,12 +253,17 @@ impl EmbeddedStore {
         }
     }
 
+    /// At most `limit` of `processor`'s dead-lettered changes after key
+    /// `after`, by key.
     pub(crate) async fn change_dead_letters(
         &self,
         processor: &str,
+        after: Option<&str>,
+        limit: usize,
     ) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
         let db = Arc::clone(&self.db);
         let processor = processor.to_owned();
+        let after = after.map(str::to_owned);
         self.blocking(move || -> Result<_, redb::Error> {
             let txn = db.begin_read()?;
             let table = match txn.open_table(CHANGE_DEAD_LETTERS) {
@@ -265,8 +271,15 @@ impl EmbeddedStore {
                 Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
                 Err(e) => return Err(e.into()),
             };
+            let from = match &after {
+                Some(key) => Bound::Excluded((processor.as_str(), key.as_str())),
+                None => Bound::Included((processor.as_str(), "")),
+            };
             let mut letters = Vec::new();
-            for entry in table.range((processor.as_str(), "")..)? {
+            for entry in table.range((from, Bound::Unbounded))? {
+                if letters.len() >= limit {
+                    break;
+                }
                 let (key, value) = entry?;
                 let (owner, name) = key.value();
                 if owner != processor {

@@ -45,13 +45,14 @@ pub(crate) struct Op {
 #[derive(Debug)]
 pub(crate) enum OpKind {
     /// Write a status document if its stored version is `expected` (`None`:
-    /// absent), listed as `listed`; `settled`: the retention window starts now.
+    /// absent), listed as `listed`; `settled_ms`: when its retention window
+    /// starts (Unix ms; `None` while it is not settled).
     PutStatus {
         id: String,
         expected: Option<u64>,
         body: Vec<u8>,
         listed: Listed,
-        settled: bool,
+        settled_ms: Option<i64>,
     },
     DeadLetter(DeadLetter),
     /// Forget the dead-lettered event at this position.
@@ -127,21 +128,17 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    /// Starts (or ends, when not `settled`) the retention window of
-    /// document `id` at `now_ms`.
-    pub(crate) fn settle(
-        &mut self,
-        id: &str,
-        settled: bool,
-        now_ms: i64,
-    ) -> Result<(), redb::Error> {
+    /// Starts the retention window of document `id` at `settled_ms` (Unix
+    /// ms, possibly later than now: a Scheduled delivery's deadline), or
+    /// ends it (`None`).
+    pub(crate) fn settle(&mut self, id: &str, settled_ms: Option<i64>) -> Result<(), redb::Error> {
         if let Some(previous) = self.status_expiry_of.remove(id)? {
             let previous = previous.value();
             self.status_expiry.remove((previous, id))?;
         }
-        if settled {
-            self.status_expiry.insert((now_ms, id), ())?;
-            self.status_expiry_of.insert(id, now_ms)?;
+        if let Some(at) = settled_ms {
+            self.status_expiry.insert((at, id), ())?;
+            self.status_expiry_of.insert(id, at)?;
         }
         Ok(())
     }
@@ -276,7 +273,7 @@ impl Committer {
                         expected,
                         body,
                         listed,
-                        settled,
+                        settled_ms,
                     } => {
                         // A document listed before its owner was known is
                         // listed again, where its owner and accept time say.
@@ -300,7 +297,7 @@ impl Committer {
                             }
                             tables.changes.insert(next_change, id.as_str())?;
                             next_change += 1;
-                            tables.settle(id, *settled, now_ms)?;
+                            tables.settle(id, *settled_ms)?;
                             if let Some(previous) = &relisted {
                                 tables.unlist(id, previous)?;
                             }

@@ -5,10 +5,12 @@
 //! snapshots, so neither waits for a sweep; a status write queued behind one
 //! waits for at most one batch.
 //!
-//! A document is settled when it is terminal and owes no callback
-//! ([`StatusDocument::is_settled`](skyport_core::status::StatusDocument::is_settled));
-//! its window starts with the write that settled it, and a later write that
-//! unsettles it (a callback to send again) ends it. A document whose change
+//! A document is settled when it is terminal and owes no callback, a
+//! Scheduled delivery not before its deadline
+//! ([`StatusDocument::settled_at`](skyport_core::status::StatusDocument::settled_at));
+//! its window starts with the write that settled it (or that deadline, if
+//! later: the key of its retention entry is in the future until then), and a
+//! later write that unsettles it (a callback to send again) ends it. A document whose change
 //! record a live change-feed lease has not checkpointed past stays: the sweep
 //! stops at the slowest lease, so a short window never drops a change before
 //! its handler has seen it.
@@ -38,7 +40,8 @@ const INDEXED: &str = "indexed";
 /// How long what the store keeps is kept, and how the sweeper goes about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
-    /// A settled status document, after the write that settled it.
+    /// A settled status document, after the write that settled it (a
+    /// Scheduled delivery's, after its deadline).
     pub status: Duration,
     /// A dead-lettered event or change, after it was dead-lettered.
     pub dead_letters: Duration,
@@ -220,7 +223,7 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
             return Ok(None);
         }
     }
-    let now_ms = unix_ms(OffsetDateTime::now_utc());
+    let now = OffsetDateTime::now_utc();
     let indexed = {
         let mut tables = Tables::open(txn)?;
         let mut documents = Vec::new();
@@ -232,9 +235,7 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
         }
         for (id, document) in &documents {
             tables.list(id, &Listed::of(document))?;
-            if document.is_settled() {
-                tables.settle(id, true, now_ms)?;
-            }
+            tables.settle(id, document.settled_at(now).map(unix_ms))?;
         }
         let mut letters = Vec::new();
         for entry in tables.dead_letters.iter()? {

@@ -14,6 +14,7 @@ use skyport_core::ports::{
 };
 use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 use crate::retention::Retention;
 use crate::store::EmbeddedStore;
@@ -142,6 +143,48 @@ async fn settled_documents_go_with_their_changes_and_the_rest_stays() {
     );
 }
 
+/// A Scheduled delivery whose request has `deadline`.
+fn scheduled_until(id: &str, deadline: OffsetDateTime) -> StatusDocument {
+    let rfc3339 = |at: OffsetDateTime| at.format(&Rfc3339).unwrap();
+    let request = json!({
+        "ownerId": "owner-1",
+        "pickupLocation": "a",
+        "pickupTime": rfc3339(deadline - Duration::from_secs(3_600)),
+        "deadline": rfc3339(deadline),
+        "dropoffLocation": "b",
+        "packageInfo": {"packageId": "p-1", "size": "Small", "weight": 1.0},
+    });
+    StatusDocument {
+        request: Some(serde_json::from_value(request).unwrap()),
+        ..document(id, DeliveryState::Scheduled)
+    }
+}
+
+#[tokio::test]
+async fn a_scheduled_delivery_stays_until_the_window_after_its_deadline_has_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let now = OffsetDateTime::now_utc();
+    put(&store, &scheduled_until("past", now - WINDOW * 10)).await;
+    put(&store, &scheduled_until("far", now + WINDOW * 3)).await;
+    put(&store, &scheduled_until("moved", now + WINDOW * 3)).await;
+    // A reschedule moves the deadline, and the window with it.
+    put(&store, &scheduled_until("moved", now + WINDOW * 5)).await;
+
+    let swept = store.sweep(&retention(100), after(1)).await.unwrap();
+    assert_eq!(swept.statuses, 1, "only the one whose deadline has passed");
+    assert!(StatusStore::get(&*store, "past").await.unwrap().is_none());
+    assert_eq!(ids(&store).await, ["far", "moved"]);
+    let swept = store.sweep(&retention(100), after(3)).await.unwrap();
+    assert_eq!(swept.statuses, 0, "the deadline has passed, not its window");
+    let swept = store.sweep(&retention(100), after(4)).await.unwrap();
+    assert_eq!(swept.statuses, 1);
+    assert_eq!(ids(&store).await, ["moved"]);
+    let swept = store.sweep(&retention(100), after(6)).await.unwrap();
+    assert_eq!(swept.statuses, 1);
+    assert!(ids(&store).await.is_empty());
+}
+
 #[tokio::test]
 async fn a_write_that_unsettles_a_document_ends_its_window_and_the_next_settling_starts_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -252,11 +295,20 @@ async fn dead_letters_have_their_own_window() {
     assert_eq!((within.dead_letters, within.change_dead_letters), (0, 0));
     let swept = store.sweep(&retention(100), after(2)).await.unwrap();
     assert_eq!((swept.dead_letters, swept.change_dead_letters), (1, 0));
-    assert!(store.dead_letters().await.unwrap().is_empty());
-    assert_eq!(store.changes("callbacks").await.unwrap().len(), 1);
+    assert!(store.events(None, 100).await.unwrap().is_empty());
+    assert_eq!(
+        store.changes("callbacks", None, 100).await.unwrap().len(),
+        1
+    );
     let swept = store.sweep(&retention(100), after(3)).await.unwrap();
     assert_eq!(swept.change_dead_letters, 1);
-    assert!(store.changes("callbacks").await.unwrap().is_empty());
+    assert!(
+        store
+            .changes("callbacks", None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! the database's group-commit queue, and the ports it implements directly
 //! (publisher, status, dead letters, reservations).
 
+use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -248,11 +249,12 @@ impl EmbeddedStore {
             .collect()
     }
 
-    /// The dead letters kept so far, oldest position first.
-    ///
-    /// # Errors
-    /// [`DeadLetterError`] when the store cannot be read.
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+    /// At most `limit` dead-lettered events after the position `after`, by position.
+    async fn dead_letters_after(
+        &self,
+        after: Option<(u32, u64)>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, DeadLetterError> {
         let db = Arc::clone(&self.db);
         self.blocking(move || -> Result<_, redb::Error> {
             let txn = db.begin_read()?;
@@ -261,8 +263,9 @@ impl EmbeddedStore {
                 Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
                 Err(e) => return Err(e.into()),
             };
+            let from = after.map_or(Bound::Unbounded, Bound::Excluded);
             let mut letters = Vec::new();
-            for entry in table.iter()? {
+            for entry in table.range((from, Bound::Unbounded))?.take(limit) {
                 let (key, value) = entry?;
                 let (partition, offset) = key.value();
                 let (reason, at, payload) = value.value();
@@ -416,7 +419,9 @@ impl StatusStore for EmbeddedStore {
             expected,
             body,
             listed: Listed::of(document),
-            settled: document.is_settled(),
+            settled_ms: document
+                .settled_at(OffsetDateTime::now_utc())
+                .map(committer::unix_ms),
         };
         match self.submit(kind).await {
             Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),
@@ -449,8 +454,12 @@ impl DeadLetterStore for EmbeddedStore {
         self.put_change_dead_letter(letter).await
     }
 
-    async fn events(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
-        self.dead_letters().await
+    async fn events(
+        &self,
+        after: Option<(u32, u64)>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        self.dead_letters_after(after, limit).await
     }
 
     async fn remove(&self, partition: u32, offset: u64) -> Result<(), DeadLetterError> {
@@ -464,8 +473,13 @@ impl DeadLetterStore for EmbeddedStore {
         }
     }
 
-    async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
-        self.change_dead_letters(processor).await
+    async fn changes(
+        &self,
+        processor: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
+        self.change_dead_letters(processor, after, limit).await
     }
 }
 

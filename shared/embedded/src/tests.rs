@@ -402,7 +402,7 @@ async fn dead_letters_keep_the_reason_and_the_raw_bytes() {
     )
     .await
     .unwrap();
-    let letters = store.dead_letters().await.unwrap();
+    let letters = store.events(None, 100).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].offset, 7);
     assert_eq!(letters[0].reason, "not JSON");
@@ -565,13 +565,13 @@ mod change_feed {
                 .await
                 .unwrap();
         }
-        let kept = store.changes("p").await.unwrap();
+        let kept = store.changes("p", None, 100).await.unwrap();
         assert_eq!(
             kept.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(),
             ["k1", "k2"]
         );
         assert_eq!(kept[0].payload["key"], "k1");
-        assert_eq!(store.changes("q").await.unwrap().len(), 1);
-        assert!(store.changes("none").await.unwrap().is_empty());
+        assert_eq!(store.changes("q", None, 100).await.unwrap().len(), 1);
+        assert!(store.changes("none", None, 100).await.unwrap().is_empty());
     }
 }

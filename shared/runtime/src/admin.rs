@@ -9,13 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::extract::{FromRef, Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use skyport_core::ports::{ReportError, ReportQuery};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
@@ -42,8 +44,13 @@ pub trait ReadinessCheck: std::fmt::Debug + Send + Sync + 'static {
         BTreeMap::new()
     }
 
-    /// The JSON document served at `/admin/{path}`, if the process serves `path`.
-    async fn inspect(&self, _path: &str) -> Option<Result<Value, String>> {
+    /// The JSON document served at `/admin/{path}`, if the process serves
+    /// `path`; a report that lists documents answers the page `query` asks.
+    async fn inspect(
+        &self,
+        _path: &str,
+        _query: &ReportQuery,
+    ) -> Option<Result<Value, ReportError>> {
         None
     }
 }
@@ -241,12 +248,57 @@ fn unready(admin: &Admin, route: &str, reason: String) -> Response {
     .respond(Some(admin.retry_after_s))
 }
 
+/// The items a report's page holds unless `limit` says otherwise.
+const REPORT_LIMIT: usize = 100;
+/// The most items a report's page may hold.
+const REPORT_MAX_LIMIT: usize = 500;
+/// The longest cursor a report takes (those given out are far shorter).
+const REPORT_MAX_CURSOR_LEN: usize = 2_048;
+
+/// What a report's query may say: a page.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportParams {
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
 /// What a background part of the process reports to operators
-/// (`/admin/change-feed`, `/admin/callbacks/dead-letters`).
-async fn inspect(State(admin): State<Admin>, Path(path): Path<String>) -> Response {
-    match admin.readiness.inspect(&path).await {
+/// (`/admin/change-feed`, `/admin/change-feed/dead-letters`): a report
+/// that lists documents answers a page of at most `limit` (1 to 500, 100
+/// when absent) with `next`, the `cursor` of the page after it. An unknown
+/// or malformed parameter is a 400 problem.
+async fn inspect(
+    State(admin): State<Admin>,
+    Path(path): Path<String>,
+    params: Result<Query<ReportParams>, QueryRejection>,
+) -> Response {
+    let bad_request = |detail: String| {
+        Problem::new(StatusCode::BAD_REQUEST, "Bad request", "BadRequest", detail).respond(None)
+    };
+    let params = match params {
+        Ok(Query(params)) => params,
+        Err(rejection) => return bad_request(rejection.body_text()),
+    };
+    let limit = params.limit.unwrap_or(REPORT_LIMIT);
+    if !(1..=REPORT_MAX_LIMIT).contains(&limit) {
+        return bad_request(format!("limit must be from 1 to {REPORT_MAX_LIMIT}"));
+    }
+    if params
+        .cursor
+        .as_ref()
+        .is_some_and(|cursor| cursor.is_empty() || cursor.len() > REPORT_MAX_CURSOR_LEN)
+    {
+        return bad_request("cursor is not one this report gave out".into());
+    }
+    let query = ReportQuery {
+        limit,
+        cursor: params.cursor,
+    };
+    match admin.readiness.inspect(&path, &query).await {
         Some(Ok(document)) => Json(document).into_response(),
-        Some(Err(reason)) => Problem::new(
+        Some(Err(ReportError::Invalid(reason))) => bad_request(reason),
+        Some(Err(ReportError::Unavailable(reason))) => Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Service unavailable",
             "Unavailable",
@@ -288,6 +340,70 @@ mod tests {
         async fn check(&self) -> Result<Vec<String>, String> {
             self.0.clone()
         }
+    }
+
+    /// Reports the page it was asked for at `echo`; refuses the cursor
+    /// `forged` and is down at `down`.
+    #[derive(Debug)]
+    struct Reports;
+
+    #[async_trait]
+    impl ReadinessCheck for Reports {
+        async fn check(&self) -> Result<Vec<String>, String> {
+            Ok(Vec::new())
+        }
+
+        async fn inspect(
+            &self,
+            path: &str,
+            query: &ReportQuery,
+        ) -> Option<Result<Value, ReportError>> {
+            match (path, query.cursor.as_deref()) {
+                (_, Some("forged")) => Some(Err(ReportError::Invalid("not a cursor".into()))),
+                ("echo", cursor) => Some(Ok(json!({"limit": query.limit, "cursor": cursor}))),
+                ("down", _) => Some(Err(ReportError::Unavailable("the store is down".into()))),
+                _ => None,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_is_asked_for_the_page_in_its_query_and_a_bad_query_is_a_400() {
+        let ask = |uri: &'static str| async move {
+            let response = Router::from(OpenApiRouter::new())
+                .merge(reports())
+                .with_state(Admin::new(Arc::new(Reports), 3))
+                .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        };
+        assert_eq!(
+            ask("/admin/echo").await,
+            (StatusCode::OK, json!({"limit": 100, "cursor": null}))
+        );
+        assert_eq!(
+            ask("/admin/echo?limit=7&cursor=abc").await,
+            (StatusCode::OK, json!({"limit": 7, "cursor": "abc"}))
+        );
+        for uri in [
+            "/admin/echo?limit=0",
+            "/admin/echo?limit=501",
+            "/admin/echo?limit=many",
+            "/admin/echo?cursor=",
+            "/admin/echo?after=abc",
+            "/admin/echo?cursor=forged",
+        ] {
+            let (status, problem) = ask(uri).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {problem}");
+            assert_eq!(problem["code"], "BadRequest", "{uri}: {problem}");
+        }
+        assert_eq!(ask("/admin/down").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(ask("/admin/other").await.0, StatusCode::NOT_FOUND);
     }
 
     #[tokio::test]

@@ -300,7 +300,7 @@ async fn a_failed_batch_is_handed_over_again_and_a_change_that_always_fails_is_d
         || {
             let store = Arc::clone(&store);
             async move {
-                let letters = DeadLetterStore::changes(&*store, "test-processor")
+                let letters = DeadLetterStore::changes(&*store, "test-processor", None, 100)
                     .await
                     .unwrap();
                 (!letters.is_empty()).then_some(letters)

@@ -184,7 +184,7 @@ async fn dead_letters_keep_the_reason_the_time_and_the_raw_bytes() {
     DeadLetterStore::put(&*store, letter.clone()).await.unwrap();
     // Dead-lettering the same event again (a replay) keeps one letter.
     DeadLetterStore::put(&*store, letter.clone()).await.unwrap();
-    let letters = store.dead_letters().await.unwrap();
+    let letters = DeadLetterStore::events(&*store, None, 100).await.unwrap();
     assert_eq!(letters.len(), 1);
     let kept = &letters[0];
     assert_eq!((kept.partition, kept.offset, kept.at), (3, 41, at));

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use skyport_core::ports::{EventProperties, FeedRange, OutboundEvent, StartFrom};
+use skyport_core::ports::{DeadLetterStore, EventProperties, FeedRange, OutboundEvent, StartFrom};
 use skyport_core::status::DeliveryState;
 use skyport_core::status::Step;
 use skyport_runtime::config::Millis;
@@ -225,7 +225,7 @@ async fn poison_events_are_dead_lettered_and_the_partition_moves_on() {
     );
     let store = app.embedded();
     let letters = eventually("three dead letters", Duration::from_secs(10), || async {
-        let letters = store.dead_letters().await.unwrap();
+        let letters = DeadLetterStore::events(&*store, None, 100).await.unwrap();
         (letters.len() == 3).then_some(letters)
     })
     .await;

@@ -418,7 +418,7 @@ async fn another_principal_touches_nothing(app: TestApp) {
         request: hostile,
     }));
     let dead_letters = &app.app.backends.ports.dead_letters;
-    let letters_before = dead_letters.events().await.unwrap().len();
+    let letters_before = dead_letters.events(None, 10_000).await.unwrap().len();
     app.app
         .backends
         .ports
@@ -427,7 +427,7 @@ async fn another_principal_touches_nothing(app: TestApp) {
         .await
         .unwrap();
     let letters = eventually("the hostile request dead-lettered", WAIT, || async {
-        let letters = dead_letters.events().await.unwrap();
+        let letters = dead_letters.events(None, 10_000).await.unwrap();
         (letters.len() > letters_before).then_some(letters)
     })
     .await;

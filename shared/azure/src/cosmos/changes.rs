@@ -60,7 +60,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::charge::{Charged, Paged, charge};
 use super::request_units::Operation;
-use super::store::CosmosStore;
+use super::store::{CosmosStore, READ_PATIENCE};
 use super::throttle::Failure;
 
 /// A continuation this source gives out.
@@ -389,22 +389,31 @@ impl CosmosStore {
         self.upsert_dead_letter(id, &document).await
     }
 
+    /// At most `limit` of `processor`'s dead-lettered changes after key
+    /// `after`, by key: a query with `TOP` and `ORDER BY c.key`, so that a
+    /// page reads at most `limit` however many there are. After
+    /// [`READ_PATIENCE`] 429s it answers unavailable: an operator asks again.
     pub(super) async fn change_dead_letters(
         &self,
         processor: &str,
+        after: Option<&str>,
+        limit: usize,
     ) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
         let unavailable = |e: BoxError| DeadLetterError::Unavailable(e);
-        let query =
-            Query::from("SELECT * FROM c WHERE c.kind = @kind AND c.processor = @processor")
-                .with_parameter("@kind", CHANGE_KIND)
-                .and_then(|query| query.with_parameter("@processor", processor))
-                .map_err(|e| unavailable(Box::new(e)))?;
+        let query = Query::from(format!(
+            "SELECT TOP {limit} * FROM c WHERE c.kind = @kind AND c.processor = @processor \
+             AND c.key > @after ORDER BY c.key"
+        ))
+        .with_parameter("@kind", CHANGE_KIND)
+        .and_then(|query| query.with_parameter("@processor", processor))
+        .and_then(|query| query.with_parameter("@after", after.unwrap_or_default()))
+        .map_err(|e| unavailable(Box::new(e)))?;
         let stored: Paged<StoredChange> = self
             .requests
             .run(
                 Work::DeadLetters,
                 Operation::Query,
-                u32::MAX,
+                READ_PATIENCE,
                 |options| async {
                     let options = QueryOptions::default().with_operation_options(options);
                     let query = self
@@ -420,7 +429,7 @@ impl CosmosStore {
             )
             .await
             .map_err(|e| unavailable(e.into_box()))?;
-        let mut letters: Vec<ChangeDeadLetter> = stored
+        Ok(stored
             .items
             .into_iter()
             .map(|s| ChangeDeadLetter {
@@ -430,9 +439,7 @@ impl CosmosStore {
                 payload: s.payload,
                 at: s.at,
             })
-            .collect();
-        letters.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(letters)
+            .collect())
     }
 }
 

@@ -77,9 +77,13 @@ struct ViewItem<'a> {
     ttl: Option<u64>,
 }
 
-/// The view items of `document`, to expire `settled_ttl` seconds after they
-/// are written once it is settled.
-fn view_items(document: &StatusDocument, settled_ttl: u64) -> Vec<ViewItem<'_>> {
+/// The view items of `document`, written at `now`, to expire with it
+/// ([`ttl_of`]: `settled_ttl` seconds after it settles).
+fn view_items(
+    document: &StatusDocument,
+    settled_ttl: u64,
+    now: OffsetDateTime,
+) -> Vec<ViewItem<'_>> {
     let mut scopes = vec![owner_scope(document.owner_id.as_deref().unwrap_or(""))];
     scopes.extend(document.principal.as_deref().map(principal_scope));
     scopes
@@ -92,7 +96,7 @@ fn view_items(document: &StatusDocument, settled_ttl: u64) -> Vec<ViewItem<'_>> 
             owner_id: document.owner_id.as_deref(),
             principal: document.principal.as_deref(),
             document,
-            ttl: ttl_of(document, settled_ttl),
+            ttl: ttl_of(document, settled_ttl, now),
         })
         .collect()
 }
@@ -149,7 +153,7 @@ impl CosmosStore {
     }
 
     async fn list_document(&self, document: &StatusDocument) -> Result<(), StatusStoreError> {
-        for item in view_items(document, self.status_ttl) {
+        for item in view_items(document, self.status_ttl, OffsetDateTime::now_utc()) {
             self.requests
                 .run(
                     Work::ChangeFeed,
@@ -334,7 +338,7 @@ mod tests {
         document.owner_id = Some("owner-1".into());
         document.principal = Some("portal".into());
         document.state = DeliveryState::Failed;
-        let items: Vec<Value> = view_items(&document, 60)
+        let items: Vec<Value> = view_items(&document, 60, OffsetDateTime::UNIX_EPOCH)
             .iter()
             .map(|item| serde_json::to_value(item).unwrap())
             .collect();
@@ -356,7 +360,7 @@ mod tests {
     #[test]
     fn a_document_whose_owner_is_not_known_is_listed_under_no_owner() {
         let document = StatusDocument::accepted("d-1", datetime!(2030-01-01 00:00 UTC));
-        let items = view_items(&document, 60);
+        let items = view_items(&document, 60, OffsetDateTime::UNIX_EPOCH);
         assert_eq!(items.len(), 1);
         let item = serde_json::to_value(&items[0]).unwrap();
         assert_eq!(item["scope"], OWNERS);

@@ -10,7 +10,10 @@
 //! dead-lettered) is written with a `ttl` of `store.status_retention_s`,
 //! which Cosmos DB counts from the write; an unsettled one without, so a
 //! document is never removed while its callback is still owed, and a write
-//! that makes a document unsettled again drops its `ttl`.
+//! that makes a document unsettled again drops its `ttl`. A Scheduled
+//! delivery settles at its deadline, so its `ttl` adds the time until then:
+//! it can be read, cancelled and rescheduled until the deadline and the
+//! retention after it have passed.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +24,7 @@ use azure_data_cosmos::ContainerClient;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
 use serde::Serialize;
 use skyport_runtime::config::Work;
+use time::OffsetDateTime;
 
 use super::bulk::Executor;
 use super::request_units::Operation;
@@ -46,22 +50,37 @@ struct Item<'a> {
 }
 
 impl<'a> Item<'a> {
-    /// `document`, to expire `settled_ttl` seconds after this write if it
-    /// is settled. An unsettled document carries no `ttl`, so the container's
-    /// default (-1) keeps it until a write settles it: it is never removed
-    /// while its callback is still owed.
-    fn new(document: &'a StatusDocument, settled_ttl: u64) -> Self {
+    /// `document`, written at `now`, to expire `settled_ttl` seconds after
+    /// it is settled. An unsettled document carries no `ttl`, so the
+    /// container's default (-1) keeps it until a write settles it: it is
+    /// never removed while its callback is still owed.
+    fn new(document: &'a StatusDocument, settled_ttl: u64, now: OffsetDateTime) -> Self {
         Self {
             document,
-            ttl: ttl_of(document, settled_ttl),
+            ttl: ttl_of(document, settled_ttl, now),
         }
     }
 }
 
-/// The `ttl` `document` is stored with (and so are its listing view items,
-/// which expire with it): `settled_ttl` once it is settled, none before.
-pub(super) fn ttl_of(document: &StatusDocument, settled_ttl: u64) -> Option<u64> {
-    document.is_settled().then_some(settled_ttl)
+/// The longest `ttl` Cosmos DB takes, in seconds (about 68 years).
+const MAX_TTL: u64 = i32::MAX as u64;
+
+/// The `ttl` `document` is stored with when written at `now` (and so are its
+/// listing view items, which expire with it): none before it is settled;
+/// once it is, `settled_ttl` counted from when it settles ([`StatusDocument::settled_at`]:
+/// a Scheduled delivery's deadline, when that is later), in whole seconds
+/// rounded up, at most [`MAX_TTL`].
+pub(super) fn ttl_of(
+    document: &StatusDocument,
+    settled_ttl: u64,
+    now: OffsetDateTime,
+) -> Option<u64> {
+    let settled = document.settled_at(now)?;
+    let wait = settled - now;
+    let wait_s = u64::try_from(wait.whole_seconds())
+        .unwrap_or(0)
+        .saturating_add(u64::from(wait.subsec_nanoseconds() > 0));
+    Some(settled_ttl.saturating_add(wait_s).min(MAX_TTL))
 }
 
 pub(super) struct StatusBatches {
@@ -92,7 +111,7 @@ impl StatusBatches {
 
     async fn write(&self, write: &StatusWrite) -> Result<ETag, StatusStoreError> {
         let id = &write.document.id;
-        let item = Item::new(&write.document, self.settled_ttl);
+        let item = Item::new(&write.document, self.settled_ttl, OffsetDateTime::now_utc());
         let result = self
             .requests
             .run(
@@ -159,9 +178,11 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
-    use time::OffsetDateTime;
+    use time::format_description::well_known::Rfc3339;
+    use time::macros::datetime;
+    use time::{Duration, OffsetDateTime};
 
-    use super::Item;
+    use super::{Item, ttl_of};
 
     const TTL: u64 = 604_800;
 
@@ -183,7 +204,47 @@ mod tests {
     }
 
     fn stored(document: &StatusDocument) -> serde_json::Value {
-        serde_json::to_value(Item::new(document, TTL)).unwrap()
+        serde_json::to_value(Item::new(document, TTL, OffsetDateTime::UNIX_EPOCH)).unwrap()
+    }
+
+    /// A Scheduled delivery whose request has `deadline`.
+    fn scheduled_until(deadline: OffsetDateTime) -> StatusDocument {
+        let rfc3339 = |at: OffsetDateTime| at.format(&Rfc3339).unwrap();
+        let request = serde_json::json!({
+            "ownerId": "owner-1",
+            "pickupLocation": "a",
+            "pickupTime": rfc3339(deadline - Duration::HOUR),
+            "deadline": rfc3339(deadline),
+            "dropoffLocation": "b",
+            "packageInfo": {"packageId": "p-1", "size": "Small", "weight": 1.0},
+        });
+        StatusDocument {
+            request: Some(serde_json::from_value(request).unwrap()),
+            ..document(DeliveryState::Scheduled, None)
+        }
+    }
+
+    #[test]
+    fn a_scheduled_delivery_expires_the_retention_after_its_deadline() {
+        let now = datetime!(2026-11-28 12:00 UTC);
+        let ttl = |document: &StatusDocument| ttl_of(document, TTL, now);
+        let in_ten_days = scheduled_until(now + Duration::days(10));
+        assert_eq!(ttl(&in_ten_days), Some(TTL + 10 * 86_400));
+        let in_a_moment = scheduled_until(now + Duration::milliseconds(1_500));
+        assert_eq!(ttl(&in_a_moment), Some(TTL + 2), "rounded up");
+        let passed = scheduled_until(now - Duration::days(1));
+        assert_eq!(ttl(&passed), Some(TTL), "as any settled document");
+        let far = scheduled_until(datetime!(9999-01-01 00:00 UTC));
+        assert_eq!(
+            ttl(&far),
+            Some(i32::MAX as u64),
+            "the longest Cosmos DB takes"
+        );
+        let older = document(DeliveryState::Scheduled, None);
+        assert_eq!(ttl(&older), Some(TTL), "no request: as before");
+        let mut owing = in_ten_days.clone();
+        owing.callback_url = Some("https://receiver.example/done".into());
+        assert_eq!(ttl(&owing), None, "a callback is owed");
     }
 
     #[test]

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use azure_core::credentials::Secret;
-use azure_data_cosmos::options::{ItemReadOptions, ItemWriteOptions, Region, RoutingStrategy};
+use azure_data_cosmos::options::{
+    ItemReadOptions, ItemWriteOptions, QueryOptions, Region, RoutingStrategy,
+};
 use azure_data_cosmos::{
     AccountEndpoint, AccountReference, ContainerClient, CosmosClient, CosmosClientBuilder,
-    CosmosError,
+    CosmosError, FeedScope, Query,
 };
 use base64::Engine;
 use secrecy::ExposeSecret;
@@ -164,12 +166,16 @@ impl CosmosStore {
         }))
     }
 
-    /// The dead letters of events kept so far (in no particular order; the
-    /// changes a change-feed handler gave up on are [`DeadLetterStore::changes`]).
-    ///
-    /// # Errors
-    /// [`DeadLetterError`] when the container cannot be read.
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
+    /// At most `limit` dead letters of events after the one at `after`, by
+    /// id (`{partition}-{offset}`, in the order of strings): a query with
+    /// `TOP` and `ORDER BY c.id` across partitions, so that however many
+    /// there are a page reads at most `limit`. After [`READ_PATIENCE`] 429s
+    /// it answers unavailable: an operator asks again.
+    async fn dead_letters_after(
+        &self,
+        after: Option<(u32, u64)>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, DeadLetterError> {
         #[derive(serde::Deserialize)]
         struct Stored {
             partition: u32,
@@ -180,20 +186,26 @@ impl CosmosStore {
             payload: String,
         }
         let unavailable = |e: BoxError| DeadLetterError::Unavailable(e);
+        let after = after.map(|(partition, offset)| event_letter_id(partition, offset));
+        let query = Query::from(format!(
+            "SELECT TOP {limit} * FROM c WHERE NOT IS_DEFINED(c.kind) AND c.id > @after \
+             ORDER BY c.id"
+        ))
+        .with_parameter("@after", after.unwrap_or_default())
+        .map_err(|e| unavailable(Box::new(e)))?;
         let stored: Paged<Stored> = self
             .requests
             .run(
                 Work::DeadLetters,
                 Operation::Query,
-                u32::MAX,
+                READ_PATIENCE,
                 |options| async {
-                    let options = azure_data_cosmos::options::QueryOptions::default()
-                        .with_operation_options(options);
+                    let options = QueryOptions::default().with_operation_options(options);
                     let query = self
                         .dead_letters
                         .query_items::<Stored>(
-                            "SELECT * FROM c WHERE NOT IS_DEFINED(c.kind)",
-                            azure_data_cosmos::FeedScope::full_container(),
+                            query.clone(),
+                            FeedScope::full_container(),
                             Some(options),
                         )
                         .await?;
@@ -402,10 +414,15 @@ impl CosmosStore {
     }
 }
 
+/// The id of the dead letter of the event at `partition` and `offset`.
+fn event_letter_id(partition: u32, offset: u64) -> String {
+    format!("{partition}-{offset}")
+}
+
 #[async_trait]
 impl DeadLetterStore for CosmosStore {
     async fn put(&self, letter: DeadLetter) -> Result<(), DeadLetterError> {
-        let id = format!("{}-{}", letter.partition, letter.offset);
+        let id = event_letter_id(letter.partition, letter.offset);
         let document = serde_json::json!({
             "id": id,
             "partition": letter.partition,
@@ -422,12 +439,16 @@ impl DeadLetterStore for CosmosStore {
         self.put_change_dead_letter(letter).await
     }
 
-    async fn events(&self) -> Result<Vec<DeadLetter>, DeadLetterError> {
-        self.dead_letters().await
+    async fn events(
+        &self,
+        after: Option<(u32, u64)>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, DeadLetterError> {
+        self.dead_letters_after(after, limit).await
     }
 
     async fn remove(&self, partition: u32, offset: u64) -> Result<(), DeadLetterError> {
-        let id = format!("{partition}-{offset}");
+        let id = event_letter_id(partition, offset);
         let deleted = self
             .requests
             .run(Work::DeadLetters, Operation::Delete, u32::MAX, |options| {
@@ -443,8 +464,13 @@ impl DeadLetterStore for CosmosStore {
         }
     }
 
-    async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
-        self.change_dead_letters(processor).await
+    async fn changes(
+        &self,
+        processor: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ChangeDeadLetter>, DeadLetterError> {
+        self.change_dead_letters(processor, after, limit).await
     }
 }
 

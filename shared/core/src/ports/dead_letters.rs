@@ -1,6 +1,9 @@
 //! Dead letters: where poison events go so that their partition can move on,
 //! and changes of the status feed that a change-feed handler gave up on (a
 //! callback that could not be delivered) so that their lease can move on.
+//!
+//! Both are read a page at a time, after the last one read: however many
+//! there are, a reader holds at most a page.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -50,11 +53,19 @@ pub trait DeadLetterStore: std::fmt::Debug + Send + Sync + 'static {
     /// [`DeadLetterError`] when the dead letter is not durable.
     async fn put_change(&self, letter: ChangeDeadLetter) -> Result<(), DeadLetterError>;
 
-    /// The dead-lettered events, by position.
+    /// At most `limit` dead-lettered events, the first ones after the one
+    /// at `after` (a `(partition, offset)` read before; from the first when
+    /// `None`), in an order of positions the store keeps. A page shorter
+    /// than `limit` is the last; removing what was read does not move the
+    /// next page.
     ///
     /// # Errors
     /// [`DeadLetterError`] when the store cannot be read.
-    async fn events(&self) -> Result<Vec<DeadLetter>, DeadLetterError>;
+    async fn events(
+        &self,
+        after: Option<(u32, u64)>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, DeadLetterError>;
 
     /// Forgets the dead-lettered event at `partition` and `offset` (a
     /// redrive published it again); forgetting one that is not there succeeds.
@@ -63,9 +74,16 @@ pub trait DeadLetterStore: std::fmt::Debug + Send + Sync + 'static {
     /// [`DeadLetterError`] when the removal is not durable.
     async fn remove(&self, partition: u32, offset: u64) -> Result<(), DeadLetterError>;
 
-    /// The changes `processor`'s handler gave up on, by key.
+    /// At most `limit` of the changes `processor`'s handler gave up on, by
+    /// key, the first ones after key `after` (from the first when `None`). A
+    /// page shorter than `limit` is the last.
     ///
     /// # Errors
     /// [`DeadLetterError`] when the store cannot be read.
-    async fn changes(&self, processor: &str) -> Result<Vec<ChangeDeadLetter>, DeadLetterError>;
+    async fn changes(
+        &self,
+        processor: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ChangeDeadLetter>, DeadLetterError>;
 }

@@ -7,6 +7,26 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
+/// What an operator asks of a report that lists documents: a page of at
+/// most `limit`, after `cursor` (the `next` of the page before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportQuery {
+    pub limit: usize,
+    pub cursor: Option<String>,
+}
+
+/// Why a report was not given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// The query cannot be answered as asked (a cursor this part never
+    /// gave out): the operator's to fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// What the report reads cannot be read now: ask again later.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 /// A part of the process that can say why it is degraded, for `/readyz`,
 /// and what it is doing, for operators.
 #[async_trait]
@@ -19,8 +39,13 @@ pub trait Diagnostics: std::fmt::Debug + Send + Sync + 'static {
         Vec::new()
     }
 
-    /// The JSON document served at `/admin/{path}`, if this part serves `path`.
-    async fn inspect(&self, _path: &str) -> Option<Result<Value, String>> {
+    /// The JSON document served at `/admin/{path}`, if this part serves
+    /// `path`; a report that lists documents answers the page `query` asks.
+    async fn inspect(
+        &self,
+        _path: &str,
+        _query: &ReportQuery,
+    ) -> Option<Result<Value, ReportError>> {
         None
     }
 }
@@ -38,9 +63,10 @@ pub fn details_of(parts: &[Arc<dyn Diagnostics>]) -> BTreeMap<String, Value> {
 pub async fn inspect_parts(
     parts: &[Arc<dyn Diagnostics>],
     path: &str,
-) -> Option<Result<Value, String>> {
+    query: &ReportQuery,
+) -> Option<Result<Value, ReportError>> {
     for part in parts {
-        if let Some(found) = part.inspect(path).await {
+        if let Some(found) = part.inspect(path, query).await {
             return Some(found);
         }
     }

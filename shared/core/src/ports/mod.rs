@@ -21,7 +21,7 @@ pub use self::change_feed::{
     LEASE_RETIRED, RANGE_LEASE_PREFIX, StartFrom,
 };
 pub use self::dead_letters::{ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore};
-pub use self::diagnostics::{Diagnostics, details_of, inspect_parts};
+pub use self::diagnostics::{Diagnostics, ReportError, ReportQuery, details_of, inspect_parts};
 pub use self::idempotency::{IdempotencyStore, Reservation, Reserved};
 pub use self::leases::{Lease, LeaseCondition, LeaseError, LeaseFields, LeaseStore, LeaseVersion};
 pub use self::status::{

@@ -70,6 +70,17 @@ pub struct ListCursor {
     pub id: String,
 }
 
+impl ListCursor {
+    /// The position of `document` in a listing: the next page starts after it.
+    pub fn of(document: &StatusDocument) -> Self {
+        Self {
+            created_ms: i64::try_from(document.created_at.unix_timestamp_nanos() / 1_000_000)
+                .unwrap_or(i64::MAX),
+            id: document.id.clone(),
+        }
+    }
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListPage {

@@ -422,7 +422,9 @@ impl SegmentLog {
             let checkpoint_tx = checkpoint_tx.clone();
             threads.push(spawn(
                 "skyport-reservations",
-                Box::new(move || reservations::fold(&db, &fold_rx, &holds, &checkpoint_tx)),
+                Box::new(move || {
+                    reservations::fold(&db, &fold_rx, &holds, &checkpoint_tx, now_ms);
+                }),
             )?);
         }
         let (writer, preparer) = writer::Writer::new(writer::Start {

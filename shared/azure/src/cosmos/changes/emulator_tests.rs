@@ -396,18 +396,18 @@ async fn the_changes_given_up_on_are_kept_by_processor_and_key() {
     .unwrap();
 
     assert_eq!(
-        store.changes("notify").await.unwrap(),
+        store.changes("notify", None, 100).await.unwrap(),
         [
             letter("notify", "d1/x?#.Failed", "timed out"),
             letter("notify", "d2.Failed", "refused again"),
         ]
     );
     assert_eq!(
-        store.changes("notify.v2").await.unwrap(),
+        store.changes("notify.v2", None, 100).await.unwrap(),
         [letter("notify.v2", "d3.Failed", "other")]
     );
-    assert!(store.changes("nobody").await.unwrap().is_empty());
-    let events = store.dead_letters().await.unwrap();
+    assert!(store.changes("nobody", None, 100).await.unwrap().is_empty());
+    let events = store.events(None, 100).await.unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!((events[0].partition, events[0].offset), (3, 7));
 }

@@ -138,7 +138,7 @@ async fn dead_letters_carry_the_dead_letter_retention_as_their_ttl() {
         let item = stored(&store.dead_letters, id).await;
         assert_eq!(item["ttl"], DEAD_LETTER_TTL, "{item}");
     }
-    assert_eq!(store.dead_letters().await.unwrap().len(), 1);
-    assert_eq!(store.changes("notify").await.unwrap().len(), 1);
+    assert_eq!(store.events(None, 100).await.unwrap().len(), 1);
+    assert_eq!(store.changes("notify", None, 100).await.unwrap().len(), 1);
     store.close().await;
 }
