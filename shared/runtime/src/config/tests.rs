@@ -226,7 +226,7 @@ fn callbacks_are_on_without_a_secret_when_enabled() {
         "cosmos.auth=entra",
         "eventhubs.auth=entra",
         "eventhubs.namespace=ns.servicebus.windows.net",
-        "gateway.receipt_key=0123456789abcdef0123456789abcdef",
+        "gateway.receipt_keys=[\"0123456789abcdef0123456789abcdef\"]",
         "gateway.auth.api_keys.portal.key=portal-key-0123456789abcdef0123456789",
     ];
     let settings = Settings::load(&cli(&azure)).expect("valid");
