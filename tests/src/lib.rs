@@ -29,13 +29,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use secrecy::SecretString;
 use serde_json::{Value, json};
 use skyport::{App, Backends, Store};
 use skyport_azure::cosmos::CosmosStore;
 use skyport_core::status::{DeliveryState, StatusDocument, Step};
 use skyport_embedded::EmbeddedStore;
 use skyport_gateway::routes::resources::Accepted;
-use skyport_runtime::config::{Millis, Settings};
+use skyport_runtime::config::{ApiKeySettings, Millis, Scope, Settings};
 use skyport_simulator::{Simulator, SimulatorStats};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -83,6 +84,22 @@ pub fn test_settings(dir: &Path) -> Settings {
     settings.services.retry_initial_backoff_ms = Millis::new(5);
     settings.services.retry_max_backoff_ms = Millis::new(200);
     settings
+}
+
+/// Turns authentication on in `settings` with these API keys: each a name
+/// (the principal), the key and its scopes.
+pub fn with_api_keys(settings: &mut Settings, keys: &[(&str, &str, &[Scope])]) {
+    let auth = &mut settings.gateway.auth;
+    auth.enabled = Some(true);
+    for (name, key, scopes) in keys {
+        auth.api_keys.insert(
+            (*name).to_owned(),
+            ApiKeySettings {
+                key: SecretString::from(*key),
+                scopes: scopes.to_vec(),
+            },
+        );
+    }
 }
 
 /// The whole system in this process.

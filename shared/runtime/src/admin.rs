@@ -125,23 +125,18 @@ pub fn router(admin: Admin, dashboard: bool) -> Router {
     if dashboard {
         router = router.merge(dashboard::page()).merge(dashboard::data(None));
     }
-    router
-        .fallback(|| async {
-            Problem::new(
-                StatusCode::NOT_FOUND,
-                "Not found",
-                "NotFound",
-                "no such route".into(),
-            )
-            .respond(None)
-        })
-        .with_state(admin)
+    served(router, admin)
 }
 
 /// The probes and `/metrics` alone, as the gateway serves them on
 /// `gateway.internal_listen`: anything else is a 404 problem.
 pub fn internal_router(admin: Admin) -> Router {
-    Router::from(routes())
+    served(Router::from(routes()), admin)
+}
+
+/// `routes` over `admin`, with a 404 problem for any other path.
+fn served(routes: Router<Admin>, admin: Admin) -> Router {
+    routes
         .fallback(|| async {
             Problem::new(
                 StatusCode::NOT_FOUND,

@@ -16,8 +16,8 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header, encode, get_current_timestamp
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use skyport_core::status::DeliveryState;
-use skyport_runtime::config::{ApiKeySettings, JwtSettings, Scope, Settings};
-use skyport_tests::{TestApp, delivery_request, test_settings};
+use skyport_runtime::config::{JwtSettings, Scope, Settings};
+use skyport_tests::{TestApp, delivery_request, test_settings, with_api_keys};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -34,22 +34,15 @@ const WAIT: Duration = Duration::from_secs(30);
 /// and admin) and HS256 tokens.
 fn auth_settings(dir: &Path) -> Settings {
     let mut settings = test_settings(dir);
-    let auth = &mut settings.gateway.auth;
-    auth.enabled = Some(true);
-    for (name, key, scopes) in [
-        ("portal", WRITER, Scope::all()),
-        ("dashboard", READER, vec![Scope::Read]),
-        ("ops", OPS, vec![Scope::Read, Scope::Admin]),
-    ] {
-        auth.api_keys.insert(
-            name.into(),
-            ApiKeySettings {
-                key: SecretString::from(key),
-                scopes,
-            },
-        );
-    }
-    auth.jwt = Some(JwtSettings {
+    with_api_keys(
+        &mut settings,
+        &[
+            ("portal", WRITER, &[Scope::Read, Scope::Write]),
+            ("dashboard", READER, &[Scope::Read]),
+            ("ops", OPS, &[Scope::Read, Scope::Admin]),
+        ],
+    );
+    settings.gateway.auth.jwt = Some(JwtSettings {
         issuer: ISSUER.into(),
         audience: AUDIENCE.into(),
         hs256_secret: Some(SecretString::from(SECRET)),

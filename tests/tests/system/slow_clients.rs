@@ -201,14 +201,8 @@ async fn bodies_are_read_after_credentials_and_a_bounded_number_at_once() {
     let mut settings = test_settings(dir.path());
     settings.gateway.max_bodies_reading = 4;
     settings.gateway.http = limits();
-    settings.gateway.auth.enabled = Some(true);
-    settings.gateway.auth.api_keys.insert(
-        "slow".into(),
-        skyport_runtime::config::ApiKeySettings {
-            key: secrecy::SecretString::from(KEY),
-            scopes: skyport_runtime::config::Scope::all(),
-        },
-    );
+    let scopes = skyport_runtime::config::Scope::all();
+    skyport_tests::with_api_keys(&mut settings, &[("slow", KEY, &scopes)]);
     let app = TestApp::spawn_with(settings).await;
     let address = app.app.gateway_addr;
     let client = app.client.with_header("x-api-key", KEY);

@@ -21,9 +21,9 @@ use skyport_core::event::{DeliveryRequested, Event};
 use skyport_core::ports::Lane;
 use skyport_core::request::DeliveryRequest;
 use skyport_core::status::{DeliveryState, StatusDocument};
-use skyport_runtime::config::{ApiKeySettings, Millis, Scope, Seconds, Settings};
+use skyport_runtime::config::{Millis, Scope, Seconds, Settings};
 use skyport_tests::webhooks::{Behaviour, Receiver};
-use skyport_tests::{Client, TestApp, eventually, test_settings};
+use skyport_tests::{Client, TestApp, eventually, test_settings, with_api_keys};
 use time::OffsetDateTime;
 
 const ALICE: &str = "alice-key-0123456789abcdef0123456789ab";
@@ -39,21 +39,14 @@ const RESERVED_S: u64 = 2;
 /// (read and admin); callbacks to loopback; reservations of seconds.
 fn tenancy_settings(dir: &Path) -> Settings {
     let mut settings = test_settings(dir);
-    let auth = &mut settings.gateway.auth;
-    auth.enabled = Some(true);
-    for (name, key, scopes) in [
-        ("alice", ALICE, Scope::all()),
-        ("bob", BOB, Scope::all()),
-        ("ops", OPS, vec![Scope::Read, Scope::Admin]),
-    ] {
-        auth.api_keys.insert(
-            name.into(),
-            ApiKeySettings {
-                key: SecretString::from(key),
-                scopes,
-            },
-        );
-    }
+    with_api_keys(
+        &mut settings,
+        &[
+            ("alice", ALICE, &[Scope::Read, Scope::Write]),
+            ("bob", BOB, &[Scope::Read, Scope::Write]),
+            ("ops", OPS, &[Scope::Read, Scope::Admin]),
+        ],
+    );
     settings.callbacks.secrets = vec![SecretString::from("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")];
     settings.callbacks.allow = vec!["127.0.0.1".into()];
     settings.change_feed.poll_interval_ms = Millis::new(100);
@@ -125,16 +118,14 @@ async fn bob_reads_and_changes_nothing(bob: &Client, hers: &Hers, unknown: &(Str
     );
     // The same routes for an id nobody used, for the shape of the answer.
     let (never, never_receipt) = unknown;
-    let never_status = url(
-        bob,
-        &format!("/api/deliveryrequests/{never}/status?receipt={never_receipt}"),
-    );
-    assert_unknown(
-        bob.http.get(&never_status).send().await.unwrap(),
-        never,
-        "unknown",
-    )
-    .await;
+    let read = |id: &str, receipt: &str| {
+        let status = url(
+            bob,
+            &format!("/api/deliveryrequests/{id}/status?receipt={receipt}"),
+        );
+        async move { bob.http.get(status).send().await.unwrap() }
+    };
+    assert_unknown(read(never, never_receipt).await, never, "unknown").await;
 
     assert_unknown(bob.http.get(&status).send().await.unwrap(), id, "status").await;
     let held = tokio::time::Instant::now();
@@ -197,16 +188,7 @@ async fn bob_reads_and_changes_nothing(bob: &Client, hers: &Hers, unknown: &(Str
         .unwrap();
     assert_unknown(patch, id, "reschedule").await;
     // Her receipt for another id, and his own receipt for her id, open nothing.
-    let swapped = url(
-        bob,
-        &format!("/api/deliveryrequests/{id}/status?receipt={never_receipt}"),
-    );
-    assert_unknown(
-        bob.http.get(&swapped).send().await.unwrap(),
-        id,
-        "his receipt",
-    )
-    .await;
+    assert_unknown(read(id, never_receipt).await, id, "his receipt").await;
     // No credential at all: asked for one, told nothing.
     let anonymous = reqwest::get(&status).await.unwrap();
     assert_eq!(anonymous.status(), 401);
