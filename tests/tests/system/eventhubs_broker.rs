@@ -879,6 +879,30 @@ async fn a_post_whose_fate_the_hub_does_not_tell_keeps_its_name() {
     broker.stop().await;
 }
 
+/// Skyport's publisher on `broker`'s hub `deliveries` (with `send_timeout`,
+/// if given), once it has stored `first`.
+async fn publisher_on(
+    broker: &EventHubsBroker,
+    dir: &tempfile::TempDir,
+    first: &str,
+    send_timeout: Option<Millis>,
+) -> EventHubsPublisher {
+    let mut settings = crate::eventhubs::settings_on(broker, dir, &["deliveries"]);
+    if let Some(timeout) = send_timeout {
+        settings.eventhubs.send_timeout_ms = timeout;
+    }
+    let publisher = bounded(
+        "opening the publisher",
+        EventHubsPublisher::open(&settings.eventhubs),
+    )
+    .await
+    .unwrap();
+    bounded("a publish", publisher.publish(outbound(first)))
+        .await
+        .unwrap();
+    publisher
+}
+
 fn outbound(body: &str) -> OutboundEvent {
     OutboundEvent {
         key: format!("key-{body}"),
@@ -896,17 +920,7 @@ fn outbound(body: &str) -> OutboundEvent {
 async fn the_publisher_tells_stored_from_not_stored_from_unknown() {
     let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
-    settings.eventhubs.send_timeout_ms = Millis::new(1_000);
-    let publisher = bounded(
-        "opening the publisher",
-        EventHubsPublisher::open(&settings.eventhubs),
-    )
-    .await
-    .unwrap();
-    bounded("a publish", publisher.publish(outbound("stored")))
-        .await
-        .unwrap();
+    let publisher = publisher_on(&broker, &dir, "stored", Some(Millis::new(1_000))).await;
     for refusal in [Refusal::Released, Refusal::Modified, Refusal::Rejected] {
         broker.refuse_next(refusal, 1);
         let outcome = bounded("a publish", publisher.publish(outbound("refused"))).await;
@@ -951,16 +965,7 @@ async fn the_publisher_tells_stored_from_not_stored_from_unknown() {
 async fn the_publisher_renews_its_links_tokens_before_they_expire() {
     let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
-    let publisher = bounded(
-        "opening the publisher",
-        EventHubsPublisher::open(&settings.eventhubs),
-    )
-    .await
-    .unwrap();
-    bounded("a publish", publisher.publish(outbound("first")))
-        .await
-        .unwrap();
+    let publisher = publisher_on(&broker, &dir, "first", None).await;
     let for_the_partition = || {
         broker
             .tokens_put()
@@ -996,16 +1001,7 @@ async fn the_publisher_renews_its_links_tokens_before_they_expire() {
 async fn a_publish_on_a_link_the_hub_closed_is_sent_again_on_a_new_connection() {
     let broker = EventHubsBroker::start(&[("deliveries", 1)]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let settings = crate::eventhubs::settings_on(&broker, &dir, &["deliveries"]);
-    let publisher = bounded(
-        "opening the publisher",
-        EventHubsPublisher::open(&settings.eventhubs),
-    )
-    .await
-    .unwrap();
-    bounded("a publish", publisher.publish(outbound("first")))
-        .await
-        .unwrap();
+    let publisher = publisher_on(&broker, &dir, "first", None).await;
     broker.detach_publishers();
     // The detach reaches the client before the next publish.
     tokio::time::sleep(Duration::from_millis(200)).await;
