@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use skyport_core::ports::{IdempotencyStore, Reservation, Reserved};
+use skyport_core::ports::{IdempotencyStore, Precondition, Reservation, Reserved, StatusStore};
+use skyport_core::status::StatusDocument;
 use time::{Duration, OffsetDateTime};
 use tokio::task::JoinSet;
 
@@ -18,7 +19,12 @@ fn reservation(id: &str, fingerprint: &str, expires_in: Duration) -> Reservation
 }
 
 /// Runs the whole contract; ids start with `prefix` so runs do not collide.
-pub async fn idempotency_store_contract(store: Arc<dyn IdempotencyStore>, prefix: &str) {
+/// The store keeps statuses too: a name stays taken while its delivery is
+/// recorded.
+pub async fn idempotency_store_contract<S: IdempotencyStore + StatusStore>(
+    store: Arc<S>,
+    prefix: &str,
+) {
     let id = format!("{prefix}-held");
     let first = reservation(&id, "a", Duration::HOUR);
     assert_eq!(store.reserve(&first).await.unwrap(), Reserved::New);
@@ -60,6 +66,30 @@ pub async fn idempotency_store_contract(store: Arc<dyn IdempotencyStore>, prefix
         store.reserve(&expired).await.unwrap(),
         Reserved::Existing(fresh)
     );
+
+    let id = format!("{prefix}-recorded");
+    let lapsed = reservation(&id, "first", -Duration::SECOND);
+    assert_eq!(store.reserve(&lapsed).await.unwrap(), Reserved::New);
+    store
+        .put(
+            &StatusDocument::accepted(&id, lapsed.accepted_at),
+            Precondition::IfNoneMatch,
+        )
+        .await
+        .unwrap();
+    for attempt in ["later", "again"] {
+        match store
+            .reserve(&reservation(&id, attempt, Duration::HOUR))
+            .await
+            .unwrap()
+        {
+            Reserved::Recorded(status) => assert_eq!(
+                status.document.id, id,
+                "a recorded delivery keeps its name after its reservation"
+            ),
+            other => panic!("a recorded name was answered {other:?}"),
+        }
+    }
 
     let id = format!("{prefix}-raced");
     let mut racers = JoinSet::new();

@@ -151,26 +151,25 @@ pub async fn create(
         state.idempotency_retention,
     );
     match state.idempotency.reserve(&reservation).await? {
-        Reserved::New => {
-            // A name stays taken for as long as its delivery can be read,
-            // longer than its reservation: the status decides.
-            if let Some(stored) = state.status.get(&id).await? {
-                release(&state, &reservation, &id).await;
-                let document = stored.document;
-                return if is_retry_of(&document, principal.as_deref(), &id, request) {
-                    let lane = document.lane;
-                    accepted(
-                        &state,
-                        &reply,
-                        id,
-                        document.state,
-                        document.created_at,
-                        lane,
-                    )
-                } else {
-                    Err(ApiError::Conflict(name.conflict()))
-                };
+        // A name stays taken for as long as its delivery can be read, longer
+        // than its reservation: the status decides.
+        Reserved::Recorded(stored) => {
+            let document = stored.document;
+            if is_retry_of(&document, principal.as_deref(), &id, request) {
+                let lane = document.lane;
+                accepted(
+                    &state,
+                    &reply,
+                    id,
+                    document.state,
+                    document.created_at,
+                    lane,
+                )
+            } else {
+                Err(ApiError::Conflict(name.conflict()))
             }
+        }
+        Reserved::New => {
             let charged = match state.charge(&metered) {
                 Ok(charged) => charged,
                 Err(refused) => {
@@ -198,6 +197,11 @@ pub async fn create(
             // it is charged as a new request is.
             let mut charged = None;
             let current = match state.status.get(&id).await? {
+                // A name is its owner's even when a reservation outlived a
+                // failed release.
+                Some(stored) if !owned_by(&stored.document, principal.as_deref()) => {
+                    return Err(ApiError::Conflict(name.conflict()));
+                }
                 Some(stored) => stored.document.state,
                 None => {
                     charged = state.charge(&metered)?;
@@ -229,14 +233,18 @@ fn is_retry_of(
     mut request: DeliveryRequest,
 ) -> bool {
     request.delivery_id = Some(id.to_owned());
-    let same_owner = match (principal, document.principal.as_deref()) {
+    owned_by(document, principal) && document.request.as_ref() == Some(&request)
+}
+
+/// Whether `document` is the delivery of `principal` (none with auth off).
+fn owned_by(document: &StatusDocument, principal: Option<&Principal>) -> bool {
+    match (principal, document.principal.as_deref()) {
         (Some(principal), Some(owner)) => {
             owner == principal.name || principal.legacy.as_deref() == Some(owner)
         }
         (None, None) => true,
         _ => false,
-    };
-    same_owner && document.request.as_ref() == Some(&request)
+    }
 }
 
 /// Frees a name that was reserved for a request that was not published.

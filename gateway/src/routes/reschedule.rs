@@ -151,14 +151,18 @@ pub async fn reschedule(
                 expires_at: now + state.idempotency_retention,
             };
             match state.idempotency.reserve(&reservation).await? {
-                Reserved::Existing(held) if held.fingerprint != reservation.fingerprint => {
+                // A retry publishes again: the worker applies a change once.
+                Reserved::Existing(held) if held.fingerprint == reservation.fingerprint => {
+                    reservation.delivery_id
+                }
+                // (A change's name is never a delivery's: `Recorded` cannot
+                // answer it, and would mean a name in use all the same.)
+                Reserved::Existing(_) | Reserved::Recorded(_) => {
                     return Err(ApiError::Conflict(format!(
                         "Idempotency-Key {key} was already used for a different change; \
                          a retry must repeat the patch exactly"
                     )));
                 }
-                // A retry publishes again: the worker applies a change once.
-                Reserved::Existing(_) => reservation.delivery_id,
                 Reserved::New => {
                     let name = reservation.delivery_id.clone();
                     reserved = Some(reservation);

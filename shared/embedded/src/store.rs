@@ -25,7 +25,7 @@ use crate::committer::{self, Applied, CommitFailed, Op, OpKind};
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
 use crate::listing::Listed;
-use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog};
+use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog, Taken};
 use crate::migrate;
 use crate::retention;
 use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
@@ -492,14 +492,23 @@ impl IdempotencyStore for EmbeddedStore {
             body: serde_json::to_vec(reservation)
                 .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
         };
+        let corrupt = |e| StatusStoreError::Corrupt {
+            id: reservation.delivery_id.clone(),
+            source: Box::new(e),
+        };
         match self.log.reserve(record).await {
-            Ok(None) => Ok(Reserved::New),
-            Ok(Some(body)) => serde_json::from_slice(&body)
+            Ok(Taken::Free) => Ok(Reserved::New),
+            Ok(Taken::Held(body)) => serde_json::from_slice(&body)
                 .map(Reserved::Existing)
-                .map_err(|e| StatusStoreError::Corrupt {
-                    id: reservation.delivery_id.clone(),
-                    source: Box::new(e),
-                }),
+                .map_err(corrupt),
+            Ok(Taken::Recorded(version, body)) => serde_json::from_slice(&body)
+                .map(|document| {
+                    Reserved::Recorded(Box::new(Versioned {
+                        document,
+                        etag: ETag(version.to_string()),
+                    }))
+                })
+                .map_err(corrupt),
             Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
         }
     }

@@ -2,9 +2,14 @@
 //! the delivery id), each item with a `ttl` so that Cosmos DB deletes it when
 //! its retention is over.
 //!
-//! Taking a name is `create_item` (409: it is held); an expired item that the
-//! service has not deleted yet is replaced on its ETag, so two gateways racing
-//! for it cannot both win.
+//! Taking a name is a point read of its status (a name stays taken while its
+//! delivery is recorded), then `create_item` (409: it is held); an expired
+//! item that the service has not deleted yet is replaced on its ETag, so two
+//! gateways racing for it cannot both win. The read comes first so that a
+//! taken name costs no write. It cannot miss a status written after it: the
+//! worker writes one only for a request published under a reservation, and
+//! that reservation outlives the request's time in the stream (the config
+//! holds `idempotency_retention_s` above `worker.allow_backlog_to_ms`).
 
 use azure_core::http::{Etag, StatusCode};
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition as CosmosPrecondition};
@@ -13,7 +18,7 @@ use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
 use async_trait::async_trait;
-use skyport_core::ports::{IdempotencyStore, Reservation, Reserved, StatusStoreError};
+use skyport_core::ports::{IdempotencyStore, Reservation, Reserved, StatusStore, StatusStoreError};
 
 use super::request_units::Operation;
 use super::store::CosmosStore;
@@ -145,6 +150,9 @@ impl CosmosStore {
 #[async_trait]
 impl IdempotencyStore for CosmosStore {
     async fn reserve(&self, reservation: &Reservation) -> Result<Reserved, StatusStoreError> {
+        if let Some(status) = self.get(&reservation.delivery_id).await? {
+            return Ok(Reserved::Recorded(Box::new(status)));
+        }
         self.reserve_item(reservation).await
     }
 

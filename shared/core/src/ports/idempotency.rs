@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use super::status::StatusStoreError;
+use super::status::{StatusStoreError, Versioned};
 
 /// What the gateway remembers of a request that named its delivery: by a
 /// client-chosen `deliveryId`, or by an `Idempotency-Key` the id is derived from.
@@ -22,18 +22,24 @@ pub struct Reservation {
 }
 
 /// The answer to [`IdempotencyStore::reserve`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Reserved {
     /// The name was free (or its reservation had expired) and is now this one's.
     New,
     /// The name is held by this earlier reservation.
     Existing(Reservation),
+    /// The name's reservation has expired, but the status store still
+    /// records a delivery by that id (this is its status): the name stays
+    /// taken, and nothing was stored.
+    Recorded(Box<Versioned>),
 }
 
 /// Reservations by delivery id: how a retried POST finds the delivery it made.
 #[async_trait]
 pub trait IdempotencyStore: std::fmt::Debug + Send + Sync + 'static {
-    /// Stores `reservation` unless an unexpired one holds its delivery id.
+    /// Stores `reservation` unless an unexpired one holds its delivery id,
+    /// or the status store records a delivery by that id. An adapter that
+    /// keeps both in one database looks at both in one read.
     ///
     /// # Errors
     /// [`StatusStoreError::Unavailable`] when the store cannot be used.

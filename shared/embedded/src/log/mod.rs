@@ -49,7 +49,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub(crate) use self::checkpoints::Checkpoints;
 use self::frame::{Decoded, HEADER};
-pub(crate) use self::reservations::Record as ReservationRecord;
+pub(crate) use self::reservations::{Record as ReservationRecord, Taken};
 use self::segment::DATA_START;
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
@@ -497,12 +497,12 @@ impl SegmentLog {
         answer.await.map_err(|_| AppendError::Closed)?
     }
 
-    /// Reserves `record.id` unless an unexpired reservation holds it; that
-    /// one's body is the answer then. Never waits for the writer.
+    /// Reserves `record.id` unless an unexpired reservation holds it or a
+    /// status records it. Never waits for the writer.
     pub(crate) async fn reserve(
         &self,
         record: reservations::Record,
-    ) -> Result<Option<Vec<u8>>, AppendError> {
+    ) -> Result<reservations::Taken, AppendError> {
         self.holds
             .reserve(&self.db, record)
             .map_err(|e| AppendError::Io(Arc::new(std::io::Error::other(e))))

@@ -3,7 +3,8 @@
 //! A request that names its delivery (an `Idempotency-Key` or a
 //! `deliveryId`) is first reserved in memory ([`Holds`]), at once and
 //! without waiting for the log's writer: the name is free, or held by this
-//! earlier request. The
+//! earlier request, or recorded by a delivery's status (one read of the
+//! database looks up both). The
 //! reservation becomes durable in the same group commit as the request's
 //! event, as a record of its own stream in the log, so a named request costs
 //! one durable write like any other. A folding thread then copies the
@@ -27,7 +28,7 @@ use redb::{Database, ReadableTable};
 
 use super::checkpoints::Request;
 use super::{lock, now_ms};
-use crate::tables::{RESERVATION_EXPIRY, RESERVATIONS};
+use crate::tables::{RESERVATION_EXPIRY, RESERVATIONS, STATUS};
 
 /// The partition number that marks a reservation record in the log.
 pub(crate) const STREAM: u32 = u32::MAX;
@@ -108,22 +109,19 @@ impl Holds {
     }
 
     /// Reserves `record.id` unless an unexpired reservation holds it (in
-    /// memory or in `db`); that one's body is the answer then.
-    pub(crate) fn reserve(
-        &self,
-        db: &Database,
-        record: Record,
-    ) -> Result<Option<Vec<u8>>, redb::Error> {
+    /// memory or in `db`) or `db` records a status by that id.
+    pub(crate) fn reserve(&self, db: &Database, record: Record) -> Result<Taken, redb::Error> {
         let now = now_ms();
         loop {
             let folds = self.folds.load(Ordering::SeqCst);
             if let Some(held) = self.lock().get(&record.id)
                 && held.expires_ms > now
             {
-                return Ok(Some(held.body.clone()));
+                return Ok(Taken::Held(held.body.clone()));
             }
-            if let Some(body) = stored(db, &record.id, now)? {
-                return Ok(Some(body));
+            match stored(db, &record.id, now)? {
+                Taken::Free => {}
+                taken => return Ok(taken),
             }
             let mut held = self.lock();
             // A copy that finished since the first look may have moved it into the database.
@@ -133,7 +131,7 @@ impl Holds {
             if let Some(holder) = held.get(&record.id)
                 && holder.expires_ms > now
             {
-                return Ok(Some(holder.body.clone()));
+                return Ok(Taken::Held(holder.body.clone()));
             }
             held.insert(
                 record.id,
@@ -143,7 +141,7 @@ impl Holds {
                     written: None,
                 },
             );
-            return Ok(None);
+            return Ok(Taken::Free);
         }
     }
 
@@ -172,16 +170,35 @@ impl Holds {
     }
 }
 
-/// The reservation holding `id` in the database, if it has not expired by `now_ms`.
-pub(crate) fn stored(db: &Database, id: &str, now_ms: i64) -> Result<Option<Vec<u8>>, redb::Error> {
+/// Who holds a name.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// No one: a reservation asked for is now held.
+    Free,
+    /// An unexpired reservation, with this body.
+    Held(Vec<u8>),
+    /// A status document, at this version and with this body.
+    Recorded(u64, Vec<u8>),
+}
+
+/// Who holds `id` in the database at `now_ms`: an unexpired reservation or,
+/// failing that, a status document; both looked up in one read.
+fn stored(db: &Database, id: &str, now_ms: i64) -> Result<Taken, redb::Error> {
     use redb::ReadableDatabase;
     let txn = db.begin_read()?;
-    let table = txn.open_table(RESERVATIONS)?;
-    let Some(held) = table.get(id)? else {
-        return Ok(None);
-    };
-    let (expires, body) = held.value();
-    Ok((expires > now_ms).then(|| body.to_vec()))
+    if let Some(held) = txn.open_table(RESERVATIONS)?.get(id)? {
+        let (expires, body) = held.value();
+        if expires > now_ms {
+            return Ok(Taken::Held(body.to_vec()));
+        }
+    }
+    Ok(match txn.open_table(STATUS)?.get(id)? {
+        Some(status) => {
+            let (version, body) = status.value();
+            Taken::Recorded(version, body.to_vec())
+        }
+        None => Taken::Free,
+    })
 }
 
 /// The folding thread: copies batches of durable reservations into the
