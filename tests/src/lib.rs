@@ -35,7 +35,7 @@ use skyport::{App, Backends, Store};
 use skyport_azure::cosmos::CosmosStore;
 use skyport_core::status::{DeliveryState, StatusDocument, Step};
 use skyport_embedded::EmbeddedStore;
-use skyport_gateway::routes::resources::Accepted;
+use skyport_gateway::routes::deliveries::resources::Accepted;
 use skyport_runtime::config::{ApiKeySettings, Millis, Scope, Settings};
 use skyport_simulator::{Simulator, SimulatorStats};
 use tokio::sync::Semaphore;

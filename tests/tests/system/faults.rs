@@ -13,7 +13,7 @@ use skyport_runtime::config::Millis;
 use skyport_simulator::Behaviour;
 use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
 
-fn urls(accepted: &[skyport_gateway::routes::resources::Accepted]) -> Vec<String> {
+fn urls(accepted: &[skyport_gateway::routes::deliveries::resources::Accepted]) -> Vec<String> {
     accepted.iter().map(|a| a.status_url.clone()).collect()
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use skyport_core::status::DeliveryState;
-use skyport_gateway::routes::resources::Accepted;
+use skyport_gateway::routes::deliveries::resources::Accepted;
 use skyport_tests::{Client, TestApp, delivery_request};
 
 async fn post_with_key(client: &Client, key: &str, body: &Value) -> reqwest::Response {

@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 use skyport_core::ports::Lane;
 use skyport_core::status::{DeliveryState, StatusDocument};
-use skyport_gateway::routes::resources::Accepted;
+use skyport_gateway::routes::deliveries::resources::Accepted;
 use skyport_runtime::config::{Millis, Settings};
 use skyport_tests::eventhubs_broker::EventHubsBroker;
 use skyport_tests::kafka::Broker;

@@ -49,7 +49,8 @@ use crate::auth::Auth;
 use crate::body::BodyLimits;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
-use crate::routes::{deliveries, listing, operations, reschedule};
+use crate::routes::deliveries::{cancel, create, list, reschedule, status};
+use crate::routes::operations;
 pub use crate::state::AppState;
 use crate::waiting::Waiters;
 
@@ -58,17 +59,17 @@ use crate::waiting::Waiters;
 /// `operators` says so.
 fn deliveries(operators: bool) -> OpenApiRouter<AppState> {
     let mut routes = OpenApiRouter::new()
-        .routes(routes!(deliveries::create))
-        .routes(routes!(deliveries::cancel, reschedule::reschedule));
+        .routes(routes!(create::create))
+        .routes(routes!(cancel::cancel, reschedule::reschedule));
     if operators {
         routes = routes
-            .routes(routes!(operations::redrive))
-            .routes(routes!(operations::resend));
+            .routes(routes!(operations::redrive::redrive))
+            .routes(routes!(operations::resend::resend));
     }
     routes.merge(
         OpenApiRouter::new()
-            .routes(routes!(deliveries::status))
-            .routes(routes!(listing::list))
+            .routes(routes!(status::status))
+            .routes(routes!(list::list))
             .layer(compression()),
     )
 }

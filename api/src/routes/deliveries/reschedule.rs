@@ -20,8 +20,7 @@ use skyport_core::request::Reschedule;
 use skyport_core::status::DeliveryState;
 use time::OffsetDateTime;
 
-use super::access::{self, not_yet_written};
-use super::deliveries::{
+use super::{
     DeliveryPath, Reply, StatusQuery, accepted, client_of, entity_tag, id_and_query,
     idempotency_key, publish, receipt_principal, traceparent, with,
 };
@@ -29,6 +28,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::openapi::{DeliveryRefusals, QuotaRefusal, Refusals};
+use crate::routes::access::{self, not_yet_written};
 use crate::state::AppState;
 
 /// The first schema version with `DeliveryRescheduled`.
@@ -58,7 +58,7 @@ const RESCHEDULE_VERSION: u32 = 3;
     request_body(content = Reschedule, content_type = "application/merge-patch+json",
         description = "The fields to change (`application/json` is taken too)."),
     responses(
-        (status = 202, description = "The change is durable in the stream; the status's `changes` will say what became of it.", body = crate::routes::resources::Accepted,
+        (status = 202, description = "The change is durable in the stream; the status's `changes` will say what became of it.", body = super::resources::Accepted,
             headers(
                 ("Location" = String, description = "The status URL."),
                 ("Retry-After" = u32, description = "Seconds to wait before polling."),
@@ -180,7 +180,7 @@ pub async fn reschedule(
         traceparent: traceparent(&headers),
         principal: caller.map(|p| p.name.clone()),
     });
-    if let Err(e) = publish(&state, event, lane).await {
+    if let Err(e) = publish(&state, &event, lane).await {
         if let Some(reservation) = reserved
             && let Err(release) = state.idempotency.release(&reservation).await
         {

@@ -270,7 +270,7 @@ mod tests {
     use time::Duration;
 
     use super::*;
-    use crate::routes::resources::Links;
+    use crate::routes::deliveries::resources::Links;
 
     fn accept(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -25,10 +25,10 @@ use skyport_core::status::DeliveryState;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
+use super::resources::{DeliveryList, Links, ListedDelivery};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::openapi::Refusals;
-use crate::routes::resources::{DeliveryList, Links, ListedDelivery};
 use crate::state::AppState;
 
 /// The items a page holds unless `limit` says otherwise.
