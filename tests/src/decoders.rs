@@ -1,7 +1,7 @@
 //! Everything Skyport decodes from bytes it did not write in this process —
 //! from the network or from disk — as one table the fuzzers run: the
 //! property-based run in the tests (`tests/tests/system/fuzz.rs`) and the
-//! coverage-guided one under `fuzz/` (which compiles this file alone, so it
+//! coverage-guided one under `tests/fuzz/` (which compiles this file alone, so it
 //! uses nothing else of the harness). A decoder joins both with one line in
 //! [`DECODERS`].
 //!

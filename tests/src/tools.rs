@@ -23,7 +23,7 @@ use crate::workspace;
 /// The oha version the benchmark's figures were taken with.
 pub const OHA_VERSION: &str = "1.16.0";
 
-/// The cargo-fuzz version that runs the coverage-guided fuzzer (`fuzz/`).
+/// The cargo-fuzz version that runs the coverage-guided fuzzer (`tests/fuzz/`).
 pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// The tools built from crates.io with `cargo install`: crate and version,

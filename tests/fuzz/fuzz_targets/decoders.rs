@@ -4,7 +4,7 @@
 
 #![no_main]
 
-#[path = "../../tests/src/decoders.rs"]
+#[path = "../../src/decoders.rs"]
 mod decoders;
 
 use std::path::Path;

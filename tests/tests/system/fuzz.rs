@@ -9,7 +9,7 @@
 //! run over that many seconds in all, from a random seed:
 //! `SKYPORT_FUZZ_SECONDS=600 cargo test -p skyport-tests --test system fuzz -- --nocapture`.
 //!
-//! The coverage-guided fuzzer (`fuzz/`, libFuzzer through cargo-fuzz without
+//! The coverage-guided fuzzer (`tests/fuzz/`, libFuzzer through cargo-fuzz without
 //! sanitizers) gets a short run here too, which also keeps its target
 //! building as the decoders change.
 
@@ -255,7 +255,7 @@ fn the_coverage_guided_fuzzer_finds_nothing_in_a_short_run() {
         .arg(cargo_fuzz)
         .args(["fuzz", "run", "-s", "none", "decoders", "--"])
         .arg(format!("-max_total_time={COVERAGE_GUIDED_SECONDS}"))
-        .current_dir(workspace().join("fuzz"))
+        .current_dir(workspace().join("tests/fuzz"))
         .env("CARGO_BUILD_JOBS", "1")
         .output()
         .unwrap();

@@ -228,7 +228,7 @@ fn every_native_library_is_built_from_source_in_every_member() {
     let host = host();
     let root = workspace();
     let mut problems = problems(&root, &host);
-    problems.extend(problems_in(&root.join("fuzz"), &host));
+    problems.extend(problems_in(&root.join("tests/fuzz"), &host));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
