@@ -18,7 +18,7 @@ use skyport_core::ports::{
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::committer::{Applied, OpKind};
+use crate::ops::{Applied, OpKind};
 use crate::store::EmbeddedStore;
 use crate::tables::{CHANGE_DEAD_LETTERS, STATUS, STATUS_CHANGES};
 

@@ -13,183 +13,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
-use redb::{Database, ReadableTable, Table, WriteTransaction};
+use redb::{Database, ReadableTable};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use crate::faults::Faults;
 use crate::group_commit::{self, CommitStats};
-use crate::listing::Listed;
-use crate::retention::{self, Cutoffs, Swept};
-use crate::tables::{
-    CHANGE_DEAD_LETTER_EXPIRY, CHANGE_DEAD_LETTERS, DEAD_LETTER_EXPIRY, DEAD_LETTERS, LEASES,
-    LISTING, STATUS, STATUS_CHANGE_OF, STATUS_CHANGES, STATUS_EXPIRY, STATUS_EXPIRY_OF,
-};
-use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
-
-/// A commit that did not happen; every operation in it failed.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("the embedded store could not commit")]
-pub(crate) struct CommitFailed(#[source] Arc<redb::Error>);
-
-pub(crate) type Reply = oneshot::Sender<Result<Applied, CommitFailed>>;
-
-/// A write, with where to send its result once it is durable.
-#[derive(Debug)]
-pub(crate) struct Op {
-    pub(crate) kind: OpKind,
-    pub(crate) reply: Reply,
-}
-
-#[derive(Debug)]
-pub(crate) enum OpKind {
-    /// Write a status document if its stored version is `expected` (`None`:
-    /// absent), listed as `listed`; `settled_ms`: when its retention window
-    /// starts (Unix ms; `None` while it is not settled).
-    PutStatus {
-        id: String,
-        expected: Option<u64>,
-        body: Vec<u8>,
-        listed: Listed,
-        settled_ms: Option<i64>,
-    },
-    DeadLetter(DeadLetter),
-    /// Forget the dead-lettered event at this position.
-    RemoveDeadLetter {
-        partition: u32,
-        offset: u64,
-    },
-    ChangeDeadLetter(ChangeDeadLetter),
-    /// Write a lease (an ownership claim or a checkpoint of the Event Hubs
-    /// processor) if its stored version is as expected.
-    PutLease {
-        group: String,
-        name: String,
-        expected: Expected,
-        body: Vec<u8>,
-    },
-    /// Remove what the retention windows have expired, up to a batch of each kind.
-    Sweep(Cutoffs),
-}
-
-/// The version a conditional write expects to replace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Expected {
-    Any,
-    Absent,
-    Version(u64),
-}
-
-/// The durable result of one operation.
-#[derive(Debug)]
-pub(crate) enum Applied {
-    Written(u64),
-    /// A lease's new version, and the commit's time in Unix milliseconds.
-    Leased {
-        version: u64,
-        modified_ms: i64,
-    },
-    PreconditionFailed,
-    Done,
-    Swept(Swept),
-}
-
-/// Every table a commit writes, opened once per transaction.
-pub(crate) struct Tables<'txn> {
-    pub(crate) status: Table<'txn, &'static str, (u64, &'static [u8])>,
-    pub(crate) dead_letters: Table<'txn, (u32, u64), (&'static str, &'static str, &'static [u8])>,
-    pub(crate) leases: Table<'txn, (&'static str, &'static str), (u64, i64, &'static [u8])>,
-    pub(crate) changes: Table<'txn, u64, &'static str>,
-    pub(crate) change_of: Table<'txn, &'static str, u64>,
-    pub(crate) change_dead_letters:
-        Table<'txn, (&'static str, &'static str), (&'static str, &'static str, &'static [u8])>,
-    pub(crate) status_expiry: Table<'txn, (i64, &'static str), ()>,
-    pub(crate) status_expiry_of: Table<'txn, &'static str, i64>,
-    pub(crate) dead_letter_expiry: Table<'txn, (i64, u32, u64), ()>,
-    pub(crate) change_dead_letter_expiry: Table<'txn, (i64, &'static str, &'static str), ()>,
-    pub(crate) listing: Table<'txn, (&'static str, i64, &'static str), ()>,
-}
-
-impl<'txn> Tables<'txn> {
-    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
-        Ok(Self {
-            status: txn.open_table(STATUS)?,
-            dead_letters: txn.open_table(DEAD_LETTERS)?,
-            leases: txn.open_table(LEASES)?,
-            changes: txn.open_table(STATUS_CHANGES)?,
-            change_of: txn.open_table(STATUS_CHANGE_OF)?,
-            change_dead_letters: txn.open_table(CHANGE_DEAD_LETTERS)?,
-            status_expiry: txn.open_table(STATUS_EXPIRY)?,
-            status_expiry_of: txn.open_table(STATUS_EXPIRY_OF)?,
-            dead_letter_expiry: txn.open_table(DEAD_LETTER_EXPIRY)?,
-            change_dead_letter_expiry: txn.open_table(CHANGE_DEAD_LETTER_EXPIRY)?,
-            listing: txn.open_table(LISTING)?,
-        })
-    }
-
-    /// Starts the retention window of document `id` at `settled_ms` (Unix
-    /// ms, possibly later than now: a Scheduled delivery's deadline), or
-    /// ends it (`None`).
-    pub(crate) fn settle(&mut self, id: &str, settled_ms: Option<i64>) -> Result<(), redb::Error> {
-        if let Some(previous) = self.status_expiry_of.remove(id)? {
-            let previous = previous.value();
-            self.status_expiry.remove((previous, id))?;
-        }
-        if let Some(at) = settled_ms {
-            self.status_expiry.insert((at, id), ())?;
-            self.status_expiry_of.insert(id, at)?;
-        }
-        Ok(())
-    }
-
-    /// Keeps a dead-lettered event, indexed by when.
-    pub(crate) fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), redb::Error> {
-        let at = letter.at.format(&Rfc3339).unwrap_or_default();
-        let key = (letter.partition, letter.offset);
-        if let Some(previous) = self.dead_letters.insert(
-            key,
-            (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
-        )? {
-            let previous = unix_ms_of(previous.value().1);
-            self.dead_letter_expiry.remove((previous, key.0, key.1))?;
-        }
-        self.dead_letter_expiry
-            .insert((unix_ms(letter.at), key.0, key.1), ())?;
-        Ok(())
-    }
-
-    /// Keeps a dead-lettered change, indexed by when.
-    pub(crate) fn change_dead_letter(
-        &mut self,
-        letter: &ChangeDeadLetter,
-    ) -> Result<(), redb::Error> {
-        let at = letter.at.format(&Rfc3339).unwrap_or_default();
-        let payload = letter.payload.to_string();
-        let key = (letter.processor.as_str(), letter.key.as_str());
-        if let Some(previous) = self.change_dead_letters.insert(
-            key,
-            (letter.reason.as_str(), at.as_str(), payload.as_bytes()),
-        )? {
-            let previous = unix_ms_of(previous.value().1);
-            self.change_dead_letter_expiry
-                .remove((previous, key.0, key.1))?;
-        }
-        self.change_dead_letter_expiry
-            .insert((unix_ms(letter.at), key.0, key.1), ())?;
-        Ok(())
-    }
-}
-
-pub(crate) fn unix_ms(at: OffsetDateTime) -> i64 {
-    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
-}
-
-/// The Unix ms of a stored RFC 3339 time (the epoch when it cannot be read,
-/// so that it is swept first).
-pub(crate) fn unix_ms_of(at: &str) -> i64 {
-    OffsetDateTime::parse(at, &Rfc3339).map_or(0, unix_ms)
-}
+use crate::ops::{Applied, CommitFailed, Expected, Op, OpKind};
+use crate::sweep;
+use crate::tables::{Tables, unix_ms, unix_ms_of};
 
 struct Committer {
     db: Arc<Database>,
@@ -353,9 +185,7 @@ impl Committer {
                             Applied::PreconditionFailed
                         }
                     }
-                    OpKind::Sweep(cutoffs) => {
-                        Applied::Swept(retention::sweep(&mut tables, cutoffs)?)
-                    }
+                    OpKind::Sweep(cutoffs) => Applied::Swept(sweep::sweep(&mut tables, cutoffs)?),
                 });
             }
             txn_changes = (next_change > first_change).then_some(next_change - 1);

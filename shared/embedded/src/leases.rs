@@ -17,7 +17,7 @@ use skyport_core::ports::{
 };
 use time::OffsetDateTime;
 
-use crate::committer::{Applied, Expected, OpKind};
+use crate::ops::{Applied, Expected, OpKind};
 use crate::store::EmbeddedStore;
 use crate::tables::LEASES;
 

@@ -50,10 +50,10 @@ mod listing;
 pub mod log;
 mod metrics;
 mod migrate;
+mod ops;
 mod retention;
-#[cfg(test)]
-mod retention_tests;
 mod store;
+mod sweep;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -62,5 +62,6 @@ pub use self::consumer::EmbeddedConsumer;
 pub use self::faults::Faults;
 pub use self::group_commit::CommitStats;
 pub use self::log::{AppendError, LogError};
-pub use self::retention::{Retention, SweepError, Swept};
+pub use self::retention::{Retention, SweepError};
 pub use self::store::{EmbeddedStore, OpenError};
+pub use self::sweep::Swept;

@@ -6,15 +6,11 @@
 //!
 //! [`StatusStore::list`]: skyport_core::ports::StatusStore::list
 
-use std::sync::Arc;
-
 use redb::ReadableDatabase;
 use skyport_core::ports::{ListCursor, ListPage, ListQuery, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
-use crate::committer::{Tables, unix_ms};
-use crate::store::EmbeddedStore;
-use crate::tables::{LISTING, STATUS};
+use crate::tables::{LISTING, STATUS, Tables, unix_ms};
 
 /// The most index entries one page reads past the ones it hands out, so
 /// that a filter matching little cannot make one request read everything.
@@ -89,22 +85,9 @@ impl Tables<'_> {
     }
 }
 
-impl EmbeddedStore {
-    pub(crate) async fn list_documents(
-        &self,
-        query: &ListQuery,
-    ) -> Result<ListPage, StatusStoreError> {
-        let db = Arc::clone(&self.db);
-        let query = query.clone();
-        self.blocking(move || read_page(&db, &query))
-            .await
-            .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?
-    }
-}
+pub(crate) type Page = Result<ListPage, StatusStoreError>;
 
-type Page = Result<ListPage, StatusStoreError>;
-
-fn read_page(db: &redb::Database, query: &ListQuery) -> Result<Page, redb::Error> {
+pub(crate) fn read_page(db: &redb::Database, query: &ListQuery) -> Result<Page, redb::Error> {
     let scope = match (&query.principal, &query.owner) {
         (Some(principal), _) => principal_scope(principal),
         (None, Some(owner)) => owner_scope(owner),
@@ -189,6 +172,7 @@ mod tests {
     use time::OffsetDateTime;
 
     use super::*;
+    use crate::store::EmbeddedStore;
     use crate::tests::settings;
 
     fn document(n: usize, at: OffsetDateTime) -> StatusDocument {

@@ -12,8 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use skyport_runtime::metrics;
 use time::OffsetDateTime;
 
-use crate::committer::unix_ms;
-use crate::retention::Swept;
+use crate::sweep::Swept;
+use crate::tables::unix_ms;
 
 /// The store's series, registered once per process.
 pub(crate) fn global() -> &'static StoreMetrics {

@@ -21,14 +21,17 @@ use skyport_runtime::config::EmbeddedSettings;
 use time::OffsetDateTime;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
-use crate::committer::{self, Applied, CommitFailed, Op, OpKind};
+use crate::committer;
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
-use crate::listing::Listed;
+use crate::listing::{self, Listed};
 use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog, Taken};
 use crate::migrate;
-use crate::retention;
-use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
+use crate::ops::{Applied, CommitFailed, Op, OpKind};
+use crate::sweep;
+use crate::tables::{
+    DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS, unix_ms,
+};
 
 const DATABASE_FILE: &str = "skyport.redb";
 /// The stream's segment log, under the data directory.
@@ -421,9 +424,7 @@ impl StatusStore for EmbeddedStore {
             expected,
             body,
             listed: Listed::of(document),
-            settled_ms: document
-                .settled_at(OffsetDateTime::now_utc())
-                .map(committer::unix_ms),
+            settled_ms: document.settled_at(OffsetDateTime::now_utc()).map(unix_ms),
         };
         match self.submit(kind).await {
             Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),
@@ -434,7 +435,11 @@ impl StatusStore for EmbeddedStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError> {
-        self.list_documents(query).await
+        let db = Arc::clone(&self.db);
+        let query = query.clone();
+        self.blocking(move || listing::read_page(&db, &query))
+            .await
+            .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?
     }
 
     async fn ready(&self) -> bool {
@@ -577,7 +582,7 @@ fn initialize(db: &Database, partitions: u32) -> Result<[u8; RECEIPT_KEY_LEN], I
         txn.open_table(RESERVATION_EXPIRY)?;
         receipt_key
     };
-    if let Some(settled) = retention::index_existing(&txn)? {
+    if let Some(settled) = sweep::index_existing(&txn)? {
         tracing::info!(
             settled,
             "Indexed the embedded store's status documents and dead letters for retention."

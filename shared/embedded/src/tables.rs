@@ -1,7 +1,10 @@
 //! The tables of the embedded store's database file (the crate's
 //! documentation says what each maps).
 
-use redb::TableDefinition;
+use redb::{Table, TableDefinition, WriteTransaction};
+use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 pub(crate) const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("status");
 pub(crate) const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
@@ -43,3 +46,99 @@ pub(crate) const CHANGE_DEAD_LETTER_EXPIRY: TableDefinition<(i64, &str, &str), (
 /// listing, newest last. A document is under the scope `""` (all), `o:` and
 /// its owner, and `p:` and its principal.
 pub(crate) const LISTING: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("listing");
+
+/// Every table a commit writes, opened once per transaction.
+pub(crate) struct Tables<'txn> {
+    pub(crate) status: Table<'txn, &'static str, (u64, &'static [u8])>,
+    pub(crate) dead_letters: Table<'txn, (u32, u64), (&'static str, &'static str, &'static [u8])>,
+    pub(crate) leases: Table<'txn, (&'static str, &'static str), (u64, i64, &'static [u8])>,
+    pub(crate) changes: Table<'txn, u64, &'static str>,
+    pub(crate) change_of: Table<'txn, &'static str, u64>,
+    pub(crate) change_dead_letters:
+        Table<'txn, (&'static str, &'static str), (&'static str, &'static str, &'static [u8])>,
+    pub(crate) status_expiry: Table<'txn, (i64, &'static str), ()>,
+    pub(crate) status_expiry_of: Table<'txn, &'static str, i64>,
+    pub(crate) dead_letter_expiry: Table<'txn, (i64, u32, u64), ()>,
+    pub(crate) change_dead_letter_expiry: Table<'txn, (i64, &'static str, &'static str), ()>,
+    pub(crate) listing: Table<'txn, (&'static str, i64, &'static str), ()>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::TableError> {
+        Ok(Self {
+            status: txn.open_table(STATUS)?,
+            dead_letters: txn.open_table(DEAD_LETTERS)?,
+            leases: txn.open_table(LEASES)?,
+            changes: txn.open_table(STATUS_CHANGES)?,
+            change_of: txn.open_table(STATUS_CHANGE_OF)?,
+            change_dead_letters: txn.open_table(CHANGE_DEAD_LETTERS)?,
+            status_expiry: txn.open_table(STATUS_EXPIRY)?,
+            status_expiry_of: txn.open_table(STATUS_EXPIRY_OF)?,
+            dead_letter_expiry: txn.open_table(DEAD_LETTER_EXPIRY)?,
+            change_dead_letter_expiry: txn.open_table(CHANGE_DEAD_LETTER_EXPIRY)?,
+            listing: txn.open_table(LISTING)?,
+        })
+    }
+
+    /// Starts the retention window of document `id` at `settled_ms` (Unix
+    /// ms, possibly later than now: a Scheduled delivery's deadline), or
+    /// ends it (`None`).
+    pub(crate) fn settle(&mut self, id: &str, settled_ms: Option<i64>) -> Result<(), redb::Error> {
+        if let Some(previous) = self.status_expiry_of.remove(id)? {
+            let previous = previous.value();
+            self.status_expiry.remove((previous, id))?;
+        }
+        if let Some(at) = settled_ms {
+            self.status_expiry.insert((at, id), ())?;
+            self.status_expiry_of.insert(id, at)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps a dead-lettered event, indexed by when.
+    pub(crate) fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), redb::Error> {
+        let at = letter.at.format(&Rfc3339).unwrap_or_default();
+        let key = (letter.partition, letter.offset);
+        if let Some(previous) = self.dead_letters.insert(
+            key,
+            (letter.reason.as_str(), at.as_str(), letter.payload.as_ref()),
+        )? {
+            let previous = unix_ms_of(previous.value().1);
+            self.dead_letter_expiry.remove((previous, key.0, key.1))?;
+        }
+        self.dead_letter_expiry
+            .insert((unix_ms(letter.at), key.0, key.1), ())?;
+        Ok(())
+    }
+
+    /// Keeps a dead-lettered change, indexed by when.
+    pub(crate) fn change_dead_letter(
+        &mut self,
+        letter: &ChangeDeadLetter,
+    ) -> Result<(), redb::Error> {
+        let at = letter.at.format(&Rfc3339).unwrap_or_default();
+        let payload = letter.payload.to_string();
+        let key = (letter.processor.as_str(), letter.key.as_str());
+        if let Some(previous) = self.change_dead_letters.insert(
+            key,
+            (letter.reason.as_str(), at.as_str(), payload.as_bytes()),
+        )? {
+            let previous = unix_ms_of(previous.value().1);
+            self.change_dead_letter_expiry
+                .remove((previous, key.0, key.1))?;
+        }
+        self.change_dead_letter_expiry
+            .insert((unix_ms(letter.at), key.0, key.1), ())?;
+        Ok(())
+    }
+}
+
+pub(crate) fn unix_ms(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// The Unix ms of a stored RFC 3339 time (the epoch when it cannot be read,
+/// so that it is swept first).
+pub(crate) fn unix_ms_of(at: &str) -> i64 {
+    OffsetDateTime::parse(at, &Rfc3339).map_or(0, unix_ms)
+}

@@ -25,6 +25,8 @@
 
 mod checkpoints;
 pub mod frame;
+mod index;
+mod recover;
 mod reservations;
 pub mod scan;
 pub(crate) mod segment;
@@ -33,8 +35,8 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::collections::BTreeMap;
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,8 +51,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub(crate) use self::checkpoints::Checkpoints;
 use self::frame::{Decoded, HEADER};
+use self::index::{Index, Location};
+use self::recover::recover;
 pub(crate) use self::reservations::{Record as ReservationRecord, Taken};
-use self::segment::DATA_START;
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
 
@@ -91,42 +94,6 @@ pub enum AppendError {
     Io(#[source] Arc<std::io::Error>),
     #[error("an event of {len} bytes is larger than a segment takes ({max} bytes)")]
     TooLarge { len: usize, max: usize },
-}
-
-/// Where a record lies: 16 bytes for each event in the stream (a segment
-/// is smaller than 4 GiB, `embedded.segment_size_mb` ≤ 4095).
-#[derive(Debug, Clone, Copy)]
-struct Location {
-    segment: u64,
-    position: u32,
-    len: u32,
-}
-
-/// The positions of one partition's records, by offset.
-#[derive(Debug, Default)]
-struct Index {
-    first: u64,
-    locations: VecDeque<Location>,
-}
-
-impl Index {
-    fn next(&self) -> u64 {
-        self.first + self.locations.len() as u64
-    }
-
-    fn push(&mut self, offset: u64, location: Location) {
-        if self.locations.is_empty() {
-            self.first = offset;
-        }
-        self.locations.push_back(location);
-    }
-
-    /// Forgets every record up to and including `offset`.
-    fn trim_through(&mut self, offset: u64) {
-        while self.first <= offset && self.locations.pop_front().is_some() {
-            self.first += 1;
-        }
-    }
 }
 
 /// The open log: its segment files, each partition's index and head, and
@@ -323,17 +290,6 @@ pub(crate) struct SegmentLog {
     #[cfg(feature = "fault-injection")]
     faults: Faults,
     max_payload: usize,
-}
-
-/// What reading the segments back at start found.
-struct Recovered {
-    indexes: Vec<Index>,
-    segments: BTreeMap<u64, Arc<File>>,
-    /// The segment to write to and where.
-    active: (u64, u64),
-    next_commit: u64,
-    /// Reservation records not yet copied into the database.
-    unfolded: Vec<(u64, reservations::Record)>,
 }
 
 /// The index slot of the reservation stream: after the normal partitions
@@ -574,129 +530,4 @@ impl Drop for SegmentLog {
             }
         }
     }
-}
-
-/// Reads every segment in `dir` back (see the module documentation).
-fn recover(
-    dir: &Path,
-    partitions: u32,
-    segment_size: u64,
-    checkpoints: &Checkpoints,
-    faults: &Faults,
-) -> Result<Recovered, LogError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| LogError::Io { path, source }
-    };
-    let ids = segment::list(dir).map_err(io(dir))?;
-    let mut indexes: Vec<Index> = (0..=reservation_slot(partitions))
-        .map(|_| Index::default())
-        .collect();
-    let mut segments = BTreeMap::new();
-    let mut last_commit = None;
-    let mut unfolded = Vec::new();
-    // (id, end, written_to) of each segment, to check once the last one with data is known.
-    let mut extents = Vec::new();
-    for &id in &ids {
-        let path = segment::path(dir, id);
-        let bytes = std::fs::read(&path).map_err(io(&path))?;
-        if !segment::header_is(&bytes, id, partitions) {
-            return Err(LogError::Foreign { path });
-        }
-        let found = scan::scan(&bytes, DATA_START, last_commit);
-        if let Some(position) = found.damaged_at {
-            return Err(LogError::Damaged {
-                path,
-                position: position as u64,
-            });
-        }
-        last_commit = found.last_commit;
-        for record in &found.records {
-            let damaged = || LogError::Damaged {
-                path: path.clone(),
-                position: record.position,
-            };
-            let slot = if record.partition == reservations::STREAM {
-                reservation_slot(partitions)
-            } else if record.partition <= partitions {
-                record.partition as usize
-            } else {
-                return Err(damaged());
-            };
-            let index = &mut indexes[slot];
-            if !index.locations.is_empty() && record.offset != index.next() {
-                return Err(damaged());
-            }
-            index.push(
-                record.offset,
-                Location {
-                    segment: id,
-                    position: u32::try_from(record.position).map_err(|_| damaged())?,
-                    len: record.len,
-                },
-            );
-            if record.partition == reservations::STREAM
-                && checkpoints.reservations.is_none_or(|f| record.offset > f)
-            {
-                let at = usize::try_from(record.position).unwrap_or(usize::MAX);
-                let Decoded::Frame(frame, _) = frame::decode(&bytes[at..]) else {
-                    return Err(damaged());
-                };
-                let decoded = reservations::Record::decode(frame.payload).ok_or_else(damaged)?;
-                unfolded.push((record.offset, decoded));
-            }
-        }
-        extents.push((id, found.end, found.written_to));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
-        segments.insert(id, Arc::new(file));
-    }
-    let last_with_data = extents
-        .iter()
-        .rposition(|&(_, _, written_to)| written_to > DATA_START);
-    for (i, &(id, end, written_to)) in extents.iter().enumerate() {
-        if written_to <= end {
-            continue;
-        }
-        let path = segment::path(dir, id);
-        if Some(i) != last_with_data {
-            // Only the last commit can be torn; anything after a sealed segment's end is damage.
-            return Err(LogError::Damaged {
-                path,
-                position: end as u64,
-            });
-        }
-        tracing::warn!(path = %path.display(), from = end, to = written_to, "Cut the torn tail of the stream (a commit that was never acknowledged).");
-        let file = &segments[&id];
-        let zeros = vec![0; written_to - end];
-        file.write_all_at(&zeros, end as u64)
-            .and_then(|()| file.sync_data())
-            .map_err(io(&path))?;
-    }
-    let active = match last_with_data.or(if extents.is_empty() { None } else { Some(0) }) {
-        Some(i) => (extents[i].0, extents[i].1 as u64),
-        None => {
-            let file =
-                segment::create(dir, 1, partitions, segment_size, faults).map_err(io(dir))?;
-            segments.insert(1, Arc::new(file));
-            (1, DATA_START as u64)
-        }
-    };
-    // Empty segments after the active one were made ahead of time; the writer makes its own.
-    let spares: Vec<u64> = segments.range(active.0 + 1..).map(|(id, _)| *id).collect();
-    for id in spares {
-        segments.remove(&id);
-        let path = segment::path(dir, id);
-        std::fs::remove_file(&path).map_err(io(&path))?;
-    }
-    Ok(Recovered {
-        indexes,
-        segments,
-        active,
-        next_commit: last_commit.map_or(1, |c| c + 1),
-        unfolded,
-    })
 }
