@@ -25,7 +25,8 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::ports::{EventProperties, Lane, OutboundEvent};
+use crate::lane::Lane;
+use crate::ports::{EventProperties, OutboundEvent};
 use crate::request::{DeliveryRequest, Reschedule};
 use crate::status::QueuedRedrive;
 

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod event;
+pub mod lane;
 pub mod partitioning;
 pub mod ports;
 pub mod request;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::ports::Lane;
+use crate::lane::Lane;
 use crate::request::DeliveryRequest;
 
 /// Where a delivery request is in its life.

@@ -6,6 +6,7 @@
 //! worker answers slowly. In-flight events are never touched.
 
 pub mod backlog;
+pub mod pacer;
 pub mod pauses;
 pub mod rate_limit;
 pub mod window;

@@ -44,8 +44,20 @@ enum Finish {
     Foreign,
 }
 
+/// A delivery whose steps are over, as its final write left it: what it
+/// asked, where it ran, how it ended and what its steps did.
+struct Ended<'a> {
+    request: &'a DeliveryRequested,
+    lane: Lane,
+    state: DeliveryState,
+    counted: bool,
+    outcomes: Vec<StepOutcome>,
+    traceparent: Option<&'a str>,
+}
+
 /// The document as this attempt last wrote or read it, and whether this
 /// attempt is counted in its `attempt`.
+#[derive(Default)]
 struct Seen {
     current: Option<Versioned>,
     counted: bool,
@@ -62,12 +74,8 @@ impl Workflow {
         abandon: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
-        let package_id = &request.request.package_info.package_id;
         let traceparent = request.traceparent.as_deref();
-        let mut seen = Seen {
-            current: None,
-            counted: false,
-        };
+        let mut seen = Seen::default();
         let mut processing_due = Some(Instant::now() + self.processing_after);
         if self.processing_after.is_zero() {
             processing_due = None;
@@ -150,21 +158,9 @@ impl Workflow {
                 break;
             }
         }
-        if failure.is_some() {
-            let undo = succeeded_latest_first(&outcomes);
-            let target = UndoTarget {
-                delivery_id: id,
-                epoch: request.epoch,
-                package_id: Some(package_id),
-            };
-            self.compensate(&target, &undo, &mut outcomes, traceparent, abandon)
-                .await?;
-        }
-        let state = if failure.is_some() {
-            DeliveryState::Failed
-        } else {
-            DeliveryState::Scheduled
-        };
+        let state = self
+            .outcome_of_steps(request, failure.is_some(), &mut outcomes, abandon)
+            .await?;
         let counted = seen.counted;
         let mut replayed = false;
         let decide = |current: Option<&StatusDocument>| {
@@ -208,6 +204,59 @@ impl Workflow {
         if replayed {
             self.count_replay();
         }
+        let ended = Ended {
+            request,
+            lane,
+            state,
+            counted,
+            outcomes,
+            traceparent,
+        };
+        self.after_final_write(finish, stored, ended, abandon).await
+    }
+
+    /// The state the steps leave a delivery in: Scheduled, or Failed once
+    /// the steps that succeeded before the one that `failed` are undone.
+    async fn outcome_of_steps(
+        &self,
+        request: &DeliveryRequested,
+        failed: bool,
+        outcomes: &mut Vec<StepOutcome>,
+        abandon: &CancellationToken,
+    ) -> Result<DeliveryState, Interrupted> {
+        if !failed {
+            return Ok(DeliveryState::Scheduled);
+        }
+        let undo = succeeded_latest_first(outcomes);
+        let target = UndoTarget {
+            delivery_id: &request.delivery_id,
+            epoch: request.epoch,
+            package_id: Some(&request.request.package_info.package_id),
+        };
+        let traceparent = request.traceparent.as_deref();
+        self.compensate(&target, &undo, outcomes, traceparent, abandon)
+            .await?;
+        Ok(DeliveryState::Failed)
+    }
+
+    /// What became of a delivery once its final write was made (or found
+    /// made): counted, cancelled, or told what the document already says.
+    async fn after_final_write(
+        &self,
+        finish: Finish,
+        stored: Option<Versioned>,
+        ended: Ended<'_>,
+        abandon: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let Ended {
+            request,
+            lane,
+            state,
+            counted,
+            outcomes,
+            traceparent,
+        } = ended;
+        let id = &request.delivery_id;
         if finish == Finish::Written {
             let waited = OffsetDateTime::now_utc() - request.accepted_at;
             metrics::global()

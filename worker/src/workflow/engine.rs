@@ -14,12 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::cancellations::Cancellations;
-use super::outcome::{Outcome, Tally};
-use super::redrive::{Begin, Pacer};
-use super::reschedule::Handled;
-use super::reschedules::{Reschedules, Turn};
+use super::outcome::{Begin, Handled, Outcome, Tally};
 use super::retry::RetryPolicy;
 use super::status::StatusWriter;
+use super::turns::{Turn, Turns};
+use crate::intake::pacer::Pacer;
 use crate::resilience::client::ServiceClient;
 
 /// The span of one event's workflow: a consumer span continuing the trace of
@@ -56,7 +55,7 @@ pub struct Workflow {
     /// How far apart redrives start.
     pub(super) redrives: Pacer,
     /// The deliveries' events whose order matters, and the reschedules read.
-    pub(super) reschedules: Arc<Reschedules>,
+    pub(super) turns: Arc<Turns>,
 }
 
 /// An event as it was read: decoded, with its place among its delivery's
@@ -67,7 +66,7 @@ pub struct Admitted {
     /// The lane of the partition it was read from.
     lane: Lane,
     turn: Option<Turn>,
-    reschedules: Arc<Reschedules>,
+    turns: Arc<Turns>,
 }
 
 impl Admitted {
@@ -93,7 +92,7 @@ impl Admitted {
             event: Event::decode(&event.payload),
             lane: Lane::Normal,
             turn: None,
-            reschedules: Arc::default(),
+            turns: Arc::default(),
         }
     }
 }
@@ -103,7 +102,7 @@ impl Drop for Admitted {
     /// it is read again, or dead-lettered.
     fn drop(&mut self) {
         if let Ok(Event::DeliveryRescheduled(reschedule)) = &self.event {
-            self.reschedules.handled(reschedule);
+            self.turns.handled(reschedule);
         }
     }
 }
@@ -126,7 +125,7 @@ impl Workflow {
             tally: Arc::default(),
             processing_after,
             redrives: Pacer::new(redrive_per_s),
-            reschedules: Arc::default(),
+            turns: Arc::default(),
         }
     }
 
@@ -136,12 +135,10 @@ impl Workflow {
     pub fn admit(&self, event: &StreamEvent, lane: Lane) -> Admitted {
         let decoded = Event::decode(&event.payload);
         let turn = match &decoded {
-            Ok(Event::DeliveryRequested(request)) => {
-                Some(self.reschedules.turn(&request.delivery_id))
-            }
+            Ok(Event::DeliveryRequested(request)) => Some(self.turns.turn(&request.delivery_id)),
             Ok(Event::DeliveryRescheduled(reschedule)) => {
-                self.reschedules.read(reschedule);
-                Some(self.reschedules.turn(&reschedule.delivery_id))
+                self.turns.read(reschedule);
+                Some(self.turns.turn(&reschedule.delivery_id))
             }
             Ok(Event::CancellationRequested(_)) | Err(_) => None,
         };
@@ -149,7 +146,7 @@ impl Workflow {
             event: decoded,
             lane,
             turn,
-            reschedules: Arc::clone(&self.reschedules),
+            turns: Arc::clone(&self.turns),
         }
     }
 

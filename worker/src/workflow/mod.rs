@@ -7,7 +7,7 @@
 //! A redrive: a delivery request of a later attempt epoch, begun on a Failed
 //! delivery ([`redrive`]).
 //!
-//! A reschedule: applied in its delivery's stream order ([`reschedules`]);
+//! A reschedule: applied in its delivery's stream order ([`turns`]);
 //! before the steps run they use the new values, after Scheduled the
 //! Delivery and Drone bookings are updated ([`reschedule`]).
 //!
@@ -31,10 +31,10 @@ mod outcome;
 mod ownership;
 mod redrive;
 mod reschedule;
-mod reschedules;
 mod retry;
 pub mod status;
 pub mod steps;
+mod turns;
 
 pub use self::engine::{Admitted, Workflow};
 pub use self::outcome::{Outcome, Tally};

@@ -27,6 +27,22 @@ pub enum Outcome {
     Nacked,
 }
 
+/// Whether a redrive runs (its epoch begun on the document) or why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Begin {
+    /// The epoch began now, or had begun (a replay): run it.
+    Run,
+    /// No document, a later epoch, or a delivery that did not fail.
+    Skip(&'static str),
+}
+
+/// What became of a reschedule event.
+pub(super) enum Handled {
+    Done(Outcome),
+    /// It cannot be applied, and goes to the dead letters with this reason.
+    GiveUp(String),
+}
+
 impl Outcome {
     /// Whether the event is done with, so that the checkpoint may pass it.
     pub fn is_completed(self) -> bool {

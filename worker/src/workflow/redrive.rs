@@ -9,28 +9,16 @@
 //! against `worker.rate_limit_per_s`, as every event does), so that a redrive
 //! of a whole outage's failures does not crowd out new deliveries.
 
-use std::sync::Mutex;
-use std::time::Duration;
-
 use skyport_core::event::DeliveryRequested;
 use skyport_core::status::{DeliveryState, Epoch};
 use time::OffsetDateTime;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Workflow;
+use super::outcome::Begin;
 use super::retry::Interrupted;
 use super::status::Decision;
 use crate::metrics::{self, OutcomeLabels};
-
-/// Why a redrive is not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Begin {
-    /// The epoch began now, or had begun (a replay): run it.
-    Run,
-    /// No document, a later epoch, or a delivery that did not fail.
-    Skip(&'static str),
-}
 
 impl Workflow {
     /// Begins the epoch `request` runs on its delivery's document, when the
@@ -94,63 +82,5 @@ impl Workflow {
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
         Ok(begin)
-    }
-}
-
-/// Spaces redrives `1/rate` apart (a rate of 0: no limit). Cheaper than a
-/// slot pool with a refill task: the next start time is all it keeps.
-#[derive(Debug)]
-pub(super) struct Pacer {
-    interval: Duration,
-    next: Mutex<Option<Instant>>,
-}
-
-impl Pacer {
-    pub(super) fn new(per_s: u32) -> Self {
-        Self {
-            interval: if per_s == 0 {
-                Duration::ZERO
-            } else {
-                Duration::from_secs(1) / per_s
-            },
-            next: Mutex::new(None),
-        }
-    }
-
-    /// Waits for this caller's turn.
-    pub(super) async fn wait(&self) {
-        if self.interval.is_zero() {
-            return;
-        }
-        let at = {
-            let mut next = self
-                .next
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let now = Instant::now();
-            let at = next.map_or(now, |next| next.max(now));
-            *next = Some(at + self.interval);
-            at
-        };
-        tokio::time::sleep_until(at).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_pacer_spaces_callers_by_its_rate() {
-        let pacer = Pacer::new(10);
-        let start = Instant::now();
-        for _ in 0..5 {
-            pacer.wait().await;
-        }
-        assert_eq!(start.elapsed(), Duration::from_millis(400));
-        let unlimited = Pacer::new(0);
-        let start = Instant::now();
-        unlimited.wait().await;
-        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }

@@ -1,5 +1,5 @@
 //! A reschedule, in its turn after the events of its delivery read before
-//! it ([`super::reschedules`]).
+//! it ([`super::turns`]).
 //!
 //! One the request's steps ran with is recorded already, and ends here. On a
 //! Scheduled delivery the Delivery and Drone bookings are updated, each
@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Workflow;
-use super::outcome::Outcome;
+use super::outcome::{Handled, Outcome};
 use super::retry::Interrupted;
 use super::status::Decision;
 use super::steps::{self, update_key};
@@ -30,13 +30,6 @@ use crate::resilience::client::StepError;
 /// runs (one whose request this worker did not read) to end.
 const WAIT_FOR_END: Duration = Duration::from_secs(60);
 const LOOK_AGAIN: Duration = Duration::from_millis(250);
-
-/// What became of a reschedule event.
-pub(super) enum Handled {
-    Done(Outcome),
-    /// It cannot be applied, and goes to the dead letters with this reason.
-    GiveUp(String),
-}
 
 /// The bookings a reschedule updates, in order.
 const BOOKINGS: [Step; 2] = [Step::Delivery, Step::Drone];
@@ -49,7 +42,7 @@ impl Workflow {
         &self,
         request: &'a DeliveryRequested,
     ) -> (Cow<'a, DeliveryRequested>, Vec<ChangeRecord>) {
-        let pending = self.reschedules.pending(&request.delivery_id);
+        let pending = self.turns.pending(&request.delivery_id);
         if pending.is_empty() {
             return (Cow::Borrowed(request), Vec::new());
         }

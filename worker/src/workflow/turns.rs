@@ -5,7 +5,7 @@
 //! The worker runs a partition's events concurrently. Each event takes its
 //! [`Turn`] when it is read (in the partition's order, before any of them
 //! runs); a reschedule waits for the turns of its delivery before it. A
-//! reschedule read is also [`Reschedules::pending`] from then until it is
+//! reschedule read is also [`Turns::pending`] from then until it is
 //! handled, so that a request that starts after it was read runs its steps
 //! with the new values: read in one batch with its request, a reschedule
 //! changes what the request books rather than updating the bookings after.
@@ -23,15 +23,15 @@ struct Registry {
     /// when it ends.
     tails: HashMap<String, (u64, oneshot::Receiver<()>)>,
     next_turn: u64,
-    /// Reschedules read and not yet handled, per delivery, in stream order.
+    /// Turns read and not yet handled, per delivery, in stream order.
     pending: HashMap<String, Vec<DeliveryRescheduled>>,
 }
 
 /// The turns and pending reschedules of the deliveries this worker reads.
 #[derive(Debug, Default)]
-pub(super) struct Reschedules(Mutex<Registry>);
+pub(super) struct Turns(Mutex<Registry>);
 
-impl Reschedules {
+impl Turns {
     fn lock(&self) -> MutexGuard<'_, Registry> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -55,7 +55,7 @@ impl Reschedules {
         }
     }
 
-    /// Notes a reschedule read, until [`Reschedules::handled`].
+    /// Notes a reschedule read, until [`Turns::handled`].
     pub(super) fn read(&self, reschedule: &DeliveryRescheduled) {
         self.lock()
             .pending
@@ -92,7 +92,7 @@ impl Reschedules {
 /// one go.
 #[derive(Debug)]
 pub(super) struct Turn {
-    registry: Arc<Reschedules>,
+    registry: Arc<Turns>,
     id: String,
     number: u64,
     previous: Option<oneshot::Receiver<()>>,
@@ -146,7 +146,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_turn_comes_after_the_turns_of_its_delivery_before_it() {
-        let reschedules = Arc::new(Reschedules::default());
+        let reschedules = Arc::new(Turns::default());
         let first = reschedules.turn("d-1");
         let mut other = reschedules.turn("d-2");
         let mut second = reschedules.turn("d-1");
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_reschedule_is_pending_from_its_read_until_it_is_handled() {
-        let reschedules = Reschedules::default();
+        let reschedules = Turns::default();
         let (a, b) = (reschedule("d-1", "a"), reschedule("d-1", "b"));
         reschedules.read(&a);
         reschedules.read(&b);

@@ -28,10 +28,11 @@ pub use self::status::{
     ETag, ListCursor, ListPage, ListQuery, Precondition, StatusStore, StatusStoreError, Versioned,
 };
 pub use self::stream::{
-    ConsumeError, Consumer, EventProperties, Lane, OutboundEvent, PartitionReader, Position,
+    ConsumeError, Consumer, EventProperties, OutboundEvent, PartitionReader, Position,
     PublishError, Publisher, StreamEvent,
 };
 pub use crate::error::BoxError;
+pub use crate::lane::Lane;
 
 /// The ports a Skyport process runs on, opened by the binary that composes
 /// the adapters the settings choose.

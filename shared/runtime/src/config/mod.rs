@@ -26,6 +26,7 @@ mod profile;
 mod reference;
 mod services;
 mod simulator;
+mod store;
 mod stream;
 mod telemetry;
 #[cfg(test)]
@@ -51,7 +52,8 @@ pub use self::load::{Cli, ENV_PREFIX, EXIT_CONFIG};
 pub use self::profile::Profile;
 pub use self::services::{ServicesProtocol, ServicesSettings};
 pub use self::simulator::SimulatorSettings;
-pub use self::stream::{StoreBackend, StoreSettings, StreamBackend, StreamSettings};
+pub use self::store::{StoreBackend, StoreSettings};
+pub use self::stream::{StreamBackend, StreamSettings};
 pub use self::telemetry::{LogFormat, TelemetrySettings};
 pub use self::throughput::{
     GlobalControlSettings, GroupScope, MIN_RENEW_INTERVAL_MS, OnInitError, Priority,
