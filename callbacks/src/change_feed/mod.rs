@@ -10,7 +10,7 @@
 //! - **Balancing** ([`balance`]): every `acquire_interval` an instance takes
 //!   leases nobody renewed within `expiry`, up to its equal share, else
 //!   steals one from the busiest instance ([`processor`] runs the cycle).
-//! - **Per lease** ([`owned`]): read a batch, hand it to the
+//! - **Per lease** ([`lease_loop`]): read a batch, hand it to the
 //!   [`ChangeHandler`], and only then checkpoint the batch's continuation. A
 //!   handler error hands the same batch over again from the last checkpoint,
 //!   up to `max_attempts`; then each change is tried alone, the ones that
@@ -32,7 +32,7 @@ mod estimator;
 pub(crate) mod fixture;
 mod handler;
 mod lease;
-mod owned;
+mod lease_loop;
 mod processor;
 mod report;
 mod settings;

@@ -2,7 +2,7 @@
 //! `acquire_interval` (or at once after a split) it runs a balancing cycle —
 //! create the leases of ranges that have none, stop a lease whose range
 //! split, take this instance's share ([`super::balance`]) — and starts each
-//! lease it took on its own loop ([`super::owned`]); it estimates the lag
+//! lease it took on its own loop ([`super::lease_loop`]); it estimates the lag
 //! alongside. At shutdown every lease's loop stops and releases its lease
 //! before [`Processor::run`] returns.
 
@@ -29,7 +29,7 @@ use super::balance::{self, Held};
 use super::estimator::Estimator;
 use super::handler::ChangeHandler;
 use super::lease::{LeaseDoc, Leases, Stored};
-use super::owned::{Ended, LeaseLoop};
+use super::lease_loop::{Ended, LeaseLoop};
 use super::report::ProcessorReport;
 use super::settings::ProcessorSettings;
 

@@ -24,30 +24,28 @@
 //! so a process that only publishes never becomes a member.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak, mpsc as std_mpsc};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures_util::FutureExt;
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, Producer as _};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::TopicPartitionList;
-use skyport_core::ports::{ConsumeError, Consumer, Lane, PartitionReader, StreamEvent};
+use skyport_core::ports::{ConsumeError, Consumer, PartitionReader};
 use skyport_runtime::config::KafkaSettings;
 use tokio::sync::{Mutex as AsyncMutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::KafkaOpenError;
 use crate::client::{Topics, client_config, creation_error};
+use crate::reader::{KafkaPartitionReader, Marks, Place};
 
 /// How often the poll thread polls the consumer when nothing wakes it, and
 /// how often librdkafka reports the partitions' high watermarks.
@@ -61,6 +59,9 @@ const PREFETCH_MESSAGES: u32 = 1_000;
 
 type GroupConsumer = StreamConsumer<Context>;
 
+/// A partition's reader, on this member's consumer.
+type Reader = KafkaPartitionReader<Context>;
+
 /// A partition this member reads, as the rebalance callbacks see it.
 #[derive(Debug)]
 struct Assigned {
@@ -72,27 +73,6 @@ struct Assigned {
     marks: Arc<Marks>,
 }
 
-/// A partition's offsets as librdkafka's statistics report them (-1: not
-/// known yet), for [`PartitionReader::unread`].
-#[derive(Debug)]
-struct Marks {
-    /// The high watermark: the offset the next event will get.
-    high: AtomicI64,
-    /// Where reading starts before the reader has handed anything out: the
-    /// group's committed offset, or without one the watermark
-    /// `auto.offset.reset` starts a new group at.
-    start: AtomicI64,
-}
-
-impl Marks {
-    fn unknown() -> Self {
-        Self {
-            high: AtomicI64::new(-1),
-            start: AtomicI64::new(-1),
-        }
-    }
-}
-
 /// This member of the consumer group: its topics, the partitions assigned to
 /// it now, and where their readers go.
 #[derive(Debug)]
@@ -100,7 +80,7 @@ struct Membership {
     topics: Topics,
     consumer: OnceLock<Weak<GroupConsumer>>,
     assigned: Mutex<HashMap<(String, i32), Assigned>>,
-    readers: mpsc::UnboundedSender<KafkaPartitionReader>,
+    readers: mpsc::UnboundedSender<Reader>,
     drain_timeout: Duration,
     /// Whether a partition without a committed offset starts at its end
     /// (`auto.offset.reset` set to latest) rather than its beginning.
@@ -202,20 +182,20 @@ impl Context {
                     },
                 );
             tracing::info!(%topic, partition, number, lane = lane.as_str(), "Assigned a Kafka partition.");
-            let reader = KafkaPartitionReader {
-                queue,
-                consumer: Arc::clone(&consumer),
+            let place = Place {
                 topic,
                 partition,
                 number,
                 lane,
+            };
+            let reader = KafkaPartitionReader::new(
+                queue,
+                Arc::clone(&consumer),
+                place,
                 revoked,
                 marks,
-                next: None,
-                checkpointed: None,
-                paused: false,
-                _done: done_tx,
-            };
+                done_tx,
+            );
             if self.shared.readers.send(reader).is_err() {
                 tracing::debug!("The worker no longer takes partitions.");
             }
@@ -285,7 +265,7 @@ impl Context {
 struct Member {
     consumer: Arc<GroupConsumer>,
     shared: Arc<Membership>,
-    readers: AsyncMutex<mpsc::UnboundedReceiver<KafkaPartitionReader>>,
+    readers: AsyncMutex<mpsc::UnboundedReceiver<Reader>>,
     stop: CancellationToken,
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -503,169 +483,6 @@ impl Consumer for KafkaConsumer {
             tracing::warn!(%error, "Leaving the Kafka consumer group failed.");
         } else {
             tracing::info!("Left the Kafka consumer group.");
-        }
-    }
-}
-
-/// One assigned partition, read through its own queue.
-struct KafkaPartitionReader {
-    queue: StreamPartitionQueue<Context>,
-    consumer: Arc<GroupConsumer>,
-    topic: String,
-    partition: i32,
-    number: u32,
-    lane: Lane,
-    revoked: CancellationToken,
-    marks: Arc<Marks>,
-    /// The offset after the last event handed out.
-    next: Option<i64>,
-    /// The highest offset checkpointed through this reader: librdkafka
-    /// stores whatever it is given, so a lower one would move the commit back.
-    checkpointed: Option<i64>,
-    /// Whether fetching the partition is paused (the worker takes no more now).
-    paused: bool,
-    /// Dropped with the reader: tells a revocation that this partition is done.
-    _done: std_mpsc::SyncSender<()>,
-}
-
-impl std::fmt::Debug for KafkaPartitionReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaPartitionReader")
-            .field("topic", &self.topic)
-            .field("partition", &self.partition)
-            .field("number", &self.number)
-            .field("next", &self.next)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for KafkaPartitionReader {
-    /// A paused partition is resumed before it goes (before a revocation
-    /// completes), so that it is fetched when this member gets it again.
-    fn drop(&mut self) {
-        if self.paused {
-            self.set_paused(false);
-        }
-    }
-}
-
-/// The event of `message`, the partition numbered `number`; `next` moves past it.
-fn to_event(
-    number: u32,
-    next: &mut Option<i64>,
-    message: &BorrowedMessage<'_>,
-) -> Option<StreamEvent> {
-    let offset = message.offset();
-    *next = Some(offset + 1);
-    Some(StreamEvent {
-        partition: number,
-        offset: u64::try_from(offset).ok()?,
-        payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-    })
-}
-
-#[async_trait]
-impl PartitionReader for KafkaPartitionReader {
-    fn partition(&self) -> u32 {
-        self.number
-    }
-
-    fn lane(&self) -> Lane {
-        self.lane
-    }
-
-    async fn next_batch(&mut self, max: usize) -> Result<Vec<StreamEvent>, ConsumeError> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let first = tokio::select! {
-            biased;
-            () = self.revoked.cancelled() => return Err(ConsumeError::Revoked),
-            message = self.queue.recv() => message.map_err(|e| ConsumeError::Unavailable(Box::new(e)))?,
-        };
-        let mut batch = Vec::with_capacity(max.min(1_024));
-        batch.extend(to_event(self.number, &mut self.next, &first));
-        drop(first);
-        // What is already fetched joins the batch; nothing waits for more.
-        while batch.len() < max {
-            let Some(Ok(message)) = self.queue.recv().now_or_never() else {
-                break;
-            };
-            batch.extend(to_event(self.number, &mut self.next, &message));
-        }
-        Ok(batch)
-    }
-
-    fn unread(&self) -> Option<u64> {
-        let high = self.marks.high.load(Ordering::Relaxed);
-        let next = match self.next {
-            Some(next) => next,
-            None => self.marks.start.load(Ordering::Relaxed),
-        };
-        // Until the first statistics (a second at most) nothing waits as far
-        // as the reader knows; `None` would tell the worker it never knows.
-        if high < 0 || next < 0 {
-            return Some(0);
-        }
-        Some(u64::try_from(high.saturating_sub(next)).unwrap_or(0))
-    }
-
-    fn set_paused(&mut self, paused: bool) {
-        self.paused = paused;
-        let mut partition = TopicPartitionList::new();
-        partition.add_partition(&self.topic, self.partition);
-        let done = if paused {
-            self.consumer.pause(&partition)
-        } else {
-            self.consumer.resume(&partition)
-        };
-        match done {
-            Ok(()) => {
-                tracing::debug!(topic = %self.topic, partition = self.partition, paused, "Fetching of the partition paused or resumed.")
-            }
-            Err(error) => {
-                tracing::warn!(topic = %self.topic, partition = self.partition, paused, %error, "Cannot pause or resume fetching the partition.")
-            }
-        }
-    }
-
-    async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError> {
-        if self.revoked.is_cancelled() {
-            return Err(ConsumeError::Revoked);
-        }
-        let offset = i64::try_from(offset)
-            .map_err(|_| ConsumeError::Unavailable("offset out of range".into()))?;
-        // Without a timeout the seek is queued at once and what was fetched
-        // before it is discarded; the partition's queue then starts at `offset`.
-        self.consumer
-            .seek(
-                &self.topic,
-                self.partition,
-                rdkafka::Offset::Offset(offset),
-                Duration::ZERO,
-            )
-            .map_err(|e| ConsumeError::Unavailable(Box::new(e)))?;
-        self.next = Some(offset);
-        Ok(())
-    }
-
-    async fn checkpoint(&mut self, offset: u64) -> Result<(), ConsumeError> {
-        let offset = i64::try_from(offset)
-            .map_err(|_| ConsumeError::Unavailable("offset out of range".into()))?;
-        if self.checkpointed.is_some_and(|highest| offset <= highest) {
-            return Ok(());
-        }
-        // librdkafka stores offset + 1: the next offset to read.
-        match self
-            .consumer
-            .store_offset(&self.topic, self.partition, offset)
-        {
-            Ok(()) => {
-                self.checkpointed = Some(offset);
-                Ok(())
-            }
-            Err(KafkaError::StoreOffset(RDKafkaErrorCode::State)) => Err(ConsumeError::Revoked),
-            Err(error) => Err(ConsumeError::Unavailable(Box::new(error))),
         }
     }
 }

@@ -8,6 +8,7 @@
 mod client;
 mod consumer;
 mod publisher;
+mod reader;
 
 pub use self::client::client_config;
 pub use self::consumer::KafkaConsumer;
