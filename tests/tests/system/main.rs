@@ -41,6 +41,7 @@ mod retention;
 mod rolling_upgrade;
 mod slow_clients;
 mod stream_contract;
+mod structure;
 mod tenancy;
 mod throughput_control;
 mod waiting;
