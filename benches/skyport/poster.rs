@@ -18,7 +18,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::BODY;
+use crate::bench::BODY;
 
 /// What a posting run got back.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -17,9 +17,10 @@ use skyport_core::ports::Lane;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::bench::{BODY, Bench, micros_to_terminal, terminal_documents};
+use crate::phases::{Verdict, latency};
 use crate::poster::{self, Latency, Naming, Schedule};
 use crate::servers::AllInOne;
-use crate::{BODY, Bench, micros_to_terminal, terminal_documents};
 
 /// Each quiet client's rate, and A's quota: A posts at ten times it.
 const QUIET_RATE: u32 = 50;
@@ -199,6 +200,97 @@ impl Bench {
             noisy,
             ratio,
         })
+    }
+}
+
+impl Expedited {
+    /// The expedited deliveries' time to terminal, each in its lane.
+    pub(crate) fn verdicts(&self) -> Vec<Verdict> {
+        vec![Verdict {
+            what: format!(
+                "expedited: a burst of {} drained at {}/s, one expedited delivery a second meanwhile ({} posted)",
+                self.burst, self.drain_rate, self.expedited
+            ),
+            measured: format!(
+                "expedited time to terminal {}, {} of {} in their lane; the burst drained in {:.1} s (its time to terminal {}), which an expedited delivery would have waited without its lane",
+                latency(self.expedited_terminal.as_ref()),
+                self.in_lane,
+                self.expedited,
+                self.drain_s,
+                latency(self.normal.as_ref())
+            ),
+            target: "p99 ≤ 1 s",
+            met: Some(
+                self.in_lane == self.expedited
+                    && self
+                        .expedited_terminal
+                        .as_ref()
+                        .is_some_and(|l| l.p99_ms <= 1_000.0),
+            ),
+        }]
+    }
+
+    /// What fails the run: an expedited delivery out of its lane, or none terminal.
+    pub(crate) fn failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.in_lane < self.expedited || self.expedited_terminal.is_none() {
+            failures.push(format!(
+                "expedited: {} of {} expedited deliveries ran in their lane",
+                self.in_lane, self.expedited
+            ));
+        }
+        failures
+    }
+}
+
+impl NoisyNeighbour {
+    /// A refused beyond its quota, B to E not, and their time to terminal
+    /// beside A against alone.
+    pub(crate) fn verdicts(&self) -> Vec<Verdict> {
+        vec![Verdict {
+            what: format!(
+                "noisy neighbour: A at {}/s (quota {}/s) beside B to E at {}/s each, {} s; B to E alone first",
+                self.noisy_rate, self.quota_per_s, self.quiet_rate, self.duration_s
+            ),
+            measured: format!(
+                "A: {} accepted, {} refused (429) of {}; B to E: {} refused beside A, {} alone; their time to terminal {} beside A against {} alone: p99 {:.2} ×",
+                self.noisy.accepted,
+                self.noisy.refused,
+                self.noisy.sent,
+                self.quiet_beside.refused,
+                self.quiet_alone.refused,
+                latency(self.quiet_beside_terminal.as_ref()),
+                latency(self.quiet_alone_terminal.as_ref()),
+                self.ratio
+            ),
+            target: "A refused beyond its quota; B to E: no 429, p99 ≤ 2 ×",
+            met: Some(
+                self.noisy.refused > 0
+                    && self.quiet_beside.refused == 0
+                    && self.quiet_alone.refused == 0
+                    && self.ratio <= 2.0,
+            ),
+        }]
+    }
+
+    /// What fails the run: B to E refused, A never refused, or an answer
+    /// neither 202 nor 429.
+    pub(crate) fn failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.quiet_beside.refused > 0
+            || self.quiet_alone.refused > 0
+            || self.noisy.refused == 0
+            || self.noisy.other + self.quiet_beside.other + self.quiet_alone.other > 0
+        {
+            failures.push(format!(
+                "noisy neighbour: B to E refused {} and {}, A refused {}, answers neither 202 nor 429: {}",
+                self.quiet_alone.refused,
+                self.quiet_beside.refused,
+                self.noisy.refused,
+                self.noisy.other + self.quiet_beside.other + self.quiet_alone.other
+            ));
+        }
+        failures
     }
 }
 

@@ -18,9 +18,10 @@ use skyport_gateway::receipt::Receipts;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 
+use crate::bench::{BODY, Bench};
 use crate::load::Measured;
+use crate::phases::{Verdict, latency};
 use crate::poster::Latency;
-use crate::{BODY, Bench};
 
 /// How long a held read asks to wait.
 const WAIT_S: u64 = 10;
@@ -49,8 +50,15 @@ pub(crate) struct HeldReads {
 impl Bench {
     pub(crate) async fn held_reads(&self) -> anyhow::Result<HeldReads> {
         let plan = &self.plan;
-        let settings = self.settings("held-reads", &[])?;
-        let (system, services) = self.system("held-reads", 0, &[]).await?;
+        // Every read comes from this one client: it may hold them all (the
+        // default share of one client, `gateway.max_waiting_per_client`, is 64).
+        let room = (plan.held + 64).to_string();
+        let waiting = [
+            ("gateway.max_waiting", room.clone()),
+            ("gateway.max_waiting_per_client", room),
+        ];
+        let settings = self.settings("held-reads", &waiting)?;
+        let (system, services) = self.system("held-reads", 0, &waiting).await?;
         Self::await_partitions("held-reads", &system, settings.stream.partitions).await?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(WAIT_S + 20))
@@ -135,6 +143,64 @@ impl Bench {
             posts_alone,
             posts_beside_held,
         })
+    }
+}
+
+impl HeldReads {
+    /// Reads a delivery took and how soon after its terminal write; the POSTs
+    /// beside the held reads against alone.
+    pub(crate) fn verdicts(&self) -> Vec<Verdict> {
+        vec![
+            Verdict {
+                what: format!(
+                    "held reads: {} deliveries at {}/s, each read with wait=10 until terminal",
+                    self.deliveries, self.rate
+                ),
+                measured: format!(
+                    "at most {} reads each ({} took two); terminal write to answer: {}",
+                    self.most_reads,
+                    self.two_reads,
+                    latency(self.after_write.as_ref())
+                ),
+                target: "≤ 2 reads; p99 ≤ 50 ms",
+                met: Some(
+                    self.most_reads <= 2
+                        && self.after_write.as_ref().is_some_and(|l| l.p99_ms <= 50.0),
+                ),
+            },
+            Verdict {
+                what: format!(
+                    "POSTs beside {} held reads (max_in_flight {}), closed loop at 64 connections",
+                    self.held, self.max_in_flight
+                ),
+                measured: format!(
+                    "{:.0}/s against {:.0}/s alone: {:.2} ×; 503s {} beside, {} alone; p99 {:.2} ms against {:.2} ms",
+                    self.posts_beside_held.requests_per_s,
+                    self.posts_alone.requests_per_s,
+                    self.ratio,
+                    self.posts_beside_held.status("503"),
+                    self.posts_alone.status("503"),
+                    self.posts_beside_held.p99_ms,
+                    self.posts_alone.p99_ms
+                ),
+                target: "within noise (≥ 0.9 ×), no 503",
+                met: Some(self.ratio >= 0.9 && self.posts_beside_held.status("503") == 0),
+            },
+        ]
+    }
+
+    /// What fails the run: a delivery that took more than two reads; in a
+    /// smoke run, no POST accepted beside the held reads.
+    pub(crate) fn failures(&self, full: bool) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.most_reads > 2 || (!full && self.posts_beside_held.status("202") == 0) {
+            failures.push(format!(
+                "held reads: a delivery took {} reads, {} POSTs accepted beside them",
+                self.most_reads,
+                self.posts_beside_held.status("202")
+            ));
+        }
+        failures
     }
 }
 

@@ -26,6 +26,12 @@
 //!    fleet without workers takes the same backlog: its gateway alone, a
 //!    process of its own, what the run's gateway is held against.
 
+mod chart;
+mod results;
+
+pub(crate) use chart::chart;
+pub(crate) use results::{FleetPhase, FleetRun, GatewayAlone, StreamRun};
+
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -37,14 +43,14 @@ use skyport_tests::kafka::Broker;
 
 use skyport::plan::{self, Costs, Shape};
 
+use crate::bench::{BODY, Bench, SERVICE_LATENCY_MS, micros_to_terminal};
 use crate::cpu::CpuTime;
 use crate::harness::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Member, Options};
 use crate::harness::servers::Server;
 use crate::harness::shape::{API_KEY, CALLBACK_SECRET, RECEIPT_KEY, Stream, change_feed_timings};
+use crate::memory;
 use crate::poster::{self, Schedule};
-use crate::report::{FleetPhase, FleetRun, GatewayAlone, StreamRun};
 use crate::servers::GatewayOnly;
-use crate::{BODY, Bench, SERVICE_LATENCY_MS, memory, micros_to_terminal};
 
 /// Partitions of the all-in-one runs' streams, as many as the embedded stream's.
 const PARTITIONS: u32 = 8;

@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Bench;
+use crate::bench::Bench;
 use crate::load::Measured;
+use crate::phases::Verdict;
 use crate::servers::GatewayOnly;
 
 const CONNECTIONS: u32 = 64;
@@ -68,5 +69,38 @@ impl Bench {
             .await?;
         gateway.stop().await?;
         Ok(measured)
+    }
+}
+
+impl QuotaCost {
+    /// Quotas on against off.
+    pub(crate) fn verdicts(&self) -> Vec<Verdict> {
+        let ratios: Vec<String> = self.ratios.iter().map(|r| format!("{r:.2}")).collect();
+        vec![Verdict {
+            what: format!(
+                "the gateway with quotas on (every request charged to one client), closed loop at {} connections",
+                self.connections
+            ),
+            measured: format!(
+                "{:.0}/s against {:.0}/s off: {:.2} × (rounds: {}); p99 {:.2} ms against {:.2} ms",
+                self.on.requests_per_s,
+                self.off.requests_per_s,
+                self.ratio,
+                ratios.join(", "),
+                self.on.p99_ms,
+                self.off.p99_ms
+            ),
+            target: "≥ 0.95 ×",
+            met: Some(self.ratio >= 0.95),
+        }]
+    }
+
+    /// What fails a smoke run: nothing accepted with quotas on.
+    pub(crate) fn failures(&self, full: bool) -> Vec<String> {
+        let mut failures = Vec::new();
+        if !full && self.on.status("202") == 0 {
+            failures.push("quotas: nothing accepted with quotas on".into());
+        }
+        failures
     }
 }
