@@ -93,10 +93,11 @@ pub struct EmbeddedStore {
     pub(crate) changes: watch::Receiver<u64>,
 }
 
-/// At most this many database reads run at once. A read can wait for a
-/// commit's fsync (redb's readers take the header lock that a commit holds),
-/// and a blocking-pool thread per waiting read would grow the pool, and the
-/// allocator's per-thread heaps, by hundreds under load.
+/// At most this many scans run at once on the blocking pool. A scan can
+/// read many pages from disk, and a blocking-pool thread per waiting scan
+/// would grow the pool, and the allocator's per-thread heaps, by hundreds
+/// under load. (A point read needs no slot: redb 4 takes a reader's snapshot
+/// under a lock that a commit releases before its fsync.)
 const MAX_CONCURRENT_READS: usize = 16;
 
 impl EmbeddedStore {
@@ -284,7 +285,8 @@ impl EmbeddedStore {
         .map_err(|e| DeadLetterError::Unavailable(Box::new(e)))
     }
 
-    /// Runs a read on the blocking pool, so that disk reads never stall the
+    /// Runs a read that scans (a page of a listing, of changes, of dead
+    /// letters) on the blocking pool, so that its disk reads never stall the
     /// async workers, once one of the read slots is free.
     pub(crate) async fn blocking<T: Send + 'static>(
         &self,
@@ -368,24 +370,24 @@ impl Publisher for EmbeddedStore {
 
 #[async_trait]
 impl StatusStore for EmbeddedStore {
+    /// A point read runs on the caller's thread: one lookup, as the
+    /// reservation check's, costs less than the hop to the blocking pool
+    /// (which is for the reads that scan), and the worker makes one before
+    /// every delivery's first step.
     async fn get(&self, id: &str) -> Result<Option<Versioned>, StatusStoreError> {
-        let db = Arc::clone(&self.db);
-        let key = id.to_owned();
-        let found = self
-            .blocking(move || -> Result<_, redb::Error> {
-                let txn = db.begin_read()?;
-                let table = match txn.open_table(STATUS) {
-                    Ok(table) => table,
-                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                    Err(e) => return Err(e.into()),
-                };
-                Ok(table.get(key.as_str())?.map(|guard| {
-                    let (version, body) = guard.value();
-                    (version, body.to_vec())
-                }))
-            })
-            .await
-            .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?;
+        let point_read = || -> Result<_, redb::Error> {
+            let txn = self.db.begin_read()?;
+            let table = match txn.open_table(STATUS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            Ok(table.get(id)?.map(|guard| {
+                let (version, body) = guard.value();
+                (version, body.to_vec())
+            }))
+        };
+        let found = point_read().map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?;
         let Some((version, body)) = found else {
             return Ok(None);
         };
