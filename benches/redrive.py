@@ -7,12 +7,12 @@ redrive and resend"):
     # 1. N deliveries that fail at Account (their owner is suspended), through the all-in-one:
     target/release/skyport --listen 127.0.0.1:18480 --set embedded.data_dir=/tmp/redrive/500k \\
         --set 'simulator.suspended_owners=["suspended"]' &
-    python3 benchmarks/redrive.py post 500000 http://127.0.0.1:18480
+    python3 benches/redrive.py post 500000 http://127.0.0.1:18480
     kill -INT %1; wait
     # 2. the gateway alone on the same data, redriving them LIMIT a call (dry first):
     target/release/skyport-gateway --listen 127.0.0.1:18481 --set embedded.data_dir=/tmp/redrive/500k &
-    python3 benchmarks/redrive.py redrive http://127.0.0.1:18481 $! 10000 --dry-run
-    python3 benchmarks/redrive.py redrive http://127.0.0.1:18481 $! 10000
+    python3 benches/redrive.py redrive http://127.0.0.1:18481 $! 10000 --dry-run
+    python3 benches/redrive.py redrive http://127.0.0.1:18481 $! 10000
 
 `post` returns once the workflow has failed every delivery it posted (the
 all-in-one's `skyport_workflow_events_total{outcome="failed"}`). `redrive`

@@ -3,7 +3,7 @@ measuring what each delivery keeps in the embedded store (docs/operations.md,
 "Sizing the embedded store"):
 
     cargo run --release -- --set embedded.data_dir=/tmp/sizing
-    python3 benchmarks/sizing.py 20000 http://127.0.0.1:8080
+    python3 benches/sizing.py 20000 http://127.0.0.1:8080
     # once skyport_workflow_events_total{outcome="scheduled"} reaches 20000:
     ls -l /tmp/sizing/skyport.redb
 
