@@ -58,10 +58,6 @@ mod bench;
 mod callbacks;
 mod charts;
 mod cpu;
-// The fleet test's processes and servers; the fleet phases use part of them.
-#[allow(dead_code, reason = "the fleet test uses what the fleet phases do not")]
-#[path = "../../tests/fleet/harness/mod.rs"]
-mod harness;
 mod load;
 mod memory;
 mod phases;
@@ -75,10 +71,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bench::Bench;
-use harness::shape::Stream;
 use report::Results;
 use skyport_runtime::config::LogFormat;
 use skyport_runtime::telemetry::Telemetry;
+use skyport_tests::fleet::shape::Stream;
 
 /// The allocator of every Skyport binary: the phases run Skyport in this
 /// process, so it allocates as `skyport` does.
@@ -222,8 +218,8 @@ impl Phases {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // The fleet phases' brokers and emulator: this binary again, as a server.
-    if args.first().map(String::as_str) == Some(harness::servers::ROLE) {
-        return harness::servers::serve(&args[1..]);
+    if args.first().map(String::as_str) == Some(skyport_tests::fleet::servers::ROLE) {
+        return skyport_tests::fleet::servers::serve(&args[1..]);
     }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,8 +18,8 @@ use skyport_tests::webhooks::{Receiver, verify_with_python};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::fleet::Pool;
 use crate::shape::{API_KEY, CALLBACK_SECRET};
+use skyport_tests::fleet::Pool;
 
 /// Requests in flight at once.
 const CONCURRENCY: usize = 32;

@@ -8,20 +8,15 @@
 //! time (no harness: nothing else runs beside them); `cargo test --test fleet
 //! -- kafka` or `-- eventhubs/killed` runs the scenarios whose name contains
 //! the argument. The same executable serves the shared servers
-//! (`servers::ROLE`). The processes and servers are the [`harness`] the
-//! benchmark's fleet phases share.
+//! (`servers::ROLE`). The processes and servers are `skyport_tests::fleet`,
+//! which the benchmark's fleet phases share.
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(
-    dead_code,
-    reason = "the benchmark's fleet phases use what the scenarios do not"
-)]
-mod harness;
 mod load;
 mod scenarios;
 
-use harness::{fleet, servers, shape};
+use skyport_tests::fleet::{servers, shape};
 
 use std::process::ExitCode;
 

@@ -12,12 +12,12 @@ use skyport_core::status::{StatusDocument, Step};
 use skyport_tests::simulator_stats;
 use tokio::task::JoinSet;
 
-use crate::fleet::{Fleet, Member, Options, even};
 use crate::load::{Accepted, Clients, assert_scheduled, expect_callbacks_once};
 use crate::shape::{
     KAFKA_SESSION_TIMEOUT_MS, LEASE_EXPIRY_MS, OWNERSHIP_EXPIRY_MS, Role, Stream,
     THROUGHPUT_EXPIRY_MS,
 };
+use skyport_tests::fleet::{Fleet, LEASES, Member, Options, even};
 
 type Scenario = fn(Stream) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -174,7 +174,7 @@ async fn steady_state(stream: Stream) {
         even(&partitions, fleet.partitions()),
         "partitions {partitions:?}"
     );
-    assert!(even(&leases, crate::fleet::LEASES), "leases {leases:?}");
+    assert!(even(&leases, LEASES), "leases {leases:?}");
     let replayed = replays(&fleet).await;
     println!(
         "fleet {}/steady-state: spread in {spread:?}; {COUNT} accepted in {:.1} s, all Scheduled in {:.1} s; \

@@ -11,6 +11,7 @@ pub mod dead_letters_contract;
 pub mod decoders;
 pub mod eventhubs;
 pub mod eventhubs_broker;
+pub mod fleet;
 pub mod helm;
 pub mod idempotency_contract;
 pub mod kafka;

@@ -16,7 +16,7 @@
 //!    a fleet worker is compared with.
 //! 4. The gateway alone on the stream and Cosmos DB, in this process: printed
 //!    beside what a fleet gateway is compared with (5).
-//! 5. The fleet as the Helm chart installs it (`tests/fleet/harness`): one
+//! 5. The fleet as the Helm chart installs it (`skyport_tests::fleet`): one
 //!    gateway and 1, 2 and 3 workers as processes of the real binaries, its
 //!    own broker and emulator, the services at 20 ms; a backlog posted at
 //!    once with the workers stopped, then drained, each process's CPU time
@@ -45,12 +45,14 @@ use skyport::plan::{self, Costs, Shape};
 
 use crate::bench::{BODY, Bench, SERVICE_LATENCY_MS, micros_to_terminal};
 use crate::cpu::CpuTime;
-use crate::harness::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Member, Options};
-use crate::harness::servers::Server;
-use crate::harness::shape::{API_KEY, CALLBACK_SECRET, RECEIPT_KEY, Stream, change_feed_timings};
 use crate::memory;
 use crate::poster::{self, Schedule};
 use crate::servers::GatewayOnly;
+use skyport_tests::fleet::servers::Server;
+use skyport_tests::fleet::shape::{
+    API_KEY, CALLBACK_SECRET, RECEIPT_KEY, Stream, change_feed_timings,
+};
+use skyport_tests::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Member, Options};
 
 /// Partitions of the all-in-one runs' streams, as many as the embedded stream's.
 const PARTITIONS: u32 = 8;

@@ -4,31 +4,56 @@
 //! ADDRESS`, and stops on SIGTERM or when its standard input closes (so it
 //! never outlives the test that started it).
 
+use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use skyport_azure::cosmos::emulator::server;
-use skyport_tests::eventhubs_broker::EventHubsBroker;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
+
+use crate::eventhubs_broker::EventHubsBroker;
 
 /// A process of the fleet, killed when the test drops it. It captures no
 /// backtrace for the errors it handles: `RUST_BACKTRACE=1`, where the tests
 /// run with it, is for their panics, and the Azure SDK builds an error, with
 /// its backtrace, for every header it looks for and misses, which took a
 /// fifth of the Cosmos DB emulator's CPU (a production process runs without).
-pub(crate) fn process(program: impl AsRef<std::ffi::OsStr>) -> Command {
+pub fn process(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut command = Command::new(program);
     command.env("RUST_LIB_BACKTRACE", "0").kill_on_drop(true);
     command
 }
 
+/// The binary `name` of the skyport package (`skyport-gateway`,
+/// `skyport-worker`, `skyport-simulator`), from the build that runs this
+/// executable: cargo builds a package's binaries before its tests and
+/// benches, and puts them one directory above theirs (`deps/`).
+///
+/// # Panics
+/// When it is not there, naming the command that builds it.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join(name))
+        .unwrap_or_else(|| panic!("{} has no build directory", exe.display()));
+    assert!(
+        path.exists(),
+        "{} is missing: the fleet runs from the skyport package's tests and benches, \
+         for which cargo builds it (`cargo build --bin {name}`)",
+        path.display()
+    );
+    path
+}
+
 /// The argument that makes this executable a server.
-pub(crate) const ROLE: &str = "--serve";
+pub const ROLE: &str = "--serve";
 
 /// Runs the server `args` name; the exit code says whether it started.
-pub(crate) fn serve(args: &[String]) -> ExitCode {
+pub fn serve(args: &[String]) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -105,7 +130,7 @@ fn stopped() -> CancellationToken {
 ///
 /// # Panics
 /// When it exits or says nothing of the kind within 30 s.
-pub(crate) async fn announced(child: &mut Child, prefix: &str, what: &str) -> String {
+pub async fn announced(child: &mut Child, prefix: &str, what: &str) -> String {
     let stdout = child.stdout.take().unwrap();
     let mut lines = tokio::io::BufReader::new(stdout).lines();
     tokio::time::timeout(Duration::from_secs(30), async {
@@ -122,9 +147,9 @@ pub(crate) async fn announced(child: &mut Child, prefix: &str, what: &str) -> St
 
 /// A server started by [`Server::start`]; killed when dropped.
 #[derive(Debug)]
-pub(crate) struct Server {
+pub struct Server {
     /// What it printed after `serving on`.
-    pub(crate) address: String,
+    pub address: String,
     child: Child,
 }
 
@@ -133,7 +158,7 @@ impl Server {
     ///
     /// # Panics
     /// When it cannot start or does not say where it serves within 30 s.
-    pub(crate) async fn start(role: &[&str]) -> Self {
+    pub async fn start(role: &[&str]) -> Self {
         let mut child = process(std::env::current_exe().unwrap())
             .arg(ROLE)
             .args(role)
@@ -146,12 +171,12 @@ impl Server {
     }
 
     /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id().unwrap()
     }
 
     /// Stops it (its standard input closes) and waits for it.
-    pub(crate) async fn stop(mut self) {
+    pub async fn stop(mut self) {
         drop(self.child.stdin.take());
         if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await

@@ -9,10 +9,10 @@ use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::kafka::Broker;
+use crate::metric_sum;
+use crate::webhooks::{Behaviour, Receiver};
 use skyport_azure::cosmos::emulator::server::{STATS_PATH, ServedStats};
-use skyport_tests::kafka::Broker;
-use skyport_tests::metric_sum;
-use skyport_tests::webhooks::{Behaviour, Receiver};
 use tokio::process::Child;
 
 use super::servers::{Server, announced, process};
@@ -20,33 +20,33 @@ use super::shape::{Endpoints, Role, Shape, Stream, overrides};
 
 /// Kafka's topic and partitions (`ci/kafka-values.yaml` assumes 6), and
 /// Event Hubs' hubs of 4 partitions each (`ci/azure-values.yaml`).
-pub(crate) const TOPIC: &str = "deliveries";
-pub(crate) const KAFKA_PARTITIONS: u32 = 6;
-pub(crate) const HUBS: [&str; 2] = ["deliveries-0", "deliveries-1"];
-pub(crate) const HUB_PARTITIONS: u32 = 4;
+const TOPIC: &str = "deliveries";
+pub const KAFKA_PARTITIONS: u32 = 6;
+pub const HUBS: [&str; 2] = ["deliveries-0", "deliveries-1"];
+pub const HUB_PARTITIONS: u32 = 4;
 /// The callbacks' change-feed leases: one per feed range of the status
 /// container, which the emulator creates with 4 physical partitions.
-pub(crate) const LEASES: usize = 4;
+pub const LEASES: usize = 4;
 /// The series of the callbacks' change-feed processor's leases.
 const CALLBACK_LEASES: &str = "skyport_change_feed_leases_owned{processor=\"skyport-callbacks\"}";
 
 /// How a fleet starts.
 #[derive(Debug, Clone)]
-pub(crate) struct Options {
-    pub(crate) gateways: usize,
-    pub(crate) workers: usize,
+pub struct Options {
+    pub gateways: usize,
+    pub workers: usize,
     /// The emulator answers 429 past a container's RU/s.
-    pub(crate) throttling: bool,
+    pub throttling: bool,
     /// RU/s of each container the first process creates.
-    pub(crate) throughput: u32,
+    pub throughput: u32,
     /// Keys on top of the shape's overrides.
-    pub(crate) keys: Vec<(&'static str, String)>,
+    pub keys: Vec<(&'static str, String)>,
     /// How long each simulated service takes to answer.
-    pub(crate) service_latency_ms: u64,
+    pub service_latency_ms: u64,
 }
 
 impl Options {
-    pub(crate) fn new(gateways: usize, workers: usize) -> Self {
+    pub fn new(gateways: usize, workers: usize) -> Self {
         Self {
             gateways,
             workers,
@@ -60,30 +60,30 @@ impl Options {
 
 /// One process of the fleet.
 #[derive(Debug)]
-pub(crate) struct Member {
-    pub(crate) name: String,
+pub struct Member {
+    pub name: String,
     /// `http://ADDRESS` of its listener (the gateway's API, or the worker's admin one).
-    pub(crate) base: String,
+    pub base: String,
     /// `http://ADDRESS` of its probes and `/metrics`: the gateway's internal
     /// listener (`gateway.internal_listen`, as the chart sets it), else `base`.
-    pub(crate) internal: String,
+    pub internal: String,
     child: Child,
-    pub(crate) log: PathBuf,
+    pub log: PathBuf,
 }
 
 impl Member {
     /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id().unwrap()
     }
 
     /// SIGKILL: no drain, no goodbye.
-    pub(crate) async fn kill(mut self) {
+    pub async fn kill(mut self) {
         self.child.kill().await.unwrap();
     }
 
     /// SIGTERM, then waits (at most `within`) for a clean exit.
-    pub(crate) async fn terminate(mut self, within: Duration) {
+    pub async fn terminate(mut self, within: Duration) {
         let pid = i32::try_from(self.child.id().unwrap()).unwrap();
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
@@ -103,12 +103,12 @@ impl Member {
     }
 
     /// The sum of the samples of `series` on its `/metrics`.
-    pub(crate) async fn metric(&self, series: &str) -> f64 {
+    pub async fn metric(&self, series: &str) -> f64 {
         metric_sum(&self.internal, series).await
     }
 
     /// How many series `prefix` (a name and the start of its labels) it exposes.
-    pub(crate) async fn series(&self, prefix: &str) -> usize {
+    pub async fn series(&self, prefix: &str) -> usize {
         let text = reqwest::get(format!("{}/metrics", self.internal))
             .await
             .unwrap()
@@ -130,27 +130,27 @@ enum StreamBroker {
 
 /// A running fleet; its processes stop when it is dropped.
 #[derive(Debug)]
-pub(crate) struct Fleet {
-    pub(crate) stream: Stream,
-    pub(crate) dir: Logs,
+pub struct Fleet {
+    pub stream: Stream,
+    pub dir: Logs,
     shape: Shape,
     keys: BTreeMap<String, String>,
-    pub(crate) cosmos: Server,
+    pub cosmos: Server,
     broker: StreamBroker,
-    pub(crate) simulator: Member,
-    pub(crate) receiver: Receiver,
-    pub(crate) gateways: Vec<Member>,
-    pub(crate) workers: Vec<Member>,
+    pub simulator: Member,
+    pub receiver: Receiver,
+    pub gateways: Vec<Member>,
+    pub workers: Vec<Member>,
     /// The gateways' addresses, as a load balancer sees them.
-    pub(crate) pool: Pool,
+    pub pool: Pool,
     started: usize,
 }
 
 /// The gateways' base URLs, updated as they come and go.
-pub(crate) type Pool = Arc<RwLock<Vec<String>>>;
+pub type Pool = Arc<RwLock<Vec<String>>>;
 
 impl Fleet {
-    pub(crate) async fn start(stream: Stream, options: &Options) -> Self {
+    pub async fn start(stream: Stream, options: &Options) -> Self {
         let dir = Logs(tempfile::tempdir().unwrap());
         let shape = Shape::render(stream, dir.path()).await;
         let mut cosmos_role = vec!["cosmos"];
@@ -217,7 +217,7 @@ impl Fleet {
     }
 
     /// Partitions of the stream in all.
-    pub(crate) fn partitions(&self) -> usize {
+    pub fn partitions(&self) -> usize {
         match self.stream {
             Stream::Kafka => KAFKA_PARTITIONS as usize,
             Stream::EventHubs => HUBS.len() * HUB_PARTITIONS as usize,
@@ -226,7 +226,7 @@ impl Fleet {
 
     /// Starts one more process in `role`, named as its StatefulSet or
     /// Deployment would name it, and waits until it is ready.
-    pub(crate) async fn add(&mut self, role: Role) -> &Member {
+    pub async fn add(&mut self, role: Role) -> &Member {
         let name = match role {
             Role::Gateway => format!("skyport-gateway-{}", self.started),
             Role::Worker => format!("skyport-worker-{}", self.started),
@@ -236,7 +236,7 @@ impl Fleet {
 
     /// Starts process `name` in `role` (a StatefulSet's replacement has its
     /// predecessor's name) and waits until it is ready.
-    pub(crate) async fn add_named(&mut self, role: Role, name: String) -> &Member {
+    pub async fn add_named(&mut self, role: Role, name: String) -> &Member {
         self.started += 1;
         let mut keys = self.keys.clone();
         if self.stream == Stream::Kafka && role == Role::Worker {
@@ -269,7 +269,7 @@ impl Fleet {
     }
 
     /// Stream partitions each worker reads now.
-    pub(crate) async fn partitions_by_worker(&self) -> Vec<usize> {
+    pub async fn partitions_by_worker(&self) -> Vec<usize> {
         let mut counts = Vec::new();
         for worker in &self.workers {
             counts.push(worker.series("skyport_events_in_flight{").await);
@@ -278,7 +278,7 @@ impl Fleet {
     }
 
     /// Change-feed leases each worker owns now.
-    pub(crate) async fn leases_by_worker(&self) -> Vec<usize> {
+    pub async fn leases_by_worker(&self) -> Vec<usize> {
         let mut counts = Vec::new();
         for worker in &self.workers {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -288,7 +288,7 @@ impl Fleet {
     }
 
     /// The sum of `series` over the workers running now.
-    pub(crate) async fn workers_metric(&self, series: &str) -> f64 {
+    pub async fn workers_metric(&self, series: &str) -> f64 {
         let mut sum = 0.0;
         for worker in &self.workers {
             sum += worker.metric(series).await;
@@ -298,7 +298,7 @@ impl Fleet {
 
     /// Waits until every partition and every lease has an owner among the
     /// running workers, spread within one of even; how long it took.
-    pub(crate) async fn wait_spread(&self, within: Duration) -> Duration {
+    pub async fn wait_spread(&self, within: Duration) -> Duration {
         let started = Instant::now();
         let leases_total = LEASES;
         loop {
@@ -317,7 +317,7 @@ impl Fleet {
     }
 
     /// What reached the Cosmos DB emulator.
-    pub(crate) async fn emulator_stats(&self) -> ServedStats {
+    pub async fn emulator_stats(&self) -> ServedStats {
         reqwest::get(format!(
             "{}{}",
             self.cosmos.address.trim_end_matches('/'),
@@ -331,7 +331,7 @@ impl Fleet {
     }
 
     /// The process ids of the stream's broker and of the Cosmos DB emulator.
-    pub(crate) fn server_pids(&self) -> (u32, u32) {
+    pub fn server_pids(&self) -> (u32, u32) {
         let broker = match &self.broker {
             StreamBroker::Kafka(broker) => broker.pid(),
             StreamBroker::EventHubs(server) => server.pid(),
@@ -340,7 +340,7 @@ impl Fleet {
     }
 
     /// Stops every process and server.
-    pub(crate) async fn stop(self) {
+    pub async fn stop(self) {
         for member in self.gateways.into_iter().chain(self.workers) {
             member.kill().await;
         }
@@ -356,10 +356,10 @@ impl Fleet {
 
 /// The fleet's directory: the rendered configuration and each process's log.
 #[derive(Debug)]
-pub(crate) struct Logs(tempfile::TempDir);
+pub struct Logs(tempfile::TempDir);
 
 impl Logs {
-    pub(crate) fn path(&self) -> &std::path::Path {
+    pub fn path(&self) -> &std::path::Path {
         self.0.path()
     }
 }
@@ -375,14 +375,14 @@ impl Drop for Logs {
 }
 
 /// Whether `counts` (one per owner) add up to `total` and are within one of each other.
-pub(crate) fn even(counts: &[usize], total: usize) -> bool {
+pub fn even(counts: &[usize], total: usize) -> bool {
     let (min, max) = (counts.iter().min(), counts.iter().max());
     counts.iter().sum::<usize>() == total && matches!((min, max), (Some(a), Some(b)) if b - a <= 1)
 }
 
 /// The simulated services, a process of their own, answering in `latency_ms`.
 async fn simulator(dir: &std::path::Path, latency_ms: u64) -> Member {
-    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_skyport-simulator"));
+    let binary = super::servers::binary("skyport-simulator");
     let log = dir.join("skyport-simulator.log");
     let mut child = process(binary)
         // Remembering every resource of a scenario (the default forgets

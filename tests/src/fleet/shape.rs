@@ -10,12 +10,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::helm::{self, Rendering};
 use serde_json::Value;
-use skyport_tests::helm::{self, Rendering};
 
 /// The stream a shape runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stream {
+pub enum Stream {
     /// `ci/kafka-values.yaml`: Kafka (tansu here), status on Cosmos DB.
     Kafka,
     /// `ci/azure-values.yaml`: Event Hubs over two hubs (the test broker here), status on Cosmos DB.
@@ -23,7 +23,7 @@ pub(crate) enum Stream {
 }
 
 impl Stream {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Kafka => "kafka",
             Self::EventHubs => "eventhubs",
@@ -32,9 +32,9 @@ impl Stream {
 }
 
 /// The values of the Secret `skyport-secrets` the test installs.
-pub(crate) const RECEIPT_KEY: &str = "receipt-key-fleet-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
-pub(crate) const API_KEY: &str = "sk-fleet-portal-7f3a9c1e5b2d4f60a8e7c9b1d3f5a7e9";
-pub(crate) const CALLBACK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const RECEIPT_KEY: &str = "receipt-key-fleet-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+pub const API_KEY: &str = "sk-fleet-portal-7f3a9c1e5b2d4f60a8e7c9b1d3f5a7e9";
+pub const CALLBACK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const TRACKER_KEY: &str = "sk-fleet-tracker-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 
 /// The timings shortened so that the scenarios take seconds, not minutes
@@ -42,31 +42,29 @@ const TRACKER_KEY: &str = "sk-fleet-tracker-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 /// lease and ownership expiries leave 9 s for a renewal: every lease lives in
 /// the one emulator, which copies a container's items for each change-feed
 /// read and under load can answer a renewal seconds late.
-pub(crate) const LEASE_EXPIRY_MS: u64 = 10_000;
-pub(crate) const KAFKA_SESSION_TIMEOUT_MS: u64 = 12_000;
+pub const LEASE_EXPIRY_MS: u64 = 10_000;
+pub const KAFKA_SESSION_TIMEOUT_MS: u64 = 12_000;
 /// Not shortened (the default): a worker that loses partitions to workers
 /// joining drains what it has in flight on them (128 each) and commits it
 /// first, and 5 s did not cover 4 partitions' on a slow machine. It must stay
 /// below the session timeout.
 const KAFKA_DRAIN_TIMEOUT_MS: u64 = 10_000;
-pub(crate) const OWNERSHIP_EXPIRY_MS: u64 = 10_000;
+pub const OWNERSHIP_EXPIRY_MS: u64 = 10_000;
 /// Not shortened: a global group's renewal and expiry are at their minimums
 /// (`cosmos.throughput_control.renew_interval_ms` 5 s, expiry 11 s).
-pub(crate) const THROUGHPUT_EXPIRY_MS: u64 = 11_000;
+pub const THROUGHPUT_EXPIRY_MS: u64 = 11_000;
 
 /// The two kinds of process the chart installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
+pub enum Role {
     Gateway,
     Worker,
 }
 
 impl Role {
-    pub(crate) fn binary(self) -> &'static Path {
-        match self {
-            Self::Gateway => Path::new(env!("CARGO_BIN_EXE_skyport-gateway")),
-            Self::Worker => Path::new(env!("CARGO_BIN_EXE_skyport-worker")),
-        }
+    /// The process's binary, named as the chart's workload.
+    pub fn binary(self) -> PathBuf {
+        super::servers::binary(self.workload())
     }
 
     fn workload(self) -> &'static str {
@@ -79,7 +77,7 @@ impl Role {
 
 /// One shape, rendered: each workload's container and the config file it reads.
 #[derive(Debug)]
-pub(crate) struct Shape {
+pub struct Shape {
     gateway_config: PathBuf,
     worker_config: PathBuf,
     rendering: Rendering,
@@ -87,7 +85,7 @@ pub(crate) struct Shape {
 
 impl Shape {
     /// Renders the chart with the shape's CI values into `dir`.
-    pub(crate) async fn render(stream: Stream, dir: &Path) -> Self {
+    pub async fn render(stream: Stream, dir: &Path) -> Self {
         let values = match stream {
             Stream::Kafka => helm::kafka_values(),
             Stream::EventHubs => helm::azure_values(),
@@ -122,7 +120,7 @@ impl Shape {
 
     /// The arguments of process `name` in `role`: the rendered configuration,
     /// what its pod's environment sets, then `overrides` (later ones win).
-    pub(crate) fn args(
+    pub fn args(
         &self,
         role: Role,
         name: &str,
@@ -184,17 +182,17 @@ fn pod_value(env: &Value, pod: &str) -> Option<String> {
 
 /// Where the shared servers are.
 #[derive(Debug, Clone)]
-pub(crate) struct Endpoints {
+pub struct Endpoints {
     /// `http://127.0.0.1:PORT/`: the Cosmos DB emulator's one region.
-    pub(crate) cosmos: String,
+    pub cosmos: String,
     /// `127.0.0.1:PORT` of tansu, or `amqp://127.0.0.1:PORT` of the Event Hubs broker.
-    pub(crate) stream: String,
+    pub stream: String,
     /// The simulated services' base URL.
-    pub(crate) services: String,
+    pub services: String,
 }
 
 /// The callbacks' change-feed processor's timings, shortened.
-pub(crate) fn change_feed_timings() -> [(&'static str, String); 4] {
+pub fn change_feed_timings() -> [(&'static str, String); 4] {
     [
         ("change_feed.acquire_interval_ms", "500".to_owned()),
         ("change_feed.renew_interval_ms", "1000".to_owned()),
@@ -207,7 +205,7 @@ pub(crate) fn change_feed_timings() -> [(&'static str, String); 4] {
 
 /// The keys that cannot hold on one machine, and the timings shortened, for
 /// `stream`: what every process gets on top of the chart's rendering.
-pub(crate) fn overrides(stream: Stream, endpoints: &Endpoints) -> BTreeMap<String, String> {
+pub fn overrides(stream: Stream, endpoints: &Endpoints) -> BTreeMap<String, String> {
     let mut keys: BTreeMap<String, String> = [
         // Port 0: the fleet's processes share one machine.
         ("gateway.listen", "127.0.0.1:0".to_owned()),
