@@ -19,15 +19,12 @@
 //! every callback up.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT};
 use reqwest::{Response, StatusCode};
-use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::CallbackSettings;
 use skyport_runtime::destination::AddressPolicy;
 use skyport_runtime::error_chain::error_chain;
@@ -36,6 +33,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc2822;
 use tokio::sync::Semaphore;
 use url::Url;
+
+use super::resolver::{GuardedResolver, RefusedName};
 
 /// The `User-Agent` of every callback.
 const AGENT: &str = concat!("skyport-callbacks/", env!("CARGO_PKG_VERSION"));
@@ -313,27 +312,6 @@ impl CallbackClient {
     }
 }
 
-/// A random wait before trying again after `attempt` attempts failed (the
-/// first failure is attempt 1): up to `backoff_initial_ms`, doubling with each
-/// attempt up to `backoff_max_ms` (full jitter).
-pub(crate) fn backoff(settings: &CallbackSettings, attempt: u32) -> Duration {
-    Backoff::new(
-        settings.backoff_initial_ms.duration(),
-        settings.backoff_max_ms.duration(),
-    )
-    .delay(attempt.saturating_sub(1))
-}
-
-/// The wait before trying again after `attempt` attempts failed: the
-/// [`backoff`], or longer when the receiver's `Retry-After` asked for longer.
-pub(crate) fn wait_before_retry(
-    settings: &CallbackSettings,
-    attempt: u32,
-    retry_after: Option<Duration>,
-) -> Duration {
-    backoff(settings, attempt).max(retry_after.unwrap_or_default())
-}
-
 /// The first `limit` bytes of the answer's body, or fewer when it is shorter
 /// or breaks off; nothing more is read.
 async fn read_prefix(response: &mut Response, limit: usize) -> Vec<u8> {
@@ -372,53 +350,6 @@ fn retry_after(value: &HeaderValue, now: OffsetDateTime) -> Option<Duration> {
     }
     let at = OffsetDateTime::parse(text, &Rfc2822).ok()?;
     Duration::try_from(at - now).ok()
-}
-
-/// Resolves names as the system does and keeps only the addresses the policy
-/// permits, so that the connection can go nowhere else.
-#[derive(Debug)]
-struct GuardedResolver {
-    policy: AddressPolicy,
-}
-
-/// A name every address of which the policy refuses.
-#[derive(Debug, thiserror::Error)]
-#[error("{name} resolves only to addresses callbacks may not reach: {reasons}")]
-struct RefusedName {
-    name: String,
-    reasons: String,
-}
-
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy.clone();
-        Box::pin(async move {
-            let resolved: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            let mut reasons: Vec<String> = Vec::new();
-            let mut permitted = Vec::new();
-            for address in resolved {
-                match policy.refusal(address.ip()) {
-                    None => permitted.push(address),
-                    Some(kind) => {
-                        let reason = format!("{} is {kind}", address.ip());
-                        if !reasons.contains(&reason) {
-                            reasons.push(reason);
-                        }
-                    }
-                }
-            }
-            if permitted.is_empty() && !reasons.is_empty() {
-                return Err(RefusedName {
-                    name: name.as_str().to_owned(),
-                    reasons: reasons.join(", "),
-                }
-                .into());
-            }
-            let addresses: Addrs = Box::new(permitted.into_iter());
-            Ok(addresses)
-        })
-    }
 }
 
 #[cfg(test)]

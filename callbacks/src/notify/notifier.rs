@@ -35,6 +35,7 @@ use skyport_core::ports::{
     Change, ChangeDeadLetter, DeadLetterStore, Precondition, StatusStore, StatusStoreError,
 };
 use skyport_core::status::{CallbackOutcome, CallbackState, DeliveryState, StatusDocument};
+use skyport_runtime::backoff::Backoff;
 use skyport_runtime::config::CallbackSettings;
 use skyport_runtime::destination::AddressPolicy;
 use skyport_runtime::{telemetry, trace_span};
@@ -43,7 +44,7 @@ use time::format_description::well_known::Rfc3339;
 use tracing::Instrument;
 use url::Url;
 
-use super::client::{Attempt, CallbackClient, Failure, WebhookHeaders, wait_before_retry};
+use super::client::{Attempt, CallbackClient, Failure, WebhookHeaders};
 use super::sign::MasterSecrets;
 use crate::change_feed::ChangeHandler;
 
@@ -437,6 +438,27 @@ impl ChangeHandler for Notifier {
         results.into_iter().collect::<Result<Vec<()>, BoxError>>()?;
         Ok(())
     }
+}
+
+/// A random wait before trying again after `attempt` attempts failed (the
+/// first failure is attempt 1): up to `backoff_initial_ms`, doubling with each
+/// attempt up to `backoff_max_ms` (full jitter).
+fn backoff(settings: &CallbackSettings, attempt: u32) -> Duration {
+    Backoff::new(
+        settings.backoff_initial_ms.duration(),
+        settings.backoff_max_ms.duration(),
+    )
+    .delay(attempt.saturating_sub(1))
+}
+
+/// The wait before trying again after `attempt` attempts failed: the
+/// [`backoff`], or longer when the receiver's `Retry-After` asked for longer.
+fn wait_before_retry(
+    settings: &CallbackSettings,
+    attempt: u32,
+    retry_after: Option<Duration>,
+) -> Duration {
+    backoff(settings, attempt).max(retry_after.unwrap_or_default())
 }
 
 #[cfg(test)]

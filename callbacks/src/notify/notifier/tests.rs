@@ -7,6 +7,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use skyport_core::ports::Versioned;
 use skyport_embedded::EmbeddedStore;
+use skyport_runtime::config::Millis;
 use tokio::net::TcpListener;
 
 use super::*;
@@ -285,4 +286,25 @@ async fn a_receivers_answer_forges_no_log_line_and_stays_out_of_the_last_error()
         outcome.last_error.as_deref(),
         Some("the receiver answered 400")
     );
+}
+
+#[test]
+fn the_backoff_doubles_up_to_its_maximum_with_jitter() {
+    let settings = CallbackSettings {
+        backoff_initial_ms: Millis::new(100),
+        backoff_max_ms: Millis::new(1_000),
+        ..CallbackSettings::default()
+    };
+    for _ in 0..200 {
+        assert!(backoff(&settings, 1) <= Duration::from_millis(100));
+        assert!(backoff(&settings, 3) <= Duration::from_millis(400));
+        assert!(backoff(&settings, 30) <= Duration::from_millis(1_000));
+    }
+    let waits: Vec<Duration> = (0..200).map(|_| backoff(&settings, 30)).collect();
+    assert!(waits.iter().any(|&wait| wait != waits[0]), "no jitter");
+    assert_eq!(
+        wait_before_retry(&settings, 1, Some(Duration::from_secs(5))),
+        Duration::from_secs(5)
+    );
+    assert!(wait_before_retry(&settings, 1, None) <= Duration::from_millis(100));
 }
