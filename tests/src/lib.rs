@@ -16,6 +16,7 @@ pub mod helm;
 pub mod idempotency_contract;
 pub mod kafka;
 pub mod leases_contract;
+pub mod listing_contract;
 pub mod otlp;
 pub mod schema_v1;
 pub mod stream_contract;

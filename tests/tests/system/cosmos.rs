@@ -1,14 +1,16 @@
-//! Cosmos DB on the SDK's in-memory emulator: the status-store and
+//! Cosmos DB on the SDK's in-memory emulator: the status-store, listing and
 //! checkpoint-store contracts (the same suites as the embedded store),
 //! throttling, dead letters, and the whole system with its status in Cosmos
 //! DB, listed through the listing view its listing processor keeps.
 
 #![allow(clippy::unwrap_used)]
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyport_azure::cosmos::emulator;
+use skyport_azure::cosmos::CosmosStore;
+use skyport_azure::cosmos::emulator::{self, ListingView};
 use skyport_azure::cosmos::request_units::Operation;
 use skyport_core::ports::{ListQuery, Precondition, StatusStore, StatusStoreError};
 use skyport_core::status::{DeliveryState, StatusDocument};
@@ -17,6 +19,7 @@ use skyport_runtime::config::{CosmosSettings, EmbeddedSettings, Millis};
 use skyport_tests::contract::status_store_contract;
 use skyport_tests::idempotency_contract::idempotency_store_contract;
 use skyport_tests::leases_contract::lease_store_contract;
+use skyport_tests::listing_contract::{Listed, listing_contract};
 use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
 use time::OffsetDateTime;
 
@@ -27,39 +30,93 @@ fn settings() -> CosmosSettings {
     }
 }
 
+/// An embedded store in `dir`, its segments small.
+fn embedded(dir: &Path) -> EmbeddedSettings {
+    EmbeddedSettings {
+        data_dir: dir.to_path_buf(),
+        segment_size_mb: 1,
+        ..EmbeddedSettings::default()
+    }
+}
+
+/// The embedded store lists a document in the transaction that writes it:
+/// there is nothing to settle.
+struct EmbeddedListing {
+    store: Arc<EmbeddedStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Listed for EmbeddedListing {
+    fn store(&self) -> &dyn StatusStore {
+        &*self.store
+    }
+
+    async fn settle(&mut self) {}
+
+    async fn close(self) {}
+}
+
+/// Cosmos DB lists from its view, which the listing processor keeps in a
+/// running system and a [`ListingView`] brings up to date here.
+struct CosmosListing {
+    store: Arc<CosmosStore>,
+    view: ListingView,
+}
+
+impl Listed for CosmosListing {
+    fn store(&self) -> &dyn StatusStore {
+        &*self.store
+    }
+
+    async fn settle(&mut self) {
+        self.view.catch_up(&self.store).await.unwrap();
+    }
+
+    async fn close(self) {
+        self.store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn the_embedded_store_keeps_the_listing_contract() {
+    listing_contract(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&embedded(dir.path()), 1).unwrap();
+        EmbeddedListing { store, _dir: dir }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cosmos_keeps_the_listing_contract() {
+    listing_contract(|| async {
+        let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
+        CosmosListing {
+            store,
+            view: ListingView::default(),
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn the_embedded_store_keeps_the_status_store_contract() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = EmbeddedSettings {
-        data_dir: dir.path().to_path_buf(),
-        segment_size_mb: 1,
-        ..EmbeddedSettings::default()
-    };
-    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    let store = EmbeddedStore::open(&embedded(dir.path()), 1).unwrap();
     status_store_contract(store, "embedded").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_keeps_the_lease_store_contract() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = EmbeddedSettings {
-        data_dir: dir.path().to_path_buf(),
-        segment_size_mb: 1,
-        ..EmbeddedSettings::default()
-    };
-    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    let store = EmbeddedStore::open(&embedded(dir.path()), 1).unwrap();
     lease_store_contract(store.clone()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_keeps_the_idempotency_store_contract() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = EmbeddedSettings {
-        data_dir: dir.path().to_path_buf(),
-        segment_size_mb: 1,
-        ..EmbeddedSettings::default()
-    };
-    let store = EmbeddedStore::open(&settings, 1).unwrap();
+    let store = EmbeddedStore::open(&embedded(dir.path()), 1).unwrap();
     idempotency_store_contract(store, "embedded").await;
 }
 
@@ -324,7 +381,6 @@ async fn deliveries_posted_on_cosmos_are_listed_once_the_listing_processor_has_r
 /// SDK's control plane.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_at_the_emulator_served_over_http_keeps_the_contract() {
-    use skyport_azure::cosmos::CosmosStore;
     use skyport_azure::cosmos::emulator::server::{self, STATS_PATH, ServedStats};
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
