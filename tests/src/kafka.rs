@@ -38,7 +38,7 @@ impl Broker {
     /// # Panics
     /// When the broker cannot be installed, started or reached within 30 s.
     pub async fn start(topics: &[&str], partitions: u32) -> Self {
-        Self::start_with(topics, partitions, None).await
+        Self::start_with(topics, partitions, Front::Relay(None)).await
     }
 
     /// [`Broker::start`] with clients reaching it over TLS, the broker
@@ -48,7 +48,7 @@ impl Broker {
     /// As [`Broker::start`].
     pub async fn start_tls(topics: &[&str], partitions: u32, identity: Identity) -> Self {
         let acceptor = TlsAcceptor::new(identity).expect("a TLS acceptor for the certificate");
-        Self::start_with(topics, partitions, Some(acceptor.into())).await
+        Self::start_with(topics, partitions, Front::Relay(Some(acceptor.into()))).await
     }
 
     /// [`Broker::start`] with clients connecting to the broker itself, not
@@ -57,38 +57,35 @@ impl Broker {
     /// # Panics
     /// As [`Broker::start`].
     pub async fn start_direct(topics: &[&str], partitions: u32) -> Self {
-        let listen = format!("127.0.0.1:{}", free_port());
-        Self::started(listen.clone(), listen, None, topics, partitions).await
+        Self::start_with(topics, partitions, Front::Direct).await
     }
 
-    async fn start_with(
-        topics: &[&str],
-        partitions: u32,
-        tls: Option<tokio_native_tls::TlsAcceptor>,
-    ) -> Self {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let relay = Relay::start(listen.clone(), tls).await;
-        let address = relay.address.clone();
-        Self::started(listen, address, Some(relay), topics, partitions).await
-    }
-
-    async fn started(
-        listen: String,
-        address: String,
-        relay: Option<Relay>,
-        topics: &[&str],
-        partitions: u32,
-    ) -> Self {
-        let child = spawn(&listen, &address).await;
-        let broker = Self {
-            address,
-            listen,
-            child,
-            relay,
-        };
-        broker.wait_until_listening().await;
-        broker.create_topics(topics, partitions).await;
-        broker
+    /// Starts the broker on a port free a moment before, behind `front`.
+    /// tansu binds the port itself, so another process can take it first:
+    /// then the broker exits, and it starts again on another one.
+    async fn start_with(topics: &[&str], partitions: u32, front: Front) -> Self {
+        for _ in 0..5 {
+            let listen = format!("127.0.0.1:{}", free_port());
+            let relay = match &front {
+                Front::Relay(tls) => Some(Relay::start(listen.clone(), tls.clone()).await),
+                Front::Direct => None,
+            };
+            let address = relay
+                .as_ref()
+                .map_or_else(|| listen.clone(), |relay| relay.address.clone());
+            let child = spawn(&listen, &address).await;
+            let mut broker = Self {
+                address,
+                listen,
+                child,
+                relay,
+            };
+            if broker.wait_until_listening().await {
+                broker.create_topics(topics, partitions).await;
+                return broker;
+            }
+        }
+        panic!("tansu exited before listening, on five ports in turn");
     }
 
     /// The broker's process id.
@@ -101,7 +98,11 @@ impl Broker {
     pub async fn restart(&mut self, topics: &[&str], partitions: u32) {
         self.kill();
         self.child = spawn(&self.listen, &self.address).await;
-        self.wait_until_listening().await;
+        assert!(
+            self.wait_until_listening().await,
+            "tansu exited before listening on {} again",
+            self.listen
+        );
         self.create_topics(topics, partitions).await;
     }
 
@@ -118,9 +119,14 @@ impl Broker {
         }
     }
 
-    async fn wait_until_listening(&self) {
+    /// Whether the broker listens, false when it exited first (its port was
+    /// taken).
+    async fn wait_until_listening(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(&self.listen).await.is_err() {
+            if self.child.try_wait().is_ok_and(|exit| exit.is_some()) {
+                return false;
+            }
             assert!(
                 Instant::now() < deadline,
                 "tansu did not listen on {} within 30 s",
@@ -128,6 +134,7 @@ impl Broker {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        true
     }
 
     async fn create_topic(&self, binary: &Path, topic: &str, partitions: u32) {
@@ -212,6 +219,13 @@ async fn spawn(listen: &str, advertised: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()))
+}
+
+/// What clients connect to: the broker itself, or a relay in front of it
+/// (ending TLS when it has an acceptor).
+enum Front {
+    Direct,
+    Relay(Option<tokio_native_tls::TlsAcceptor>),
 }
 
 fn free_port() -> u16 {

@@ -244,13 +244,13 @@ impl Fleet {
             keys.insert("change_feed.instance_name".into(), name.clone());
         }
         // The chart puts the gateway's probes and metrics on a port of their
-        // own, 9090 in every pod; here each gateway needs another one.
-        let internal = (role == Role::Gateway).then(|| format!("127.0.0.1:{}", free_port()));
-        if let Some(address) = &internal {
-            keys.insert("gateway.internal_listen".into(), address.clone());
+        // own, 9090 in every pod; here each gateway binds one the system
+        // picks and logs it.
+        if role == Role::Gateway {
+            keys.insert("gateway.internal_listen".into(), "127.0.0.1:0".into());
         }
         let args = self.shape.args(role, &name, &keys);
-        let member = spawn(role, &name, &args, internal, self.dir.path()).await;
+        let member = spawn(role, &name, &args, self.dir.path()).await;
         wait_ready(&member).await;
         if role == Role::Gateway {
             refuses_without_credentials(&member).await;
@@ -410,26 +410,10 @@ async fn simulator(dir: &std::path::Path, latency_ms: u64) -> Member {
     }
 }
 
-/// A port of 127.0.0.1 free now, for a listener whose address the process
-/// does not log (the gateway's internal one). It is let go before the process
-/// binds it: another one taking it first fails that start loudly.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `name` and reads the address it listens on from its log; its probes
-/// and metrics are at `internal` when given, else there.
-async fn spawn(
-    role: Role,
-    name: &str,
-    args: &[String],
-    internal: Option<String>,
-    dir: &std::path::Path,
-) -> Member {
+/// Starts `name` and reads the addresses it listens on from its log: a
+/// gateway's API and its internal listener (probes and metrics), a worker's
+/// admin listener (both).
+async fn spawn(role: Role, name: &str, args: &[String], dir: &std::path::Path) -> Member {
     let log = dir.join(format!("{name}.log"));
     let mut child = process(role.binary())
         .args(args)
@@ -438,19 +422,25 @@ async fn spawn(
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let message = match role {
-        Role::Gateway => "The gateway is listening.",
-        Role::Worker => "The worker serves /healthz",
+    let (message, internal_message) = match role {
+        Role::Gateway => (
+            "The gateway is listening.",
+            "The gateway serves /healthz, /readyz and /metrics there.",
+        ),
+        Role::Worker => ("The worker serves /healthz", "The worker serves /healthz"),
     };
-    let started = Instant::now();
-    let address = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(address) = text
-            .lines()
+    let logged = |text: &str, message: &str| {
+        text.lines()
             .filter(|l| l.contains(message))
             .find_map(|l| field(l, "address"))
+    };
+    let started = Instant::now();
+    let (address, internal) = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let (Some(address), Some(internal)) =
+            (logged(&text, message), logged(&text, internal_message))
         {
-            break address;
+            break (address, internal);
         }
         if let Some(exit) = child.try_wait().unwrap() {
             panic!("{name} exited ({exit}) before listening:\n{text}");
@@ -461,11 +451,10 @@ async fn spawn(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let base = format!("http://{address}");
     Member {
         name: name.to_owned(),
-        internal: internal.map_or_else(|| base.clone(), |a| format!("http://{a}")),
-        base,
+        base: format!("http://{address}"),
+        internal: format!("http://{internal}"),
         child,
         log,
     }
