@@ -53,6 +53,10 @@ const WINDOW: u64 = 128;
 const SCHEDULED: &str = "skyport_workflow_events_total{outcome=\"scheduled\"}";
 const ALREADY_TERMINAL: &str = "skyport_workflow_events_total{outcome=\"already_terminal\"}";
 const DEAD_LETTERED: &str = "skyport_workflow_events_total{outcome=\"dead_lettered\"}";
+/// Events a worker's partitions have not yet read or finished (on streams that tell).
+const LAG: &str = "skyport_consumer_lag_events{";
+/// Events a worker's backlog guard counts as read and not yet finished.
+const PENDING: &str = "skyport_worker_pending_events";
 /// How long any load may take to reach its outcome.
 const SETTLE: Duration = Duration::from_secs(180);
 
@@ -592,7 +596,31 @@ async fn scale_out(stream: Stream) {
         done < count as f64,
         "the backlog was gone before the three workers' rate was taken"
     );
+    let reports_lag = stream == Stream::Kafka;
+    if reports_lag {
+        assert!(
+            fleet.workers_metric(LAG).await > 0.0,
+            "the backlog shows as lag on the workers' /metrics"
+        );
+    }
     settle(&fleet, &clients, &accepted, Duration::from_secs(600)).await;
+    // What the first worker gave up left its lag and its backlog guard
+    // with the partitions (left behind, its oldest event would age past
+    // `worker.allow_backlog_to_ms` and pause, then stop, the worker).
+    skyport_tests::eventually(
+        "the lag and the pending events back to 0 on every worker",
+        Duration::from_secs(30),
+        || async {
+            let lag = if reports_lag {
+                fleet.workers_metric(LAG).await
+            } else {
+                0.0
+            };
+            let pending = fleet.workers_metric(PENDING).await;
+            (lag == 0.0 && pending == 0.0).then_some(())
+        },
+    )
+    .await;
     let replayed = replays(&fleet).await;
     // The two new workers claim all but the first worker's share from it.
     let claimed = fleet.partitions() - fleet.partitions().div_ceil(3);

@@ -9,7 +9,8 @@
 //! and `max = 0` answers an empty batch at once; `rewind` reads again from
 //! exactly its offset; checkpoints are idempotent, never move back, and a
 //! new reader starts right after the highest; pausing loses nothing;
-//! `unread`, where told, counts what waits; and a partition taken over by a
+//! `unread`, where told, counts what waits, from the checkpoint for a new
+//! reader; and a partition taken over by a
 //! second consumer answers `Revoked`, takes a final checkpoint, and its new
 //! owner skips nothing after it ([`Handover`] says how far back it may
 //! start). A stream without groups (the embedded log) revokes nothing.
@@ -565,7 +566,22 @@ async fn unread_follows_what_is_published_and_read(fixture: &dyn StreamFixture) 
     assert_unread(fixture, reader.as_ref(), Some(0)).await;
     publish(fixture, lane.as_ref(), 0, "unread-more", 3).await;
     assert_unread(fixture, reader.as_ref(), Some(3)).await;
-    read_exactly(fixture, &mut reader, 3, 2).await;
+    let read = read_exactly(fixture, &mut reader, 3, 2).await;
+    assert_unread(fixture, reader.as_ref(), Some(0)).await;
+    let last = *offsets(&read).last().expect("three events read");
+    reader
+        .checkpoint(last)
+        .await
+        .unwrap_or_else(|e| panic!("{}: checkpoint({last}) failed: {e}", fixture.stream()));
+    close(reader, consumer).await;
+
+    // A new reader counts from the checkpoint, not from the partition's
+    // start, before it has handed anything out.
+    let consumer = lane.consumer();
+    let mut reader = reader_of(fixture, consumer.as_ref(), 0).await;
+    publish(fixture, lane.as_ref(), 0, "unread-resumed", 2).await;
+    assert_unread(fixture, reader.as_ref(), Some(2)).await;
+    read_exactly(fixture, &mut reader, 2, 2).await;
     assert_unread(fixture, reader.as_ref(), Some(0)).await;
     close(reader, consumer).await;
 }

@@ -17,7 +17,7 @@ use skyport_core::status::{DeliveryState, Step};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
 use skyport_runtime::config::{KafkaSettings, Millis, Settings};
 use skyport_tests::kafka::{Broker, start_group_at_the_end};
-use skyport_tests::{Client, TestApp, delivery_request, eventually, metric_sum, test_settings};
+use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
 use skyport_worker::Worker;
 use skyport_worker::workflow::Tally;
 use tokio_util::sync::CancellationToken;
@@ -620,12 +620,10 @@ async fn a_revocation_mid_batch_lets_in_flight_work_finish_and_commits_it_before
 /// A member with 1.5 s workflows in flight on every partition when a second
 /// member joins: the revoked partitions take no new events, their
 /// in-flight work finishes and is committed before the revocation
-/// completes, so the new owner starts after it and nothing runs twice. The
-/// backlog shows as lag on `/metrics`, back to 0 at the end, and so do the
-/// pending events the backlog guard counts: what the revoked partitions had
-/// in flight leaves it with them (left behind, their oldest event would age
-/// past `worker.allow_backlog_to_ms` and pause, then stop, the member that
-/// gave them up).
+/// completes, so the new owner starts after it and nothing runs twice.
+/// (That the lag and the backlog guard's pending events leave with the
+/// revoked partitions is the fleet's scale-out scenario's to see: the
+/// metrics registry is the process's, and other tests here share it.)
 pub(crate) async fn a_revocation_mid_batch_commits_the_in_flight_work_first(
     mut settings: Settings,
 ) {
@@ -644,12 +642,6 @@ pub(crate) async fn a_revocation_mid_batch_commits_the_in_flight_work_first(
         "work under way on every partition",
         Duration::from_secs(60),
         || async { (tally.scheduled.load(Ordering::Relaxed) >= 16).then_some(()) },
-    )
-    .await;
-    eventually(
-        "the backlog as lag on /metrics",
-        Duration::from_secs(10),
-        || async { (lag_on_metrics(&app.client).await > 0).then_some(()) },
     )
     .await;
     let joined = Instant::now();
@@ -689,26 +681,6 @@ pub(crate) async fn a_revocation_mid_batch_commits_the_in_flight_work_first(
         "no event ran twice"
     );
     assert!(b_done > 0, "B worked on the partitions it took");
-    eventually(
-        "the lag back to 0 on /metrics",
-        Duration::from_secs(30),
-        || async { (lag_on_metrics(&app.client).await == 0).then_some(()) },
-    )
-    .await;
-    eventually(
-        "no pending events left in the backlog guard on /metrics",
-        Duration::from_secs(30),
-        || async {
-            (metric_sum(&app.client.base, "skyport_worker_pending_events").await == 0.0)
-                .then_some(())
-        },
-    )
-    .await;
     b.stop().await;
     app.app.stop().await.unwrap();
-}
-
-/// The sum of `skyport_consumer_lag_events` over the partitions on the app's `/metrics`.
-async fn lag_on_metrics(client: &Client) -> i64 {
-    metric_sum(&client.base, "skyport_consumer_lag_events{").await as i64
 }
