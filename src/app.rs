@@ -14,13 +14,14 @@ use skyport_callbacks::change_feed::Processor;
 use skyport_core::ports::Diagnostics;
 use skyport_gateway::Gateway;
 use skyport_gateway::auth::Auth;
-use skyport_runtime::config::{Millis, ServicesProtocol, Settings, StreamBackend};
+use skyport_runtime::config::{ServicesProtocol, Settings, StreamBackend};
 use skyport_runtime::destination::{AddressPolicy, CallbackAcceptance};
+use skyport_runtime::foreground;
+use skyport_runtime::http::listen;
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
 use skyport_worker::Worker;
 use skyport_worker::workflow::Tally;
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -96,14 +97,13 @@ impl App {
             Some(url) => (url.clone(), None, None),
             None => {
                 let simulator = Simulator::new(SimulatorOptions::from(&settings.simulator));
-                let listener = TcpListener::bind(settings.simulator.listen)
-                    .await
+                let listener = listen(settings.simulator.listen, settings.gateway.listen_backlog)
                     .with_context(|| {
-                        format!(
-                            "cannot listen on simulator.listen = {}",
-                            settings.simulator.listen
-                        )
-                    })?;
+                    format!(
+                        "cannot listen on simulator.listen = {}",
+                        settings.simulator.listen
+                    )
+                })?;
                 let url = Url::parse(&format!("http://{}/", listener.local_addr()?))?;
                 let task = runtime.spawn(
                     simulator
@@ -119,18 +119,17 @@ impl App {
         if simulator.is_some() && services.protocol == ServicesProtocol::Auto {
             services.protocol = ServicesProtocol::H2c;
         }
-        // The gateway's answers wait on the worker only where both share the
+        // The gateway's 202s wait on the worker only where both share the
         // embedded store's disk and committer; on Kafka or Event Hubs they
         // wait on the broker's round trip, which no narrower window shortens.
-        let mut worker_settings = settings.worker.clone();
-        if settings.stream_backend() != StreamBackend::Embedded {
-            worker_settings.gateway_latency_goal_ms = Millis::new(0);
+        if settings.stream_backend() == StreamBackend::Embedded {
+            foreground::global().aim(settings.gateway.latency_objective_ms.duration());
         }
         let worker = Worker::new(
             &backends.worker_ports(),
             services_url.clone(),
             &services,
-            worker_settings,
+            settings.worker.clone(),
         )?;
         let tally = worker.tally();
         let callbacks = notifier(&settings, &backends)?;

@@ -9,9 +9,9 @@ use anyhow::Context;
 use skyport_core::ports::Diagnostics;
 use skyport_runtime::admin::{self, Admin};
 use skyport_runtime::config::{ConfigError, Settings};
+use skyport_runtime::http;
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_worker::Worker;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
@@ -46,8 +46,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings.worker.clone(),
     )?;
     let listen = settings.worker.listen;
-    let listener = TcpListener::bind(listen)
-        .await
+    let listener = http::listen(listen, settings.gateway.listen_backlog)
         .with_context(|| format!("cannot listen on worker.listen = {listen}"))?;
     tracing::info!(address = %listener.local_addr()?, "The worker serves /healthz, /readyz, /metrics and /dashboard (when on).");
     let callbacks = notifier(&settings, &backends)?;

@@ -34,7 +34,7 @@ use axum::routing::get;
 use skyport_core::ports::{ChangeSource, Diagnostics, Ports};
 use skyport_runtime::config::GatewaySettings;
 use skyport_runtime::destination::CallbackAcceptance;
-use skyport_runtime::http::Server;
+use skyport_runtime::http::{Server, listen};
 use skyport_runtime::{admin, dashboard};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -251,20 +251,18 @@ impl Gateway {
         auth: Option<Auth>,
         diagnostics: Vec<Arc<dyn Diagnostics>>,
     ) -> Result<Self, BindError> {
-        let bind = |key, address| async move {
-            TcpListener::bind(address)
-                .await
-                .map_err(|source| BindError {
-                    key,
-                    address,
-                    source,
-                })
+        let bind = |key, address| {
+            listen(address, settings.listen_backlog).map_err(|source| BindError {
+                key,
+                address,
+                source,
+            })
         };
-        let listener = bind("gateway.listen", settings.listen).await?;
+        let listener = bind("gateway.listen", settings.listen)?;
         let state = AppState::new(ports, settings, callbacks, diagnostics);
         let internal = match settings.internal_listen {
             Some(address) => Some((
-                bind("gateway.internal_listen", address).await?,
+                bind("gateway.internal_listen", address)?,
                 internal_router(&state),
             )),
             None => None,

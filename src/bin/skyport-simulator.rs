@@ -16,5 +16,11 @@ const BINARY: Binary = Binary::new(
 .with_defaults(&[("simulator.listen", "127.0.0.1:7070")]);
 
 fn main() -> ExitCode {
-    BINARY.run(|settings, shutdown| skyport_simulator::serve(settings.simulator, shutdown))
+    BINARY.run(|settings, shutdown| {
+        skyport_simulator::serve(
+            settings.simulator,
+            settings.gateway.listen_backlog,
+            shutdown,
+        )
+    })
 }

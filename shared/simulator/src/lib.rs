@@ -155,13 +155,17 @@ impl From<&SimulatorSettings> for SimulatorOptions {
 }
 
 /// Serves the simulated services as `settings` describe them on
-/// `settings.listen` until `shutdown` fires.
+/// `settings.listen`, with a listen backlog of `listen_backlog`
+/// (`gateway.listen_backlog`), until `shutdown` fires.
 ///
 /// # Errors
 /// When the address cannot be bound or accepting fails.
-pub async fn serve(settings: SimulatorSettings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(settings.listen)
-        .await
+pub async fn serve(
+    settings: SimulatorSettings,
+    listen_backlog: u32,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = skyport_runtime::http::listen(settings.listen, listen_backlog)
         .with_context(|| format!("cannot listen on simulator.listen = {}", settings.listen))?;
     println!(
         "simulated services listening on http://{}",

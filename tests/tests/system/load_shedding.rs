@@ -1,7 +1,9 @@
 //! Load shedding over real HTTP: with `gateway.max_in_flight` requests in
 //! flight, one more (on any API route) is refused at once (503 problem,
 //! `Retry-After`) instead of queueing, the probes still answer, and capacity
-//! comes back when the requests in flight end.
+//! comes back when the requests in flight end. A burst of new connections
+//! waits in the listen backlog (`gateway.listen_backlog`) without losing a
+//! handshake.
 //!
 //! A request holds its slot from the moment its body has arrived until it is
 //! answered, so the requests held here are real POSTs whose append to the
@@ -21,7 +23,8 @@ use serde_json::Value;
 use skyport::Backends;
 use skyport_core::ports::{OutboundEvent, Position, PublishError, Publisher};
 use skyport_gateway::Gateway;
-use skyport_tests::{Client, delivery_request, eventually, test_settings};
+use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -147,4 +150,80 @@ async fn a_request_beyond_the_limit_is_refused_at_once_with_retry_after() {
     shutdown.cancel();
     served.await.unwrap();
     backends.close().await;
+}
+
+/// A spike on 2,000 connections opened as it starts: every handshake ends at
+/// once, however far behind the accepting loop is (the backlog of 128 that
+/// `TcpListener::bind` asked for lost handshakes past it, which clients send
+/// again after a second), and every request is accepted. Needs
+/// `net.core.somaxconn` and `net.ipv4.tcp_max_syn_backlog` of 2,048 or more,
+/// or SYN cookies on (Linux's defaults since 5.4 on any machine with 1 GiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_new_connections_is_taken_without_a_handshake_sent_twice() {
+    const BURST: usize = 2_000;
+    // Two descriptors a connection (the client's and the gateway's) in this process.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let needed = 2 * BURST as u64 + 1_024;
+    if limit.current.is_some_and(|current| current < needed) {
+        assert!(
+            limit.maximum.is_none_or(|maximum| maximum >= needed),
+            "the hard RLIMIT_NOFILE is below the {needed} descriptors the burst needs"
+        );
+        rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(needed),
+                maximum: limit.maximum,
+            },
+        )
+        .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn(&dir).await;
+    let address = app.app.gateway_addr;
+    let mut burst = tokio::task::JoinSet::new();
+    for n in 0..BURST {
+        burst.spawn(async move {
+            let started = Instant::now();
+            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+            let handshake = started.elapsed();
+            let body = delivery_request(n).to_string();
+            let request = format!(
+                "POST /api/deliveryrequests HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut response = Vec::new();
+            stream.read_to_end(&mut response).await.unwrap();
+            let status = String::from_utf8_lossy(&response)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            (handshake, status, started.elapsed())
+        });
+    }
+    let mut handshakes = Vec::with_capacity(BURST);
+    let mut answered = Vec::with_capacity(BURST);
+    for (handshake, status, elapsed) in burst.join_all().await {
+        assert!(status.starts_with("HTTP/1.1 202"), "{status}");
+        handshakes.push(handshake);
+        answered.push(elapsed);
+    }
+    handshakes.sort();
+    answered.sort();
+    println!(
+        "{BURST} new connections: handshake p99 {:?}, slowest {:?}; answer p99 {:?}, slowest {:?}",
+        handshakes[BURST * 99 / 100],
+        handshakes[BURST - 1],
+        answered[BURST * 99 / 100],
+        answered[BURST - 1]
+    );
+    assert!(
+        handshakes[BURST - 1] < Duration::from_secs(1),
+        "a handshake took {:?}: one was lost and sent again",
+        handshakes[BURST - 1]
+    );
+    app.app.stop().await.unwrap();
 }

@@ -19,6 +19,13 @@ use super::http::HttpSettings;
 pub struct GatewaySettings {
     /// Address the gateway listens on.
     pub listen: SocketAddr,
+    /// Connections past their handshake that may wait to be accepted, on
+    /// every listener the process opens (the gateway's, its internal one,
+    /// the worker's, the simulated services'). A spike of new connections
+    /// larger than it loses handshakes, which clients retry after a second.
+    /// The kernel keeps at most `net.core.somaxconn` (the start logs it
+    /// when that is lower).
+    pub listen_backlog: u32,
     /// Base of the status URLs handed to clients; when unset, the request's `Host` is used.
     pub public_url: Option<Url>,
     /// Largest request body accepted, in bytes.
@@ -55,6 +62,14 @@ pub struct GatewaySettings {
     /// How long a client-chosen `deliveryId` or an `Idempotency-Key` is
     /// remembered: a retry within it returns the same delivery.
     pub idempotency_retention_s: Seconds,
+    /// The 202's p99 the gateway aims at. In the all-in-one on the embedded
+    /// stream, where the worker beside it shares the cores, the disk and the
+    /// store's committer, the worker halves its in-flight window (down to an
+    /// eighth of `worker.max_in_flight`) while more than 1 % of the 202s in
+    /// each 50 ms took longer, and widens it again step by step while they
+    /// did not. 0: the worker keeps its whole window, as it does beside a
+    /// gateway on Kafka or Event Hubs, where a 202 waits on the broker.
+    pub latency_objective_ms: Millis,
     /// Requests handled at once; one more is refused at once with 503 and
     /// `Retry-After` instead of queueing behind them.
     pub max_in_flight: usize,
@@ -105,6 +120,8 @@ impl Default for GatewaySettings {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            // Linux's net.core.somaxconn since 5.4: as many as the kernel keeps.
+            listen_backlog: 4_096,
             public_url: None,
             max_body_bytes: 64 * 1024,
             max_bodies_reading: 1024,
@@ -117,6 +134,8 @@ impl Default for GatewaySettings {
             idempotency_retention_s: Seconds::new(24 * 60 * 60),
             event_schema_version: skyport_core::event::SCHEMA_VERSION,
             status_gone_after: None,
+            // The 202's p99 objective of the seed: 25 ms.
+            latency_objective_ms: Millis::new(25),
             max_in_flight: 4096,
             max_waiting: 2_048,
             max_waiting_per_client: 64,
@@ -142,6 +161,7 @@ impl GatewaySettings {
             "must be from 1 to 2592000 (30 days)",
         );
         checks.at_least(self.max_in_flight, 1, "max_in_flight");
+        checks.at_least(self.listen_backlog, 1, "listen_backlog");
         checks.at_least(self.max_bodies_reading, 1, "max_bodies_reading");
         checks.at_least(
             self.wait_poll_interval_ms.count(),

@@ -2,11 +2,13 @@
 //! admin routes), with the limits of [`HttpSettings`]: no connection can hold
 //! it by connecting and sending nothing, sending a head slowly, or idling
 //! between requests, and no more than `max_connections` are open at once.
+//! Its listeners are bound with [`listen`], for a listen backlog of their own.
 //!
 //! A request's body has its own deadline, kept by whoever reads it (the
 //! gateway reads it whole before the request takes an in-flight slot).
 
 mod activity;
+mod listen;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,6 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+pub use self::listen::listen;
 
 use self::activity::{Activity, Watched};
 use crate::config::HttpSettings;
