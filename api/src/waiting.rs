@@ -69,7 +69,8 @@ pub struct Hold {
 
 /// Marks the answer of a request that was allowed to wait, so that its time
 /// is kept apart from the other answers' (the `held` class of
-/// `http_request_duration_seconds`).
+/// `http_request_duration_seconds`) and the worker's foreground rule does
+/// not read it as a slow answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Held;
 
