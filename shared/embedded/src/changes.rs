@@ -5,6 +5,7 @@
 //! latest-version change feed. It is one range (the whole key space); a
 //! continuation is the last number read.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use skyport_core::ports::{
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::codec;
 use crate::ops::{Applied, OpKind};
 use crate::store::EmbeddedStore;
 use crate::tables::{CHANGE_DEAD_LETTERS, STATUS, STATUS_CHANGES};
@@ -82,7 +84,7 @@ impl ChangeSource for EmbeddedStore {
         self.read_changes(from, start, max_items, None).await
     }
 
-    /// Passes over documents without `field` before decoding them: a
+    /// Passes over documents without `field` before parsing them: a
     /// serialized status document holds `"field":` only when it is set.
     async fn read_having(
         &self,
@@ -208,25 +210,31 @@ impl EmbeddedStore {
                         continue;
                     };
                     let body = stored.value().1;
-                    if pattern
-                        .as_deref()
-                        .is_some_and(|pattern| !contains(body, pattern.as_bytes()))
+                    let json = codec::json(body);
+                    if let (Ok(json), Some(pattern)) = (&json, &pattern)
+                        && !contains(json, pattern.as_bytes())
                     {
                         skipped += 1;
                         continue;
                     }
-                    rows.push((id.value().to_owned(), body.to_vec()));
+                    rows.push((
+                        id.value().to_owned(),
+                        json.map(Cow::into_owned).map_err(|_| body.to_vec()),
+                    ));
                 }
                 Ok((rows, last, skipped))
             })
             .await
             .map_err(unavailable)?;
         let mut changes = Vec::with_capacity(rows.len());
-        for (id, body) in rows {
+        for (id, json) in rows {
             // A document that is not JSON is still a change: the handler
             // decides what to do with it (the notifier dead-letters it).
-            let document = serde_json::from_slice(&body)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+            let lossy = |bytes: &[u8]| Value::String(String::from_utf8_lossy(bytes).into_owned());
+            let document = match json {
+                Ok(json) => serde_json::from_slice(&json).unwrap_or_else(|_| lossy(&json)),
+                Err(raw) => lossy(&raw),
+            };
             if let (None, StartFrom::Time(since)) = (from, start)
                 && !written_since(&document, since)
             {

@@ -10,6 +10,7 @@ use redb::ReadableDatabase;
 use skyport_core::ports::{ListCursor, ListPage, ListQuery, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
+use crate::codec;
 use crate::tables::{LISTING, STATUS, Tables, unix_ms};
 
 /// The most index entries one page reads past the ones it hands out, so
@@ -40,9 +41,8 @@ impl Listed {
     /// listed as this says: it was written before its owner or principal
     /// was known (a cancellation that arrived first).
     pub(crate) fn adds_to(&self, previous: &[u8]) -> bool {
-        let lacks = |field: &[u8]| !previous.windows(field.len()).any(|window| window == field);
-        (self.owner.is_some() && lacks(b"\"ownerId\":"))
-            || (self.principal.is_some() && lacks(b"\"principal\":"))
+        let (owner, principal) = codec::names(previous);
+        (self.owner.is_some() && !owner) || (self.principal.is_some() && !principal)
     }
 
     fn scopes(&self) -> Vec<String> {
@@ -73,7 +73,7 @@ impl Tables<'_> {
 
     /// Takes document `id`, stored as `body`, out of the listing.
     pub(crate) fn unlist(&mut self, id: &str, body: &[u8]) -> Result<(), redb::Error> {
-        let Ok(document) = serde_json::from_slice::<StatusDocument>(body) else {
+        let Ok(document) = codec::decode(body) else {
             return Ok(());
         };
         let listed = Listed::of(&document);
@@ -137,7 +137,7 @@ pub(crate) fn read_page(db: &redb::Database, query: &ListQuery) -> Result<Page, 
         let Some(stored) = status.get(id)? else {
             continue;
         };
-        let document: StatusDocument = match serde_json::from_slice(stored.value().1) {
+        let document = match codec::decode(stored.value().1) {
             Ok(document) => document,
             Err(e) => {
                 return Ok(Err(StatusStoreError::Corrupt {

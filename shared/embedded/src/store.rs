@@ -3,13 +3,12 @@
 //! (publisher, status, dead letters, reservations).
 
 use std::ops::Bound;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadableDatabase};
 use skyport_core::partitioning::partition_for;
 use skyport_core::ports::{
     BoxError, ChangeDeadLetter, DeadLetter, DeadLetterError, DeadLetterStore, ETag,
@@ -21,63 +20,19 @@ use skyport_runtime::config::EmbeddedSettings;
 use time::OffsetDateTime;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
+use crate::codec;
 use crate::committer;
 use crate::faults::Faults;
 use crate::group_commit::CommitStats;
 use crate::listing::{self, Listed};
-use crate::log::{AppendError, LogError, OpenLog, ReservationRecord, SegmentLog, Taken};
-use crate::migrate;
+use crate::log::{AppendError, OpenLog, ReservationRecord, SegmentLog, Taken};
 use crate::ops::{Applied, CommitFailed, Op, OpKind};
-use crate::sweep;
-use crate::tables::{
-    DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS, unix_ms,
-};
+use crate::setup::{self, OpenError, RECEIPT_KEY_LEN};
+use crate::tables::{DEAD_LETTERS, STATUS, unix_ms};
 
 const DATABASE_FILE: &str = "skyport.redb";
 /// The stream's segment log, under the data directory.
 const STREAM_DIR: &str = "stream";
-pub(crate) const RECEIPT_KEY_LEN: usize = 32;
-
-/// Why the embedded store did not open.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("cannot create the data directory {path}")]
-    CreateDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "the database {path} is open in another process (the embedded store belongs to one process)"
-    )]
-    AlreadyOpen { path: PathBuf },
-    #[error(
-        "the data in {path} was created with {stored} partitions but {configured} are configured; \
-         keep stream.partitions = {stored} or use another embedded.data_dir"
-    )]
-    PartitionMismatch {
-        path: PathBuf,
-        stored: u32,
-        configured: u32,
-    },
-    #[error("cannot open the database {path}")]
-    Storage {
-        path: PathBuf,
-        #[source]
-        source: BoxError,
-    },
-    #[error(
-        "cannot move the stream of {path} (written by an earlier version, in the database) into \
-         the segment log; free space or fix what the cause names and start again, nothing was lost"
-    )]
-    Upgrade {
-        path: PathBuf,
-        #[source]
-        source: BoxError,
-    },
-    #[error(transparent)]
-    Stream(#[from] LogError),
-}
 
 /// The embedded store; cheap to share behind an [`Arc`].
 #[derive(Debug)]
@@ -119,7 +74,7 @@ impl EmbeddedStore {
             path: path.clone(),
             source: Box::new(source),
         };
-        let db = Database::builder()
+        let mut db = Database::builder()
             .set_cache_size(settings.cache_size_mb * 1024 * 1024)
             .create(&path)
             .map_err(|e| match e {
@@ -128,30 +83,9 @@ impl EmbeddedStore {
                 }
                 other => storage(other.into()),
             })?;
-        let receipt_key = initialize(&db, partitions).map_err(|e| match e {
-            InitError::Storage(e) => storage(e),
-            InitError::PartitionMismatch(stored) => OpenError::PartitionMismatch {
-                path: path.clone(),
-                stored,
-                configured: partitions,
-            },
-        })?;
         let stream = dir.join(STREAM_DIR);
         let segment_size = settings.segment_size_mb * 1024 * 1024;
-        match migrate::run(&db, &stream, partitions, segment_size) {
-            Ok(Some(moved)) => tracing::warn!(
-                path = %path.display(),
-                events = moved,
-                "Moved the stream of a data directory written by an earlier version into the segment log."
-            ),
-            Ok(None) => {}
-            Err(e) => {
-                return Err(OpenError::Upgrade {
-                    path: path.clone(),
-                    source: Box::new(e),
-                });
-            }
-        }
+        let receipt_key = setup::prepare(&mut db, &path, &stream, partitions, segment_size)?;
         let db = Arc::new(db);
         let stats = Arc::new(CommitStats::default());
         let faults = Faults::default();
@@ -394,7 +328,7 @@ impl StatusStore for EmbeddedStore {
         let Some((version, body)) = found else {
             return Ok(None);
         };
-        let document = serde_json::from_slice(&body).map_err(|e| StatusStoreError::Corrupt {
+        let document = codec::decode(&body).map_err(|e| StatusStoreError::Corrupt {
             id: id.to_owned(),
             source: Box::new(e),
         })?;
@@ -417,8 +351,7 @@ impl StatusStore for EmbeddedStore {
                 Err(_) => return Err(StatusStoreError::PreconditionFailed),
             },
         };
-        let body = serde_json::to_vec(document)
-            .unwrap_or_else(|e| unreachable!("a status document always serializes: {e}"));
+        let body = codec::encode(document);
         let kind = OpKind::PutStatus {
             id: document.id.clone(),
             expected,
@@ -499,23 +432,23 @@ impl IdempotencyStore for EmbeddedStore {
             body: serde_json::to_vec(reservation)
                 .unwrap_or_else(|e| unreachable!("a reservation always serializes: {e}")),
         };
-        let corrupt = |e| StatusStoreError::Corrupt {
+        let corrupt = |source: BoxError| StatusStoreError::Corrupt {
             id: reservation.delivery_id.clone(),
-            source: Box::new(e),
+            source,
         };
         match self.log.reserve(record).await {
             Ok(Taken::Free) => Ok(Reserved::New),
             Ok(Taken::Held(body)) => serde_json::from_slice(&body)
                 .map(Reserved::Existing)
-                .map_err(corrupt),
-            Ok(Taken::Recorded(version, body)) => serde_json::from_slice(&body)
+                .map_err(|e| corrupt(Box::new(e))),
+            Ok(Taken::Recorded(version, body)) => codec::decode(&body)
                 .map(|document| {
                     Reserved::Recorded(Box::new(Versioned {
                         document,
                         etag: ETag(version.to_string()),
                     }))
                 })
-                .map_err(corrupt),
+                .map_err(|e| corrupt(Box::new(e))),
             Err(e) => Err(StatusStoreError::Unavailable(Box::new(e))),
         }
     }
@@ -530,64 +463,4 @@ impl IdempotencyStore for EmbeddedStore {
 
 fn unix_millis(at: OffsetDateTime) -> i64 {
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
-}
-
-enum InitError {
-    Storage(redb::Error),
-    PartitionMismatch(u32),
-}
-
-impl<E: Into<redb::Error>> From<E> for InitError {
-    fn from(e: E) -> Self {
-        Self::Storage(e.into())
-    }
-}
-
-/// Creates the tables and checks the partition count; answers the receipt key.
-fn initialize(db: &Database, partitions: u32) -> Result<[u8; RECEIPT_KEY_LEN], InitError> {
-    let txn = db.begin_write()?;
-    let receipt_key = {
-        let mut meta = txn.open_table(META)?;
-        let stored = meta
-            .get("partitions")?
-            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
-            .map(u32::from_be_bytes);
-        match stored {
-            Some(stored) if stored != partitions => {
-                return Err(InitError::PartitionMismatch(stored));
-            }
-            Some(_) => {}
-            None => {
-                meta.insert("partitions", partitions.to_be_bytes().as_slice())?;
-            }
-        }
-        let stored_key = meta
-            .get("receipt-key")?
-            .and_then(|v| <[u8; RECEIPT_KEY_LEN]>::try_from(v.value()).ok());
-        let receipt_key = match stored_key {
-            Some(key) => key,
-            None => {
-                let mut key = [0u8; RECEIPT_KEY_LEN];
-                getrandom::fill(&mut key).map_err(|e| {
-                    InitError::Storage(redb::Error::Io(std::io::Error::other(e.to_string())))
-                })?;
-                meta.insert("receipt-key", key.as_slice())?;
-                key
-            }
-        };
-        txn.open_table(STATUS)?;
-        txn.open_table(DEAD_LETTERS)?;
-        txn.open_table(LEASES)?;
-        txn.open_table(RESERVATIONS)?;
-        txn.open_table(RESERVATION_EXPIRY)?;
-        receipt_key
-    };
-    if let Some(settled) = sweep::index_existing(&txn)? {
-        tracing::info!(
-            settled,
-            "Indexed the embedded store's status documents and dead letters for retention."
-        );
-    }
-    txn.commit()?;
-    Ok(receipt_key)
 }

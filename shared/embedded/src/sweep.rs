@@ -6,9 +6,9 @@
 
 use redb::{ReadableTable, WriteTransaction};
 use skyport_core::ports::{LEASE_CONTINUATION, LEASE_RETIRED, RANGE_LEASE_PREFIX};
-use skyport_core::status::StatusDocument;
 use time::OffsetDateTime;
 
+use crate::codec;
 use crate::listing::Listed;
 use crate::tables::{META, Tables, unix_ms, unix_ms_of};
 
@@ -174,7 +174,7 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
         let mut documents = Vec::new();
         for entry in tables.status.iter()? {
             let (id, value) = entry?;
-            if let Ok(document) = serde_json::from_slice::<StatusDocument>(value.value().1) {
+            if let Ok(document) = codec::decode(value.value().1) {
                 documents.push((id.value().to_owned(), document));
             }
         }

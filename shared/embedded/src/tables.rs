@@ -6,7 +6,8 @@ use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-pub(crate) const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("status");
+/// Delivery id → (version, compact status document, [`crate::codec`]).
+pub(crate) const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("documents");
 pub(crate) const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
     TableDefinition::new("dead_letters");
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");

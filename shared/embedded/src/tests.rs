@@ -17,7 +17,8 @@ use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::config::EmbeddedSettings;
 
 use crate::consumer::EmbeddedConsumer;
-use crate::store::{EmbeddedStore, OpenError, RECEIPT_KEY_LEN};
+use crate::setup::{OpenError, RECEIPT_KEY_LEN};
+use crate::store::EmbeddedStore;
 
 pub(crate) fn settings(dir: &std::path::Path) -> EmbeddedSettings {
     EmbeddedSettings {

@@ -14,7 +14,8 @@ use time::OffsetDateTime;
 
 use super::frame;
 use super::segment::{self, DATA_START};
-use crate::store::{EmbeddedStore, OpenError};
+use crate::setup::OpenError;
+use crate::store::EmbeddedStore;
 use crate::tests::{event, next_batch, reader_for, settings};
 
 /// The one segment file of a fresh log in `data`.
