@@ -84,8 +84,8 @@ impl ChangeSource for EmbeddedStore {
         self.read_changes(from, start, max_items, None).await
     }
 
-    /// Passes over documents without `field` before parsing them: a
-    /// serialized status document holds `"field":` only when it is set.
+    /// Passes over documents without `field` before parsing them, and
+    /// compact ones without a callback URL before decompressing them.
     async fn read_having(
         &self,
         _range: &FeedRange,
@@ -94,7 +94,7 @@ impl ChangeSource for EmbeddedStore {
         max_items: u32,
         field: &str,
     ) -> Result<ChangePage, ChangeFeedError> {
-        self.read_changes(from, start, max_items, Some(format!("\"{field}\":")))
+        self.read_changes(from, start, max_items, Some(field.to_owned()))
             .await
     }
 
@@ -175,13 +175,13 @@ impl ChangeSource for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// The changes after `from`, those whose JSON holds `pattern` only when given.
+    /// The changes after `from`, only those with `field` set when given.
     async fn read_changes(
         &self,
         from: Option<&str>,
         start: StartFrom,
         max_items: u32,
-        pattern: Option<String>,
+        field: Option<String>,
     ) -> Result<ChangePage, ChangeFeedError> {
         let after = sequence(from)?;
         let db = Arc::clone(&self.db);
@@ -201,6 +201,8 @@ impl EmbeddedStore {
                     (None, StartFrom::Beginning | StartFrom::Time(_)) => 0,
                 };
                 let status = txn.open_table(STATUS)?;
+                // A serialized status document holds `"field":` only when it is set.
+                let pattern = field.as_deref().map(|field| format!("\"{field}\":"));
                 let mut rows = Vec::new();
                 let (mut last, mut skipped) = (after, 0);
                 for entry in changes.range(after + 1..)?.take(limit) {
@@ -210,6 +212,12 @@ impl EmbeddedStore {
                         continue;
                     };
                     let body = stored.value().1;
+                    if let Some(field) = &field
+                        && codec::holds(body, field) == Some(false)
+                    {
+                        skipped += 1;
+                        continue;
+                    }
                     let json = codec::json(body);
                     if let (Ok(json), Some(pattern)) = (&json, &pattern)
                         && !contains(json, pattern.as_bytes())

@@ -3,7 +3,7 @@
 use skyport_core::status::{DeliveryState, StatusDocument};
 use time::OffsetDateTime;
 
-use super::{COMPACT_V1, DICTIONARY, DecodeError, decode, encode, names};
+use super::{COMPACT_V1, DICTIONARY, DecodeError, decode, encode, holds, names};
 
 /// A delivery as the sizing run leaves it: Scheduled after five steps, its
 /// callback delivered, auth on, its request kept for redrives.
@@ -32,7 +32,10 @@ fn documents_of_every_shape_come_back_as_they_went_in() {
     ];
     for document in documents {
         let body = encode(&document);
-        assert_eq!(body[0], COMPACT_V1);
+        // Terminal documents are kept compact, running ones plain.
+        let compact = document.state.is_terminal();
+        assert_eq!(body[0] == COMPACT_V1, compact, "{:?}", document.state);
+        assert_eq!(body[0] == b'{', !compact);
         assert_eq!(decode(&body).unwrap(), document);
     }
 }
@@ -55,14 +58,19 @@ fn a_body_kept_as_plain_json_by_an_earlier_version_still_reads() {
 }
 
 #[test]
-fn the_owner_and_principal_flags_match_the_document_in_either_form() {
+fn the_owner_principal_and_callback_flags_match_the_document_in_either_form() {
     let mut document = scheduled();
     assert_eq!(names(&encode(&document)), (true, true));
+    assert_eq!(holds(&encode(&document), "callbackUrl"), Some(true));
+    assert_eq!(holds(&encode(&document), "principal"), None);
+    assert_eq!(holds(SCHEDULED.as_bytes(), "callbackUrl"), None);
     assert_eq!(names(SCHEDULED.as_bytes()), (true, true));
     document.principal = None;
     assert_eq!(names(&encode(&document)), (true, false));
     document.owner_id = None;
+    document.callback_url = None;
     assert_eq!(names(&encode(&document)), (false, false));
+    assert_eq!(holds(&encode(&document), "callbackUrl"), Some(false));
     // A plain body is searched, and its request names the owner too.
     document.request = None;
     let plain = serde_json::to_vec(&document).unwrap();
