@@ -11,10 +11,22 @@ use skyport_runtime::config::EXIT_CONFIG;
 use super::error::PlanError;
 use super::helm::helm_values;
 use super::limits::{Limits, PARTITION_EVENTS_PER_S, RU_PER_STATUS_WRITE};
+use super::machine::{MachineCosts, plan_machine, render_machine};
 use super::measured::{BENCHMARKS, measured_costs};
 use super::model::{StreamKind, Target};
 use super::report::render;
 use super::sizing::plan;
+
+/// `--stream`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StreamArg {
+    #[value(name = "eventhubs")]
+    EventHubs,
+    #[value(name = "kafka")]
+    Kafka,
+    #[value(name = "embedded")]
+    Embedded,
+}
 
 /// `skyport plan`'s flags.
 #[derive(Debug, Parser)]
@@ -71,9 +83,12 @@ struct Args {
     /// How long settled status documents are kept (store.status_retention_s) [default: 7].
     #[arg(long, value_name = "DAYS", allow_negative_numbers = true)]
     status_retention_days: Option<f64>,
-    /// The stream.
+    /// The stream: a fleet on Event Hubs or Kafka with Cosmos DB, or one
+    /// machine on the embedded stream and store (`embedded`: the flags of
+    /// hubs, pods and Cosmos DB do not apply; --worker-cpu-us is then the
+    /// whole process's per workflow).
     #[arg(long, value_enum, default_value = "eventhubs")]
-    stream: StreamKind,
+    stream: StreamArg,
     /// Events a second a Kafka partition takes (--stream kafka).
     #[arg(long, value_name = "PER_S", default_value_t = PARTITION_EVENTS_PER_S, allow_negative_numbers = true)]
     kafka_partition_rate: f64,
@@ -136,8 +151,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     }
 }
 
-/// Plans, prints, writes; `command` is the command line, for the values' header.
-fn run(args: &Args, command: &str) -> Result<(), PlanError> {
+/// The target the flags describe (on the default stream).
+fn target(args: &Args) -> Target {
     let mut target = Target::new(args.sustained, args.spike);
     target.spike_seconds = args.spike_seconds;
     target.request_bytes = args.request_bytes.unwrap_or(target.request_bytes);
@@ -148,16 +163,27 @@ fn run(args: &Args, command: &str) -> Result<(), PlanError> {
     target.status_retention_days = args
         .status_retention_days
         .unwrap_or(target.status_retention_days);
-    target.stream = args.stream;
     target.cores_per_gateway = args.cores_per_gateway;
     target.cores_per_worker = args.cores_per_worker;
-    let limits = match args.stream {
+    target
+}
+
+/// Plans, prints, writes; `command` is the command line, for the values' header.
+fn run(args: &Args, command: &str) -> Result<(), PlanError> {
+    let stream = match args.stream {
+        StreamArg::EventHubs => StreamKind::EventHubs,
+        StreamArg::Kafka => StreamKind::Kafka,
+        StreamArg::Embedded => return run_machine(args),
+    };
+    let mut target = target(args);
+    target.stream = stream;
+    let limits = match stream {
         StreamKind::EventHubs => Limits::event_hubs(),
         StreamKind::Kafka => Limits::kafka(args.kafka_partition_rate),
     };
     let measured = measured_costs(
         &args.benchmarks,
-        args.stream,
+        stream,
         args.gateway_cpu_us,
         args.worker_cpu_us,
         args.workflow_overhead_ms,
@@ -176,5 +202,35 @@ fn run(args: &Args, command: &str) -> Result<(), PlanError> {
         })?;
         println!("Helm values: {}", path.display());
     }
+    Ok(())
+}
+
+/// `--stream embedded`: one machine, planned and printed.
+fn run_machine(args: &Args) -> Result<(), PlanError> {
+    if args.helm_values.is_some() {
+        return Err(PlanError::Invalid {
+            flag: "--helm-values",
+            reason: "the embedded stream and store run in one process, which the chart does not install; plan a fleet with --stream eventhubs or kafka".into(),
+        });
+    }
+    let read = std::fs::read_to_string(&args.benchmarks)
+        .map_err(|e| format!("cannot be read ({e})"))
+        .and_then(|text| {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .map_err(|e| format!("is not JSON ({e})"))
+        });
+    let costs = MachineCosts::read(
+        &args.benchmarks,
+        read.as_ref().map_err(String::as_str),
+        args.worker_cpu_us,
+        args.gateway_cpu_us,
+        args.workflow_overhead_ms,
+    )?;
+    let target = target(args);
+    let machine = plan_machine(&target, &costs)?;
+    print!(
+        "{}",
+        render_machine(&target, &costs, &machine, &args.benchmarks)
+    );
     Ok(())
 }

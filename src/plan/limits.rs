@@ -102,6 +102,18 @@ pub const STATUS_DOCUMENT_BYTES: f64 = 1_100.0;
 /// The services' latency in the benchmark runs the fallback figures come
 /// from (benches/skyport: 5 services at 20 ms a call, no jitter).
 pub const BENCH_SERVICE_LATENCY_MS: f64 = 20.0;
+/// What a delivery keeps in the embedded store with auth on and a
+/// callback, by the file's growth (docs/operations.md, "Sizing the
+/// embedded store").
+pub const EMBEDDED_BYTES_PER_DELIVERY: f64 = 1_003.0;
+/// What a named request's reservation adds there, for
+/// `gateway.idempotency_retention_s` (1,337 − 1,003 bytes, same run).
+pub const EMBEDDED_BYTES_PER_RESERVATION: f64 = 334.0;
+/// The most one machine has worked off on the embedded store: about 5,800
+/// workflows/s on 16 cores with 7 of them idle, bound by the serial parts
+/// (the committer thread, the one HTTP/2 connection per service), not by
+/// its cores (docs/capacity.md, "One machine").
+pub const ONE_MACHINE_WORKFLOWS_PER_S: f64 = 5_800.0;
 
 /// The stream's limits the plan is made within.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,6 +16,7 @@ mod error;
 mod format;
 mod helm;
 mod limits;
+mod machine;
 mod measured;
 mod model;
 mod report;
@@ -26,6 +27,7 @@ pub use self::error::PlanError;
 pub use self::format::thousands;
 pub use self::helm::helm_values;
 pub use self::limits::*;
+pub use self::machine::{Machine, MachineCosts, plan_machine, render_machine};
 pub use self::measured::{BENCHMARKS, BenchmarkFigures, MeasuredCosts, Sourced, measured_costs};
 pub use self::model::{
     Bound, Costs, Prediction, README_BODY, Shape, StreamKind, Target, event_bytes, predict,

@@ -22,16 +22,16 @@ use super::sizing::{
 };
 
 /// The table's rows: a figure and the rule behind it, one line each.
-struct Table(String);
+pub(super) struct Table(pub(super) String);
 
 impl Table {
     /// A section's title, after a blank line.
-    fn heading(&mut self, title: &str) {
+    pub(super) fn heading(&mut self, title: &str) {
         let _ = writeln!(self.0, "\n{title}");
     }
 
     /// A figure: its label, its value right-aligned, its rule.
-    fn row(&mut self, label: &str, value: impl Display, rule: impl Display) {
+    pub(super) fn row(&mut self, label: &str, value: impl Display, rule: impl Display) {
         let _ = writeln!(self.0, "  {label:<22} {:>18}  {rule}", value.to_string());
     }
 }
