@@ -1,6 +1,6 @@
 //! Upgrading a data directory whose status documents earlier versions kept
 //! as plain JSON in the table `status`: at start, each moves to the table
-//! `documents` as [`codec`] keeps it (compact once terminal), with its version (so every
+//! `documents` in the compact form of [`codec`], with its version (so every
 //! ETag a client holds still matches) and without a change-feed entry (the
 //! document did not change). They move in id order, so the new table's
 //! leaves are full, and the file is then compacted, so that the space the

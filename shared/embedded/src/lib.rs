@@ -18,9 +18,9 @@
 //! database's `log` table) is upgraded at start ([`migrate`]).
 //!
 //! Tables:
-//! - `documents`: delivery id → (version, status document), a terminal
-//!   document's JSON compressed against a dictionary ([`codec`]): about 150
-//!   bytes where its JSON is 1.4 KB. Earlier versions kept plain JSON in
+//! - `documents`: delivery id → (version, status document), the document's
+//!   JSON compressed against a dictionary ([`codec`]): about 150 bytes where
+//!   its JSON is 1.4 KB. Earlier versions kept plain JSON in
 //!   `status`; it moves here at start, once ([`compact`]).
 //! - `dead_letters`: (partition, offset) → (reason, time, raw payload).
 //! - `lease_groups`: (group, name) → (version, last modified in Unix ms, JSON
