@@ -1,0 +1,113 @@
+"""Whether the all-in-one's drain slows as its store grows: posts N distinct
+requests while the worker is held to one workflow a second, restarts it at
+its defaults on the same data directory, and prints the process's CPU per
+workflow in each tenth of the drain, the last against the first
+(BENCHMARKS.md, "A drain as the store grows"):
+
+    cargo build --release
+    cargo bench --bench skyport --no-run   # prints the bench binary, the poster
+    python3 benches/drain.py target/release/skyport target/release/deps/skyport-HASH 1000000
+
+Standard library only. The data directory is made under /tmp and removed.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+PORT = 18095
+BASE = f"http://127.0.0.1:{PORT}"
+TICK = os.sysconf("SC_CLK_TCK")
+DONE = re.compile(r'^skyport_workflow_events_total\{[^}]*outcome="(scheduled|failed)"[^}]*\} (\d+)', re.M)
+
+
+def start(skyport: str, data: str, *sets: str) -> subprocess.Popen:
+    args = [skyport, "--data-dir", data, "--listen", f"127.0.0.1:{PORT}"]
+    for assignment in sets:
+        args += ["--set", assignment]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(BASE + "/healthz", timeout=1).read()
+            return process
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise SystemExit("Skyport did not answer /healthz within 30 s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=120)
+
+
+def done() -> int:
+    text = urllib.request.urlopen(BASE + "/metrics", timeout=5).read().decode()
+    return sum(int(count) for _, count in DONE.findall(text))
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def main() -> None:
+    skyport, poster, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    data = tempfile.mkdtemp(prefix="skyport-drain-")
+    try:
+        process = start(skyport, data, "worker.rate_limit_per_s=1")
+        job = {
+            "url": BASE + "/api/deliveryrequests",
+            "schedule": {"Requests": count},
+            "connections": 64,
+            "naming": "Unnamed",
+            "first": 0,
+            "callback": None,
+            "api_key": None,
+        }
+        began = time.monotonic()
+        posted = json.loads(subprocess.run([poster, "--post", json.dumps(job)], check=True, capture_output=True).stdout)
+        accepted = posted["statuses"].get("202", 0)
+        print(f"posted {count}: {accepted} accepted in {time.monotonic() - began:.0f} s", flush=True)
+        before = done()
+        stop(process)
+        pending = accepted - before
+        process = start(skyport, data)
+        samples = [(0, cpu_s(process.pid), time.monotonic())]
+        while samples[-1][0] < pending:
+            time.sleep(1)
+            samples.append((done(), cpu_s(process.pid), time.monotonic()))
+        stop(process)
+        size = os.path.getsize(os.path.join(data, "skyport.redb"))
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+    def at(n: float) -> tuple[float, float]:
+        """CPU seconds and time when n workflows were done, interpolated."""
+        for (n0, c0, t0), (n1, c1, t1) in zip(samples, samples[1:]):
+            if n0 <= n <= n1 and n1 > n0:
+                f = (n - n0) / (n1 - n0)
+                return c0 + f * (c1 - c0), t0 + f * (t1 - t0)
+        return samples[-1][1], samples[-1][2]
+
+    tenths = []
+    for k in range(10):
+        (c0, t0), (c1, t1) = at(pending * k / 10), at(pending * (k + 1) / 10)
+        tenths.append(((c1 - c0) * 1e6 / (pending / 10), (pending / 10) / (t1 - t0)))
+    print(f"drained {pending} in {samples[-1][2] - samples[0][2]:.0f} s; skyport.redb {size} bytes")
+    for k, (us, rate) in enumerate(tenths):
+        print(f"tenth {k + 1:2}: {us:6.0f} µs of CPU a workflow, {rate:6.0f} workflows/s")
+    print(f"last tenth against the first: {tenths[-1][0] / tenths[0][0]:.3f} × the CPU, "
+          f"{tenths[-1][1] / tenths[0][1]:.3f} × the rate")
+
+
+if __name__ == "__main__":
+    main()
