@@ -14,13 +14,13 @@ use skyport_runtime::config::{StreamSettings, WorkerSettings};
 use super::error::PlanError;
 use super::format::{bytes, thousands};
 use super::limits::{
-    BENCH_SERVICE_LATENCY_MS, EMBEDDED_BYTES_PER_DELIVERY, EMBEDDED_BYTES_PER_RESERVATION,
-    GATEWAY_UTILIZATION, MIN_MAX_IN_FLIGHT, ONE_MACHINE_WORKFLOWS_PER_S, WINDOW_MARGIN,
-    WORKER_HEADROOM,
+    EMBEDDED_BYTES_PER_DELIVERY, EMBEDDED_BYTES_PER_RESERVATION, GATEWAY_UTILIZATION,
+    MIN_MAX_IN_FLIGHT, ONE_MACHINE_WORKFLOWS_PER_S, WINDOW_MARGIN, WORKER_HEADROOM,
 };
-use super::measured::Sourced;
-use super::model::{STEPS, Target, event_bytes, workflow_latency_s};
+use super::measured::{Sourced, gateway_cpu_from_ingest, overhead_from_time_to_terminal};
+use super::model::{Target, event_bytes, workflow_latency_s};
 use super::report::Table;
+use super::sizing::{above_zero, overhead_and_spike, whole};
 
 /// What the all-in-one costs, each figure with its source.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,40 +85,14 @@ impl MachineCosts {
             })
             .ok_or_else(|| missing("all-in-one CPU per workflow"))?;
         let ingest_cpu = flag(ingest_cpu_us, "gateway-cpu-us")
-            .or_else(|| {
-                let run = figures["ingest"].as_array()?.iter().find(|run| {
-                    run["skyport"]["requests_per_s"].as_f64().is_some()
-                })?;
-                let per_s = run["skyport"]["requests_per_s"].as_f64()?;
-                let cores = figures["machine"]["cores"].as_f64()?;
-                Some(Sourced {
-                    value: cores * 1e6 / per_s,
-                    source: format!(
-                        "ingest at {} connections: {cores} cores ÷ {} requests/s (an upper bound: the load generator shared the cores)",
-                        run["connections"],
-                        thousands(per_s)
-                    ),
-                })
-            })
+            .or_else(|| gateway_cpu_from_ingest(figures))
             .ok_or_else(|| missing("ingest rate"))?;
-        let overhead = flag(overhead_ms, "workflow-overhead-ms").unwrap_or_else(|| {
-            let run = figures["time_to_terminal"].as_array().and_then(|runs| {
-                runs.iter()
-                    .min_by_key(|run| run["rate"].as_u64().unwrap_or(u64::MAX))
+        let overhead = flag(overhead_ms, "workflow-overhead-ms")
+            .or_else(|| overhead_from_time_to_terminal(figures))
+            .unwrap_or_else(|| Sourced {
+                value: 0.0,
+                source: "not measured: 0 (pass --workflow-overhead-ms)".to_owned(),
             });
-            match run.and_then(|run| Some((run["rate"].clone(), run["terminal"]["p50_ms"].as_f64()?))) {
-                Some((rate, p50)) => Sourced {
-                    value: (p50 - STEPS * BENCH_SERVICE_LATENCY_MS).max(0.0),
-                    source: format!(
-                        "time_to_terminal at {rate}/s: p50 {p50:.1} ms − {STEPS} calls × {BENCH_SERVICE_LATENCY_MS} ms"
-                    ),
-                },
-                None => Sourced {
-                    value: 0.0,
-                    source: "not measured: none".into(),
-                },
-            }
-        });
         let rss = all_in_one["peak_rss_mib"].as_f64().map(|value| Sourced {
             value,
             source: "all_in_one.peak_rss_mib".into(),
@@ -170,7 +144,7 @@ pub struct Machine {
 /// # Errors
 /// [`PlanError::Invalid`] naming the flag of an input out of range.
 pub fn plan_machine(target: &Target, costs: &MachineCosts) -> Result<Machine, PlanError> {
-    for (flag, value) in [
+    above_zero(&[
         ("--sustained", target.sustained_per_s),
         ("--spike", target.spike_per_s),
         ("--spike-seconds", target.spike_seconds),
@@ -180,23 +154,8 @@ pub fn plan_machine(target: &Target, costs: &MachineCosts) -> Result<Machine, Pl
         ("--status-retention-days", target.status_retention_days),
         ("--worker-cpu-us", costs.workflow_cpu.value),
         ("--gateway-cpu-us", costs.ingest_cpu.value),
-    ] {
-        if !(value.is_finite() && value > 0.0) {
-            return Err(PlanError::Invalid {
-                flag,
-                reason: format!("must be a number above 0, got {value}"),
-            });
-        }
-    }
-    if target.spike_per_s < target.sustained_per_s {
-        return Err(PlanError::Invalid {
-            flag: "--spike",
-            reason: format!(
-                "must be at least --sustained ({}), got {}",
-                target.sustained_per_s, target.spike_per_s
-            ),
-        });
-    }
+    ])?;
+    overhead_and_spike(target, costs.overhead.value)?;
     let workflow_us = costs.workflow_cpu.value;
     let ingest_us = costs.ingest_cpu.value.min(workflow_us);
     let drain_s = target.drain_minutes * 60.0;
@@ -269,18 +228,6 @@ pub fn plan_machine(target: &Target, costs: &MachineCosts) -> Result<Machine, Pl
         memory_mib: costs.rss.as_ref().map(|rss| rss.value),
         warnings,
     })
-}
-
-/// `x` rounded up to a whole number, saturating at `u32::MAX`.
-fn whole(x: f64) -> u32 {
-    let up = (x - 1e-9).ceil();
-    if up <= 0.0 {
-        0
-    } else if up >= f64::from(u32::MAX) {
-        u32::MAX
-    } else {
-        up as u32
-    }
 }
 
 /// The plan as the command prints it, each figure beside its rule, and the

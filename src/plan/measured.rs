@@ -85,11 +85,7 @@ impl BenchmarkFigures {
                 source: format!("{fleet_key}.runs[workers = 1].{key}"),
             })
         };
-        let ingest = json["ingest"].as_array().and_then(|runs| {
-            runs.iter()
-                .filter(|run| run["skyport"]["requests_per_s"].as_f64().is_some())
-                .min_by_key(|run| run["connections"].as_u64().unwrap_or(u64::MAX))
-        });
+        let ingest = ingest_run(json);
         let end_to_end = match stream {
             StreamKind::Kafka if json["kafka"]["end_to_end"].is_object() => {
                 ("kafka.end_to_end", &json["kafka"]["end_to_end"])
@@ -102,19 +98,7 @@ impl BenchmarkFigures {
             // workers drained, which sizing by rate should not count.
             gateway_cpu: from_fleet("gateway_posting_cpu_us_per_request")
                 .or_else(|| from_fleet("gateway_cpu_us_per_request"))
-                .or_else(|| {
-                let run = ingest?;
-                let per_s = run["skyport"]["requests_per_s"].as_f64()?;
-                let cores = json["machine"]["cores"].as_f64()?;
-                Some(Sourced {
-                    value: cores * 1e6 / per_s,
-                    source: format!(
-                        "ingest at {} connections: {cores} cores ÷ {} requests/s (an upper bound: the load generator shared the cores)",
-                        run["connections"],
-                        thousands(per_s)
-                    ),
-                })
-            }),
+                .or_else(|| gateway_cpu_from_ingest(json)),
             worker_cpu: from_fleet("worker_cpu_us_per_workflow").or_else(|| {
                 Some(Sourced {
                     value: end_to_end.1["cpu_us_per_workflow"].as_f64()?,
@@ -124,19 +108,8 @@ impl BenchmarkFigures {
                     ),
                 })
             }),
-            overhead: from_fleet("workflow_overhead_ms").or_else(|| {
-                let run = json["time_to_terminal"].as_array()?.iter().min_by_key(|run| {
-                    run["rate"].as_u64().unwrap_or(u64::MAX)
-                })?;
-                let p50 = run["terminal"]["p50_ms"].as_f64()?;
-                Some(Sourced {
-                    value: (p50 - STEPS * BENCH_SERVICE_LATENCY_MS).max(0.0),
-                    source: format!(
-                        "time_to_terminal at {}/s: p50 {p50:.1} ms − {STEPS} calls × {BENCH_SERVICE_LATENCY_MS} ms",
-                        run["rate"]
-                    ),
-                })
-            }),
+            overhead: from_fleet("workflow_overhead_ms")
+                .or_else(|| overhead_from_time_to_terminal(json)),
             gateway_rss: from_fleet("gateway_rss_mib").or_else(|| {
                 let run = ingest?;
                 Some(Sourced {
@@ -152,6 +125,48 @@ impl BenchmarkFigures {
             }),
         }
     }
+}
+
+/// A workflow's time beyond its calls, from the time-to-terminal run at the
+/// lowest rate: its p50 less the calls the benchmark's services take.
+pub(super) fn overhead_from_time_to_terminal(json: &Value) -> Option<Sourced> {
+    let run = json["time_to_terminal"]
+        .as_array()?
+        .iter()
+        .min_by_key(|run| run["rate"].as_u64().unwrap_or(u64::MAX))?;
+    let p50 = run["terminal"]["p50_ms"].as_f64()?;
+    Some(Sourced {
+        value: (p50 - STEPS * BENCH_SERVICE_LATENCY_MS).max(0.0),
+        source: format!(
+            "time_to_terminal at {}/s: p50 {p50:.1} ms − {STEPS} calls × {BENCH_SERVICE_LATENCY_MS} ms",
+            run["rate"]
+        ),
+    })
+}
+
+/// The ingest phase's run at the fewest connections, of those with a rate.
+fn ingest_run(json: &Value) -> Option<&Value> {
+    json["ingest"].as_array().and_then(|runs| {
+        runs.iter()
+            .filter(|run| run["skyport"]["requests_per_s"].as_f64().is_some())
+            .min_by_key(|run| run["connections"].as_u64().unwrap_or(u64::MAX))
+    })
+}
+
+/// A request's CPU at the gateway alone, from that run: the machine's cores
+/// over its rate.
+pub(super) fn gateway_cpu_from_ingest(json: &Value) -> Option<Sourced> {
+    let run = ingest_run(json)?;
+    let per_s = run["skyport"]["requests_per_s"].as_f64()?;
+    let cores = json["machine"]["cores"].as_f64()?;
+    Some(Sourced {
+        value: cores * 1e6 / per_s,
+        source: format!(
+            "ingest at {} connections: {cores} cores ÷ {} requests/s (an upper bound: the load generator shared the cores)",
+            run["connections"],
+            thousands(per_s)
+        ),
+    })
 }
 
 /// The costs: the flags' where given, else `path`'s (a `BENCHMARKS.json`).

@@ -354,7 +354,7 @@ fn size_workers(
 
 /// Refuses inputs the model has no answer for, naming their flag.
 fn validate(target: &Target, costs: &Costs, limits: &Limits) -> Result<(), PlanError> {
-    for (flag, value) in [
+    above_zero(&[
         ("--sustained", target.sustained_per_s),
         ("--spike", target.spike_per_s),
         ("--spike-seconds", target.spike_seconds),
@@ -373,7 +373,13 @@ fn validate(target: &Target, costs: &Costs, limits: &Limits) -> Result<(), PlanE
             "Limits::partition_bytes_per_s",
             limits.partition_bytes_per_s.unwrap_or(1.0),
         ),
-    ] {
+    ])?;
+    overhead_and_spike(target, costs.workflow_overhead_ms)
+}
+
+/// Refuses any of `inputs` that is not a number above 0, naming its flag.
+pub(super) fn above_zero(inputs: &[(&'static str, f64)]) -> Result<(), PlanError> {
+    for &(flag, value) in inputs {
         if !(value.is_finite() && value > 0.0) {
             return Err(PlanError::Invalid {
                 flag,
@@ -381,13 +387,15 @@ fn validate(target: &Target, costs: &Costs, limits: &Limits) -> Result<(), PlanE
             });
         }
     }
-    if !(costs.workflow_overhead_ms.is_finite() && costs.workflow_overhead_ms >= 0.0) {
+    Ok(())
+}
+
+/// Refuses an overhead below 0 and a spike below the sustained rate.
+pub(super) fn overhead_and_spike(target: &Target, overhead_ms: f64) -> Result<(), PlanError> {
+    if !(overhead_ms.is_finite() && overhead_ms >= 0.0) {
         return Err(PlanError::Invalid {
             flag: "--workflow-overhead-ms",
-            reason: format!(
-                "must be a number of 0 or more, got {}",
-                costs.workflow_overhead_ms
-            ),
+            reason: format!("must be a number of 0 or more, got {overhead_ms}"),
         });
     }
     if target.spike_per_s < target.sustained_per_s {
@@ -526,7 +534,7 @@ fn cosmos(
 
 /// `x` rounded up to a whole number, forgiving the last bits of a division
 /// that should have come out whole; saturates at `u32::MAX`.
-fn whole(x: f64) -> u32 {
+pub(super) fn whole(x: f64) -> u32 {
     let up = (x - 1e-9).ceil();
     if up <= 0.0 {
         0

@@ -37,7 +37,7 @@ fn shape(workers: u32, partitions: u32, max_in_flight: u32) -> Shape {
     }
 }
 
-fn close(actual: f64, expected: f64) {
+pub(super) fn close(actual: f64, expected: f64) {
     assert!(
         (actual - expected).abs() <= expected.abs() * 1e-6 + 1e-9,
         "{actual} is not {expected}"

@@ -3,6 +3,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::*;
+use crate::plan::tests::close;
 
 fn sourced(value: f64) -> Sourced {
     Sourced {
@@ -20,13 +21,6 @@ fn costs() -> MachineCosts {
         overhead: sourced(8.0),
         rss: Some(sourced(170.0)),
     }
-}
-
-fn close(actual: f64, expected: f64) {
-    assert!(
-        (actual - expected).abs() <= expected.abs() * 1e-6 + 1e-9,
-        "{actual} is not {expected}"
-    );
 }
 
 #[test]
@@ -102,6 +96,12 @@ fn bad_inputs_name_their_flag() {
     let mut free = costs();
     free.workflow_cpu = sourced(-1.0);
     assert_eq!(flag(&Target::new(10.0, 10.0), &free), "--worker-cpu-us");
+    let mut early = costs();
+    early.overhead = sourced(-1.0);
+    assert_eq!(
+        flag(&Target::new(10.0, 10.0), &early),
+        "--workflow-overhead-ms"
+    );
 }
 
 #[test]
