@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use serde_json::Value;
-use skyport_runtime::config::{StreamSettings, WorkerSettings};
+use skyport_runtime::config::{MAX_PARTITIONS, StreamSettings, WorkerSettings};
 
 use super::error::PlanError;
 use super::format::{bytes, thousands};
@@ -183,7 +183,10 @@ pub fn plan_machine(target: &Target, costs: &MachineCosts) -> Result<Machine, Pl
     };
     let latency_s = workflow_latency_s(target.service_latency_ms, costs.overhead.value);
     let in_flight = needed_per_s * latency_s * WINDOW_MARGIN;
-    let partitions = StreamSettings::default().partitions.max(cores);
+    let partitions = StreamSettings::default()
+        .partitions
+        .max(cores)
+        .min(MAX_PARTITIONS);
     let max_in_flight = whole(in_flight / f64::from(partitions)).max(MIN_MAX_IN_FLIGHT);
     let event = event_bytes(target.request_bytes)?;
     let mut warnings = Vec::new();
@@ -295,7 +298,9 @@ pub fn render_machine(
     t.row(
         "stream.partitions",
         machine.partitions.to_string(),
-        "one a core, at least the default 8 (a partition's loop is one task)",
+        format!(
+            "one a core (a partition's loop is one task), from the default 8 to {MAX_PARTITIONS}"
+        ),
     );
     t.row(
         "worker.max_in_flight",

@@ -80,6 +80,11 @@ fn many_cores_get_a_partition_each() {
     assert_eq!(machine.cores, 18);
     assert_eq!(machine.partitions, 18);
     assert_eq!(machine.backlog_peak, 0.0);
+    // Never more partitions than the setting takes.
+    dear.workflow_cpu = sourced(1e6);
+    let machine = plan_machine(&Target::new(3_000.0, 3_000.0), &dear).unwrap();
+    assert!(machine.cores > MAX_PARTITIONS);
+    assert_eq!(machine.partitions, MAX_PARTITIONS);
 }
 
 #[test]

@@ -53,7 +53,7 @@ pub use self::profile::Profile;
 pub use self::services::{ServicesProtocol, ServicesSettings};
 pub use self::simulator::SimulatorSettings;
 pub use self::store::{StoreBackend, StoreSettings};
-pub use self::stream::{StreamBackend, StreamSettings};
+pub use self::stream::{MAX_PARTITIONS, StreamBackend, StreamSettings};
 pub use self::telemetry::{LogFormat, TelemetrySettings};
 pub use self::throughput::{
     GlobalControlSettings, GroupScope, MIN_RENEW_INTERVAL_MS, OnInitError, Priority,

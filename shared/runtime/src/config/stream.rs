@@ -37,10 +37,13 @@ impl Default for StreamSettings {
     }
 }
 
+/// The most partitions `stream.partitions` may name.
+pub const MAX_PARTITIONS: u32 = 1024;
+
 impl StreamSettings {
     pub(super) fn validate(&self, checks: &mut Checks<'_>) {
         checks.check(
-            (1..=1024).contains(&self.partitions),
+            (1..=MAX_PARTITIONS).contains(&self.partitions),
             "partitions",
             "must be from 1 to 1024",
         );
