@@ -212,14 +212,14 @@ impl EmbeddedStore {
                         continue;
                     };
                     let body = stored.value().1;
-                    if let Some(field) = &field
-                        && codec::holds(body, field) == Some(false)
-                    {
+                    // A compact body's flags may answer without decompressing.
+                    let known = field.as_deref().and_then(|field| codec::holds(body, field));
+                    if known == Some(false) {
                         skipped += 1;
                         continue;
                     }
                     let json = codec::json(body);
-                    if let (Ok(json), Some(pattern)) = (&json, &pattern)
+                    if let (None, Ok(json), Some(pattern)) = (known, &json, &pattern)
                         && !contains(json, pattern.as_bytes())
                     {
                         skipped += 1;
