@@ -1,5 +1,6 @@
 //! The tests of the `skyport` package's binaries as processes (killed,
-//! misconfigured, traced, fed bombs, searched for secrets, calling over TLS),
+//! misconfigured, traced, fed bombs, searched for secrets, calling over TLS,
+//! watched in a browser),
 //! and of the worker's admin listener. No test here runs a system in this
 //! process but the admin listener's, so the metrics registry it scrapes is
 //! its own.
@@ -9,6 +10,7 @@ mod callback_secrets;
 mod callbacks_crash;
 mod config_errors;
 mod crash_recovery;
+mod dashboard;
 mod operability;
 mod secrets;
 mod telemetry;

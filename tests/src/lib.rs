@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod browser;
 pub mod contract;
 pub mod dead_letters_contract;
 pub mod decoders;
