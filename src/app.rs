@@ -14,8 +14,9 @@ use skyport_callbacks::change_feed::Processor;
 use skyport_core::ports::Diagnostics;
 use skyport_gateway::Gateway;
 use skyport_gateway::auth::Auth;
-use skyport_runtime::config::{Millis, ServicesProtocol, Settings, StreamBackend};
+use skyport_runtime::config::{ServicesProtocol, Settings, StreamBackend};
 use skyport_runtime::destination::{AddressPolicy, CallbackAcceptance};
+use skyport_runtime::foreground;
 use skyport_runtime::http::listen;
 use skyport_runtime::priority::BackgroundRuntime;
 use skyport_simulator::{Simulator, SimulatorOptions};
@@ -118,18 +119,17 @@ impl App {
         if simulator.is_some() && services.protocol == ServicesProtocol::Auto {
             services.protocol = ServicesProtocol::H2c;
         }
-        // The gateway's answers wait on the worker only where both share the
+        // The gateway's 202s wait on the worker only where both share the
         // embedded store's disk and committer; on Kafka or Event Hubs they
         // wait on the broker's round trip, which no narrower window shortens.
-        let mut worker_settings = settings.worker.clone();
-        if settings.stream_backend() != StreamBackend::Embedded {
-            worker_settings.gateway_latency_goal_ms = Millis::new(0);
+        if settings.stream_backend() == StreamBackend::Embedded {
+            foreground::global().aim(settings.gateway.latency_objective_ms.duration());
         }
         let worker = Worker::new(
             &backends.worker_ports(),
             services_url.clone(),
             &services,
-            worker_settings,
+            settings.worker.clone(),
         )?;
         let tally = worker.tally();
         let callbacks = notifier(&settings, &backends)?;

@@ -2,7 +2,8 @@
 //! (`x-request-id`, the caller's or a UUID made here, returned on the
 //! answer), a span that continues the caller's trace and carries that id (so
 //! every log line of the request names it), the request metrics of
-//! `/metrics`, and a log line for each 5xx. A handler that panics is caught
+//! `/metrics`, the 202s' times for a worker beside the gateway
+//! ([`foreground`]), and a log line for each 5xx. A handler that panics is caught
 //! here too and answered with a 500 problem naming the request (the panic
 //! hook has logged the panic within the request's span).
 //!
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request};
-use axum::http::{HeaderValue, Method, Response};
+use axum::http::{HeaderValue, Method, Response, StatusCode};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use futures_util::FutureExt;
@@ -125,7 +126,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response<Body> {
     let elapsed = started.elapsed();
     // A read that waited for a change is slow by request, not by load.
     let held = response.extensions().get::<Held>().is_some();
-    if route.starts_with("/api/") && !held {
+    if method == "POST" && status == StatusCode::ACCEPTED && route.starts_with("/api/") {
         foreground::global().record(elapsed);
     }
     let seconds = elapsed.as_secs_f64();

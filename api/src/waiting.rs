@@ -69,8 +69,7 @@ pub struct Hold {
 
 /// Marks the answer of a request that was allowed to wait, so that its time
 /// is kept apart from the other answers' (the `held` class of
-/// `http_request_duration_seconds`) and the worker's foreground rule does
-/// not read it as a slow answer.
+/// `http_request_duration_seconds`).
 #[derive(Debug, Clone, Copy)]
 pub struct Held;
 

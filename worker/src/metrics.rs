@@ -140,7 +140,7 @@ impl WorkerMetrics {
         let worker_window = Gauge::default();
         registry.register(
             "worker_window",
-            "Events each partition may have in flight now (worker.max_in_flight, narrowed while a gateway in the same process answers slower than worker.gateway_latency_goal_ms)",
+            "Events each partition may have in flight now (worker.max_in_flight, narrowed while the 202s of a gateway in the same process are slower than gateway.latency_objective_ms at p99)",
             worker_window.clone(),
         );
         let worker_pending_events = Gauge::default();

@@ -1,19 +1,20 @@
 //! The in-flight window: how many events each partition runs at once.
 //!
-//! `max_in_flight` unless a gateway in the same process is answering slower
-//! than `gateway_latency_goal_ms` ([`skyport_runtime::foreground`]). Every
-//! [`PERIOD`] the window halves when the gateway's slowest answer since the
-//! last look was over the goal, down to an eighth of `max_in_flight`, and
-//! otherwise grows by a sixteenth of it, back to the whole in under a
-//! second: a spike is accepted first and the backlog drained at full width
-//! once it has passed. In-flight events are never touched.
+//! `max_in_flight` unless a gateway in the same process is answering its
+//! 202s slower than its objective ([`skyport_runtime::foreground`]: their
+//! p99 over `gateway.latency_objective_ms`). Every [`PERIOD`] the window
+//! halves when more than 1 % of the 202s since the last look were slower,
+//! down to an eighth of `max_in_flight`, and otherwise grows by a sixteenth
+//! of it, back to the whole in under a second: a spike is accepted first and
+//! the backlog drained at full width once it has passed. In-flight events
+//! are never touched.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::metrics;
 use skyport_runtime::config::WorkerSettings;
-use skyport_runtime::foreground::Foreground;
+use skyport_runtime::foreground::{Answers, Foreground};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -26,19 +27,15 @@ pub struct Window {
     current: AtomicUsize,
     max: usize,
     min: usize,
-    /// `None`: the window stays whole.
-    goal: Option<Duration>,
 }
 
 impl Window {
     pub fn new(settings: &WorkerSettings) -> Self {
         let max = settings.max_in_flight;
-        let goal = settings.gateway_latency_goal_ms.duration();
         Self {
             current: AtomicUsize::new(max),
             max,
             min: (max / 8).max(1),
-            goal: (!goal.is_zero()).then_some(goal),
         }
     }
 
@@ -47,11 +44,10 @@ impl Window {
         self.current.load(Ordering::Relaxed)
     }
 
-    /// One adjustment after the gateway answered `answered` requests, the
-    /// slowest after `slowest`.
-    fn adjust(&self, goal: Duration, answered: u64, slowest: Duration) -> usize {
+    /// One adjustment after the gateway's `answers`.
+    fn adjust(&self, answers: Answers) -> usize {
         let current = self.get();
-        let next = if answered > 0 && slowest > goal {
+        let next = if answers.over_objective() {
             (current / 2).max(self.min)
         } else {
             (current + (self.max / 16).max(1)).min(self.max)
@@ -60,13 +56,14 @@ impl Window {
         next
     }
 
-    /// Adjusts the window to what `foreground` reports until `stop` fires.
+    /// Adjusts the window to what `foreground` reports until `stop` fires;
+    /// keeps it whole where no objective is set.
     pub async fn run(&self, foreground: &Foreground, stop: &CancellationToken) {
         let gauge = &metrics::global().worker_window;
         gauge.set(i64::try_from(self.get()).unwrap_or(i64::MAX));
-        let Some(goal) = self.goal else {
+        if !foreground.aimed() {
             return;
-        };
+        }
         let mut ticks = tokio::time::interval(PERIOD);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // What piled up before this worker started is not its doing.
@@ -75,8 +72,7 @@ impl Window {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = ticks.tick() => {
-                    let (answered, slowest) = foreground.take();
-                    let window = self.adjust(goal, answered, slowest);
+                    let window = self.adjust(foreground.take());
                     gauge.set(i64::try_from(window).unwrap_or(i64::MAX));
                 }
             }
@@ -86,47 +82,53 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use skyport_runtime::config::Millis;
-
     use super::*;
 
     fn window(max: usize) -> Window {
         Window::new(&WorkerSettings {
             max_in_flight: max,
-            gateway_latency_goal_ms: Millis::new(10),
             ..WorkerSettings::default()
         })
     }
 
+    fn answers(answered: u64, slow: u64) -> Answers {
+        Answers { answered, slow }
+    }
+
     #[test]
-    fn a_slow_gateway_halves_the_window_down_to_an_eighth_and_a_fast_one_widens_it_again() {
+    fn a_p99_over_the_objective_halves_the_window_down_to_an_eighth_and_one_within_widens_it_again()
+    {
         let window = window(128);
-        let goal = Duration::from_millis(10);
-        let slow = Duration::from_millis(25);
         assert_eq!(window.get(), 128);
-        let narrowed: Vec<usize> = (0..4).map(|_| window.adjust(goal, 50, slow)).collect();
+        let narrowed: Vec<usize> = (0..4).map(|_| window.adjust(answers(50, 2))).collect();
         assert_eq!(narrowed, [64, 32, 16, 16]);
-        // An idle gateway, or one within its goal, gives the window back.
-        assert_eq!(window.adjust(goal, 0, Duration::ZERO), 24);
-        assert_eq!(window.adjust(goal, 500, Duration::from_millis(3)), 32);
+        // An idle gateway, or one whose p99 is within the objective (1 slow
+        // answer in 100), gives the window back.
+        assert_eq!(window.adjust(answers(0, 0)), 24);
+        assert_eq!(window.adjust(answers(500, 5)), 32);
         for _ in 0..20 {
-            window.adjust(goal, 0, Duration::ZERO);
+            window.adjust(answers(0, 0));
         }
         assert_eq!(window.get(), 128);
     }
 
     #[test]
-    fn a_window_of_one_stays_one_and_a_goal_of_zero_never_narrows() {
+    fn a_window_of_one_stays_one() {
         let one = window(1);
-        assert_eq!(
-            one.adjust(Duration::from_millis(10), 9, Duration::from_secs(1)),
-            1
-        );
-        let off = Window::new(&WorkerSettings {
-            gateway_latency_goal_ms: Millis::new(0),
-            ..WorkerSettings::default()
-        });
-        assert_eq!(off.goal, None);
-        assert_eq!(off.get(), WorkerSettings::default().max_in_flight);
+        assert_eq!(one.adjust(answers(9, 9)), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_an_objective_the_window_stays_whole() {
+        let window = window(128);
+        let foreground = Foreground::default();
+        for _ in 0..10 {
+            foreground.record(Duration::from_secs(1));
+        }
+        let stop = CancellationToken::new();
+        tokio::time::timeout(Duration::from_secs(1), window.run(&foreground, &stop))
+            .await
+            .expect("the window is not adjusted at all");
+        assert_eq!(window.get(), 128);
     }
 }

@@ -62,6 +62,14 @@ pub struct GatewaySettings {
     /// How long a client-chosen `deliveryId` or an `Idempotency-Key` is
     /// remembered: a retry within it returns the same delivery.
     pub idempotency_retention_s: Seconds,
+    /// The 202's p99 the gateway aims at. In the all-in-one on the embedded
+    /// stream, where the worker beside it shares the cores, the disk and the
+    /// store's committer, the worker halves its in-flight window (down to an
+    /// eighth of `worker.max_in_flight`) while more than 1 % of the 202s in
+    /// each 50 ms took longer, and widens it again step by step while they
+    /// did not. 0: the worker keeps its whole window, as it does beside a
+    /// gateway on Kafka or Event Hubs, where a 202 waits on the broker.
+    pub latency_objective_ms: Millis,
     /// Requests handled at once; one more is refused at once with 503 and
     /// `Retry-After` instead of queueing behind them.
     pub max_in_flight: usize,
@@ -126,6 +134,8 @@ impl Default for GatewaySettings {
             idempotency_retention_s: Seconds::new(24 * 60 * 60),
             event_schema_version: skyport_core::event::SCHEMA_VERSION,
             status_gone_after: None,
+            // The 202's p99 objective of the seed: 25 ms.
+            latency_objective_ms: Millis::new(25),
             max_in_flight: 4096,
             max_waiting: 2_048,
             max_waiting_per_client: 64,

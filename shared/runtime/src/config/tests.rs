@@ -886,6 +886,18 @@ fn an_expedited_lane_needs_partitions_of_its_own_and_turns_a_read_ahead_of_a_win
 }
 
 #[test]
+fn the_worker_s_latency_goal_is_refused_naming_the_gateway_s_objective() {
+    let errors = Settings::load(&cli(&["worker.gateway_latency_goal_ms=5"])).expect_err("replaced");
+    let replaced = named(&errors, "worker.gateway_latency_goal_ms");
+    assert!(
+        replaced.message.contains("gateway.latency_objective_ms"),
+        "{replaced}"
+    );
+    let settings = Settings::load(&cli(&["gateway.latency_objective_ms=0"])).expect("off");
+    assert!(settings.gateway.latency_objective_ms.duration().is_zero());
+}
+
+#[test]
 fn a_listen_backlog_of_none_is_refused() {
     let errors = Settings::load(&cli(&["gateway.listen_backlog=0"])).expect_err("no room");
     assert_named(&errors, "gateway.listen_backlog");
