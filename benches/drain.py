@@ -2,11 +2,17 @@
 requests while the worker is held to one workflow a second, restarts it at
 its defaults on the same data directory, and prints the process's CPU per
 workflow in each tenth of the drain, the last against the first
-(BENCHMARKS.md, "A drain as the store grows"):
+(BENCHMARKS.md, "A drain as the store grows"). Then, for each of the
+process's threads by name (`/proc/PID/task/*/stat`), its CPU per delivery
+while the requests were taken and per workflow while they drained, and for
+a thread that runs alone (not a runtime's pool) the rate at which it would
+be busy all the time: its serial ceiling (BENCHMARKS.md, "Serial ceilings"):
 
     cargo build --release
     cargo bench --bench skyport --no-run   # prints the bench binary, the poster
-    python3 benches/drain.py target/release/skyport target/release/deps/skyport-HASH 1000000
+    python3 benches/drain.py target/release/skyport target/release/deps/skyport-HASH 1000000 [KEY=VALUE…]
+
+Each KEY=VALUE is a `--set` for both of the process's starts.
 
 Standard library only. The data directory is made under /tmp and removed.
 """
@@ -59,11 +65,43 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def threads(pid: int) -> dict[str, float]:
+    """CPU seconds of each of the process's threads, summed by name."""
+    found: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    return found
+
+
+def per_unit(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
+    """µs of CPU per unit of work of each thread name between two samples."""
+    return {name: (after[name] - before.get(name, 0.0)) * 1e6 / max(units, 1) for name in after}
+
+
+def pool(name: str, pid: int) -> int:
+    """How many of the process's threads carry `name`."""
+    count = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                count += comm.read().strip() == name
+        except OSError:
+            continue
+    return count
+
+
 def main() -> None:
-    skyport, poster, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    skyport, poster, count, sets = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
     data = tempfile.mkdtemp(prefix="skyport-drain-")
     try:
-        process = start(skyport, data, "worker.rate_limit_per_s=1")
+        process = start(skyport, data, "worker.rate_limit_per_s=1", *sets)
         job = {
             "url": BASE + "/api/deliveryrequests",
             "schedule": {"Requests": count},
@@ -74,17 +112,22 @@ def main() -> None:
             "api_key": None,
         }
         began = time.monotonic()
+        taking = threads(process.pid)
         posted = json.loads(subprocess.run([poster, "--post", json.dumps(job)], check=True, capture_output=True).stdout)
         accepted = posted["statuses"].get("202", 0)
+        ingest = per_unit(taking, threads(process.pid), accepted)
         print(f"posted {count}: {accepted} accepted in {time.monotonic() - began:.0f} s", flush=True)
         before = done()
         stop(process)
         pending = accepted - before
-        process = start(skyport, data)
+        process = start(skyport, data, *sets)
         samples = [(0, cpu_s(process.pid), time.monotonic())]
+        draining = threads(process.pid)
         while samples[-1][0] < pending:
             time.sleep(1)
             samples.append((done(), cpu_s(process.pid), time.monotonic()))
+        drain = per_unit(draining, threads(process.pid), samples[-1][0])
+        sizes = {name: pool(name, process.pid) for name in drain}
         stop(process)
         size = os.path.getsize(os.path.join(data, "skyport.redb"))
     finally:
@@ -107,6 +150,12 @@ def main() -> None:
         print(f"tenth {k + 1:2}: {us:6.0f} µs of CPU a workflow, {rate:6.0f} workflows/s")
     print(f"last tenth against the first: {tenths[-1][0] / tenths[0][0]:.3f} × the CPU, "
           f"{tenths[-1][1] / tenths[0][1]:.3f} × the rate")
+    print("thread (how many) | µs a delivery taken | µs a workflow drained | serial ceiling, /s")
+    for name in sorted(drain, key=lambda name: -max(drain[name], ingest.get(name, 0.0))):
+        busiest = max(drain[name], ingest.get(name, 0.0))
+        alone = sizes[name] == 1
+        ceiling = f"{1e6 / busiest:,.0f}" if alone and busiest > 0 else "a pool" if not alone else "idle"
+        print(f"{name} ({sizes[name]}) | {ingest.get(name, 0.0):.1f} | {drain[name]:.1f} | {ceiling}")
 
 
 if __name__ == "__main__":
