@@ -31,10 +31,15 @@ import urllib.request
 PORT = 18095
 BASE = f"http://127.0.0.1:{PORT}"
 TICK = os.sysconf("SC_CLK_TCK")
-DONE = re.compile(r'^skyport_workflow_events_total\{[^}]*outcome="(scheduled|failed)"[^}]*\} (\d+)', re.M)
+DONE = re.compile(r'^skyport_workflow_events_total\{[^}]*outcome="(scheduled|failed|already_terminal)"[^}]*\} (\d+)', re.M)
 
 
 def start(skyport: str, data: str, *sets: str) -> subprocess.Popen:
+    try:
+        urllib.request.urlopen(BASE + "/healthz", timeout=1).read()
+        raise SystemExit(f"something already answers on {BASE}: stop it first")
+    except OSError:
+        pass
     args = [skyport, "--data-dir", data, "--listen", f"127.0.0.1:{PORT}"]
     for assignment in sets:
         args += ["--set", assignment]

@@ -3,7 +3,9 @@
 //! own; both take their batches through `group_commit`).
 //!
 //! One thread owns every write to the database. It takes all the operations queued at the
-//! moment it wakes (up to `max_batch`), applies them in queue order inside one
+//! moment it wakes (up to `max_batch`; when that is many, it waits
+//! `embedded.commit_delay_ms` and takes those queued meanwhile too, so that a
+//! busy store makes fewer, larger commits), applies them in queue order inside one
 //! transaction, commits it with one fsync, and only then answers each caller.
 //! An operation that arrives during a commit goes into the next one, so no
 //! caller waits for more than the commit its operation is in. If a commit
@@ -18,7 +20,7 @@ use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 
 use crate::faults::Faults;
-use crate::group_commit::{self, CommitStats};
+use crate::group_commit::{self, CommitStats, Delay};
 use crate::ops::{Applied, CommitFailed, Expected, Op, OpKind};
 use crate::sweep;
 use crate::tables::{Tables, unix_ms, unix_ms_of};
@@ -26,6 +28,7 @@ use crate::tables::{Tables, unix_ms, unix_ms_of};
 struct Committer {
     db: Arc<Database>,
     max_batch: usize,
+    delay: Delay,
     faults: Faults,
     /// The last change number committed, for the change feed's readers.
     changes: watch::Sender<u64>,
@@ -39,6 +42,7 @@ pub(crate) fn spawn(
     db: Arc<Database>,
     ops: mpsc::Receiver<Op>,
     max_batch: usize,
+    delay: Delay,
     faults: Faults,
     changes: watch::Sender<u64>,
     stats: Arc<CommitStats>,
@@ -46,6 +50,7 @@ pub(crate) fn spawn(
     let committer = Committer {
         db,
         max_batch: max_batch.max(1),
+        delay,
         faults,
         changes,
         stats,
@@ -58,7 +63,7 @@ pub(crate) fn spawn(
 impl Committer {
     fn run(self, mut ops: mpsc::Receiver<Op>) {
         let mut batch = Vec::with_capacity(self.max_batch);
-        while group_commit::next_batch(&mut ops, &mut batch, self.max_batch) {
+        while group_commit::next_delayed_batch(&mut ops, &mut batch, self.max_batch, self.delay) {
             self.commit(&mut batch);
         }
     }

@@ -23,7 +23,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use crate::codec;
 use crate::committer;
 use crate::faults::Faults;
-use crate::group_commit::CommitStats;
+use crate::group_commit::{CommitStats, Delay};
 use crate::listing::{self, Listed};
 use crate::log::{AppendError, OpenLog, ReservationRecord, SegmentLog, Taken};
 use crate::ops::{Applied, CommitFailed, Op, OpKind};
@@ -104,6 +104,10 @@ impl EmbeddedStore {
             Arc::clone(&db),
             rx,
             settings.max_batch,
+            Delay {
+                delay: settings.commit_delay_ms.duration(),
+                after: settings.commit_delay_after,
+            },
             faults,
             changed,
             Arc::clone(&database_stats),

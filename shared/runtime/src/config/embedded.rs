@@ -18,6 +18,14 @@ pub struct EmbeddedSettings {
     pub cache_size_mb: usize,
     /// Most writes committed together (one fsync), in the stream and in the database.
     pub max_batch: usize,
+    /// How long the database's committer waits for more writes before a
+    /// commit, once it is busy (the writes it woke to are at least
+    /// `commit_delay_after`): fewer, larger commits for that wait on each
+    /// status write. 0: it never waits.
+    pub commit_delay_ms: Millis,
+    /// The writes queued when the committer wakes from which it waits
+    /// `commit_delay_ms`: below it, a write is committed at once.
+    pub commit_delay_after: usize,
     /// The size of each segment file of the stream, in MiB (made ahead of
     /// time; deleted once every checkpoint has passed it). An event may take
     /// up to an eighth of it.
@@ -38,6 +46,8 @@ impl Default for EmbeddedSettings {
             data_dir: PathBuf::from("./data"),
             cache_size_mb: 16,
             max_batch: 4096,
+            commit_delay_ms: Millis::new(2),
+            commit_delay_after: 8,
             segment_size_mb: 64,
             queue_capacity: 65_536,
             sweep_interval_ms: Millis::new(10_000),
@@ -50,6 +60,12 @@ impl EmbeddedSettings {
     pub(super) fn validate(&self, checks: &mut Checks<'_>) {
         checks.at_least(self.cache_size_mb, 1, "cache_size_mb");
         checks.at_least(self.max_batch, 1, "max_batch");
+        checks.check(
+            self.commit_delay_ms.count() <= 100,
+            "commit_delay_ms",
+            "must be at most 100: every status write waits it",
+        );
+        checks.at_least(self.commit_delay_after, 1, "commit_delay_after");
         checks.check(
             (1..=4095).contains(&self.segment_size_mb),
             "segment_size_mb",
