@@ -10,9 +10,10 @@
 //!   and checksummed commits, so a `kill -9` at any moment leaves the last
 //!   committed transaction intact. Every write goes through one committer
 //!   thread ([`committer`]) that puts all the writes waiting at that moment
-//!   into a single transaction and a single fsync (group commit); a caller's
-//!   future resolves only after its transaction is durable. Reads run
-//!   concurrently on snapshots.
+//!   into a single transaction and a single fsync (group commit; when many
+//!   are waiting it lingers `embedded.commit_delay_ms` for more, so a busy
+//!   store commits less often); a caller's future resolves only after its
+//!   transaction is durable. Reads run concurrently on snapshots.
 //!
 //! A data directory written before the segment log (the stream in the
 //! database's `log` table) is upgraded at start ([`migrate`]).
