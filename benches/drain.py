@@ -6,7 +6,7 @@ workflow in each tenth of the drain, the last against the first
 process's threads by name (`/proc/PID/task/*/stat`), its CPU per delivery
 while the requests were taken and per workflow while they drained, and for
 a thread that runs alone (not a runtime's pool) the rate at which it would
-be busy all the time: its serial ceiling (BENCHMARKS.md, "Serial ceilings"):
+be busy all the time: its serial ceiling (BENCHMARKS.md, "Issue 50, third part"):
 
     cargo build --release
     cargo bench --bench skyport --no-run   # prints the bench binary, the poster
@@ -70,9 +70,9 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def threads(pid: int) -> dict[str, float]:
-    """CPU seconds of each of the process's threads, summed by name."""
-    found: dict[str, float] = {}
+def threads(pid: int) -> dict[str, tuple[float, int]]:
+    """CPU seconds of the process's threads summed by name, and how many carry it."""
+    found: dict[str, tuple[float, int]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as stat:
@@ -81,25 +81,20 @@ def threads(pid: int) -> dict[str, float]:
             continue
         name = text[text.index("(") + 1:text.rindex(")")]
         fields = text.rsplit(")", 1)[1].split()
-        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+        cpu, count = found.get(name, (0.0, 0))
+        found[name] = (cpu + (int(fields[11]) + int(fields[12])) / TICK, count + 1)
     return found
 
 
-def per_unit(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
+Threads = dict[str, tuple[float, int]]
+
+
+def per_unit(before: Threads, after: Threads, units: int) -> dict[str, float]:
     """µs of CPU per unit of work of each thread name between two samples."""
-    return {name: (after[name] - before.get(name, 0.0)) * 1e6 / max(units, 1) for name in after}
-
-
-def pool(name: str, pid: int) -> int:
-    """How many of the process's threads carry `name`."""
-    count = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
-                count += comm.read().strip() == name
-        except OSError:
-            continue
-    return count
+    return {
+        name: (cpu - before.get(name, (0.0, 0))[0]) * 1e6 / max(units, 1)
+        for name, (cpu, _) in after.items()
+    }
 
 
 def main() -> None:
@@ -131,8 +126,9 @@ def main() -> None:
         while samples[-1][0] < pending:
             time.sleep(1)
             samples.append((done(), cpu_s(process.pid), time.monotonic()))
-        drain = per_unit(draining, threads(process.pid), samples[-1][0])
-        sizes = {name: pool(name, process.pid) for name in drain}
+        drained = threads(process.pid)
+        drain = per_unit(draining, drained, samples[-1][0])
+        sizes = {name: count for name, (_, count) in drained.items()}
         stop(process)
         size = os.path.getsize(os.path.join(data, "skyport.redb"))
     finally:
