@@ -1,6 +1,7 @@
 //! CPU time of processes, from Linux's `/proc`: this process (the servers
 //! under test), the children it has waited for (the poster), and another
-//! process by its id (the simulated services).
+//! process by its id (the simulated services); and the threads of this
+//! process that carry a name (the embedded store's committer).
 
 use anyhow::Context;
 
@@ -56,4 +57,35 @@ impl CpuTime {
             children_s: self.children_s - earlier.children_s,
         }
     }
+}
+
+/// CPU seconds used so far by this process's threads named `name` (as
+/// much of it as `/proc` keeps: 15 bytes), user and system.
+pub(crate) fn thread_s(name: &str) -> anyhow::Result<f64> {
+    let kept = &name.as_bytes()[..name.len().min(15)];
+    let mut seconds = 0.0;
+    for task in std::fs::read_dir("/proc/self/task").context("cannot list /proc/self/task")? {
+        let stat = match std::fs::read_to_string(task?.path().join("stat")) {
+            Ok(stat) => stat,
+            // A thread that ended since the listing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).context("cannot read a thread's stat"),
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, comm)| comm);
+        if comm.as_bytes() != kept {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        for n in [14, 15] {
+            let ticks: u64 = fields
+                .get(n - 3)
+                .and_then(|v| v.parse().ok())
+                .context("a thread's stat has no CPU times")?;
+            seconds += ticks as f64 / TICKS_PER_S;
+        }
+    }
+    Ok(seconds)
 }

@@ -9,6 +9,9 @@
 //!    Then the embedded store alone (appends through the `Publisher` port
 //!    from as many tasks, no HTTP): what bounds ingest; and what naming a
 //!    request (an `Idempotency-Key`, a reservation before the event) costs.
+//!    Then the store's committer alone (`status-writes`: each workflow's two
+//!    status writes through the `StatusStore` port, at a fixed rate and
+//!    saturated): its CPU per workflow and the ceiling that sets.
 //! 3. Fixed rate: open loop with coordinated-omission correction.
 //! 4. Burst: a large number of requests as fast as the client sends them,
 //!    then every accepted one followed to a terminal state.
@@ -94,6 +97,11 @@ struct Plan {
     burst: u64,
     /// Events the store-alone phase appends at each concurrency.
     store_appends: u64,
+    /// The status-writes phase: workflows in each of its runs, the rate of
+    /// its first run, and the workflows in flight in its saturated run.
+    status_workflows: u64,
+    status_rate: u32,
+    status_in_flight: u32,
     /// Requests posted each way in the named phase.
     named_requests: u64,
     burst_connections: u32,
@@ -134,6 +142,9 @@ impl Plan {
             fixed_duration: Duration::from_secs(30),
             burst: 200_000,
             store_appends: 100_000,
+            status_workflows: 300_000,
+            status_rate: 3_000,
+            status_in_flight: 1_024,
             named_requests: 50_000,
             burst_connections: 256,
             burst_drain_rate: 2_000,
@@ -164,6 +175,9 @@ impl Plan {
             fixed_duration: Duration::from_secs(1),
             burst: 1_000,
             store_appends: 1_000,
+            status_workflows: 500,
+            status_rate: 500,
+            status_in_flight: 64,
             named_requests: 300,
             burst_connections: 32,
             burst_drain_rate: 500,
@@ -190,9 +204,10 @@ impl Plan {
 struct Phases;
 
 impl Phases {
-    const ALL: [&'static str; 16] = [
+    const ALL: [&'static str; 17] = [
         "ingest",
         "store",
+        "status-writes",
         "named",
         "fixed-rate",
         "burst",
@@ -293,6 +308,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         match phase {
             "ingest" => results.ingest = serde_json::from_value(result)?,
             "store" => results.store = serde_json::from_value(result)?,
+            "status-writes" => results.status_writes = serde_json::from_value(result)?,
             "named" => results.named = serde_json::from_value(result)?,
             "fixed-rate" => results.fixed_rate = serde_json::from_value(result)?,
             "burst" => results.burst = serde_json::from_value(result)?,
@@ -374,6 +390,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(match phase {
             "ingest" => serde_json::to_value(bench.ingest().await?)?,
             "store" => serde_json::to_value(bench.store().await?)?,
+            "status-writes" => serde_json::to_value(bench.status_writes().await?)?,
             "named" => serde_json::to_value(bench.named().await?)?,
             "fixed-rate" => serde_json::to_value(bench.fixed_rate().await?)?,
             "burst" => serde_json::to_value(bench.burst().await?)?,

@@ -26,6 +26,7 @@ use crate::phases::kafka::KafkaRun;
 use crate::phases::named::Named;
 use crate::phases::quotas::QuotaCost;
 use crate::phases::rate_limit::RateLimited;
+use crate::phases::status_writes::StatusWrites;
 use crate::phases::store::Store;
 use crate::phases::time_to_terminal::TimeToTerminal;
 
@@ -39,6 +40,8 @@ pub(crate) struct Results {
     pub(crate) ingest: Vec<Ingest>,
     #[serde(default)]
     pub(crate) store: Vec<Store>,
+    #[serde(default)]
+    pub(crate) status_writes: Vec<StatusWrites>,
     pub(crate) named: Option<Named>,
     pub(crate) fixed_rate: Option<FixedRate>,
     pub(crate) burst: Option<Burst>,
@@ -80,6 +83,7 @@ impl Results {
             machine: Machine::read(load_generator),
             ingest: Vec::new(),
             store: Vec::new(),
+            status_writes: Vec::new(),
             named: None,
             fixed_rate: None,
             burst: None,
@@ -102,6 +106,7 @@ impl Results {
     fn verdicts(&self) -> Vec<Verdict> {
         let mut verdicts: Vec<Verdict> = self.ingest.iter().flat_map(Ingest::verdicts).collect();
         verdicts.extend(self.store.iter().flat_map(Store::verdicts));
+        verdicts.extend(self.status_writes.iter().flat_map(StatusWrites::verdicts));
         verdicts.extend(self.named.iter().flat_map(Named::verdicts));
         verdicts.extend(self.fixed_rate.iter().flat_map(FixedRate::verdicts));
         verdicts.extend(self.burst.iter().flat_map(Burst::verdicts));

@@ -15,6 +15,7 @@ pub(crate) mod kafka;
 pub(crate) mod named;
 pub(crate) mod quotas;
 pub(crate) mod rate_limit;
+pub(crate) mod status_writes;
 pub(crate) mod store;
 pub(crate) mod time_to_terminal;
 

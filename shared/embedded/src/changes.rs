@@ -211,7 +211,7 @@ impl EmbeddedStore {
                     let Some(stored) = status.get(id.value())? else {
                         continue;
                     };
-                    let body = stored.value().1;
+                    let body = stored.value().3;
                     // A compact body's flags may answer without decompressing.
                     let known = field.as_deref().and_then(|field| codec::holds(body, field));
                     if known == Some(false) {

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use redb::{Database, ReadableTable};
 use time::OffsetDateTime;
@@ -69,7 +70,10 @@ impl Committer {
     }
 
     fn commit(&self, batch: &mut Vec<Op>) {
-        match self.apply(batch) {
+        let started = Instant::now();
+        let applied = self.apply(batch);
+        self.stats.busy(started.elapsed());
+        match applied {
             Ok(results) => {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats
@@ -114,27 +118,28 @@ impl Committer {
                     } => {
                         // A document listed before its owner was known is
                         // listed again, where its owner and accept time say.
-                        let (current, relisted) = match tables.status.get(id.as_str())? {
-                            Some(stored) => {
-                                let (version, previous) = stored.value();
-                                let relisted = listed.adds_to(previous).then(|| previous.to_vec());
-                                (Some(version), relisted)
-                            }
-                            None => (None, None),
-                        };
+                        let (current, change, settled, relisted) =
+                            match tables.status.get(id.as_str())? {
+                                Some(stored) => {
+                                    let (version, change, settled, previous) = stored.value();
+                                    let relisted =
+                                        listed.adds_to(previous).then(|| previous.to_vec());
+                                    (Some(version), change, settled, relisted)
+                                }
+                                None => (None, None, None, None),
+                            };
                         if current == *expected {
                             let version = current.map_or(1, |v| v + 1);
-                            tables
-                                .status
-                                .insert(id.as_str(), (version, body.as_slice()))?;
-                            if let Some(previous) =
-                                tables.change_of.insert(id.as_str(), next_change)?
-                            {
-                                tables.changes.remove(previous.value())?;
+                            tables.status.insert(
+                                id.as_str(),
+                                (version, Some(next_change), *settled_ms, body.as_slice()),
+                            )?;
+                            if let Some(previous) = change {
+                                tables.changes.remove(previous)?;
                             }
                             tables.changes.insert(next_change, id.as_str())?;
                             next_change += 1;
-                            tables.settle(id, *settled_ms)?;
+                            tables.settle(id, settled, *settled_ms)?;
                             if let Some(previous) = &relisted {
                                 tables.unlist(id, previous)?;
                             }

@@ -15,7 +15,8 @@
 use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition, TableError};
 
 use crate::codec;
-use crate::tables::{META, STATUS};
+use crate::rows::DOCUMENTS;
+use crate::tables::META;
 
 /// Where earlier versions kept status documents, as plain JSON.
 const PLAIN: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("status");
@@ -67,7 +68,7 @@ pub(crate) fn run(db: &mut Database) -> Result<Option<Compacted>, redb::Error> {
             };
             let mut moved = 0;
             if let Some(plain) = &mut plain {
-                let mut status = txn.open_table(STATUS)?;
+                let mut status = txn.open_table(DOCUMENTS)?;
                 while moved < BATCH {
                     let Some((id, value)) = plain.pop_first()? else {
                         break;

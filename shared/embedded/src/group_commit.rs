@@ -3,16 +3,30 @@
 //! every operation queued behind the first, and the counts of how much it
 //! groups. Below both, so that neither writer imports the other.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-/// How much group commit is grouping: operations per durable commit.
+/// How much group commit is grouping (operations per durable commit), and
+/// how long its thread spent committing: the serial time of the writes.
 #[derive(Debug, Default)]
 pub struct CommitStats {
     pub commits: AtomicU64,
     pub operations: AtomicU64,
+    /// Nanoseconds from taking a batch to its commit being durable (the
+    /// fsync's wait included), over every commit, failed ones too.
+    pub busy_ns: AtomicU64,
+}
+
+impl CommitStats {
+    /// Counts `elapsed` as time spent committing.
+    pub(crate) fn busy(&self, elapsed: std::time::Duration) {
+        self.busy_ns.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 /// Group commit's intake, shared by the database's committer and the log's

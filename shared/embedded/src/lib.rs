@@ -19,10 +19,14 @@
 //! database's `log` table) is upgraded at start ([`migrate`]).
 //!
 //! Tables:
-//! - `documents`: delivery id → (version, status document), the document's
-//!   JSON compressed against a dictionary ([`codec`]): about 150 bytes where
-//!   its JSON is 1.4 KB. Earlier versions kept plain JSON in
-//!   `status`; it moves here at start, once ([`compact`]).
+//! - `status_records`: delivery id → (version, its number in
+//!   `status_changes`, the start of its retention window, status document),
+//!   the document's JSON compressed against a dictionary ([`codec`]): about
+//!   150 bytes where its JSON is 1.4 KB. It is the only randomly keyed table
+//!   a status write touches. Earlier versions kept plain JSON in `status`
+//!   ([`compact`]), then the compact document alone in `documents` with two
+//!   reverse indexes, `status_change_of` and `status_expiry_of` ([`rows`]):
+//!   they move here at start, once.
 //! - `dead_letters`: (partition, offset) → (reason, time, raw payload).
 //! - `lease_groups`: (group, name) → (version, last modified in Unix ms, JSON
 //!   fields): the [`LeaseStore`](skyport_core::ports::LeaseStore) of a
@@ -32,17 +36,18 @@
 //!   durable there; `reservation_expiry` indexes them by expiry, and every
 //!   copy forgets a few expired ones.
 //! - `status_changes`: sequence number → delivery id, each document once at
-//!   its latest write, and `status_change_of` its reverse: the change feed
+//!   its latest write: the change feed
 //!   the change-feed processor reads ([`ChangeSource`](skyport_core::ports::ChangeSource)).
 //! - `change_dead_letters`: (processor, key) → (reason, time, JSON payload):
 //!   changes a change-feed handler gave up on (undeliverable callbacks).
-//! - `status_expiry` (settled time, id) and `status_expiry_of` its reverse;
+//! - `status_expiry` (settled time, id),
 //!   `dead_letter_expiry` and `change_dead_letter_expiry` (time, key): what
 //!   the [`retention`] sweeper removes, oldest first.
 //! - `listing` (scope, accepted time, id): status documents newest first,
 //!   for every delivery, by owner and by principal ([`listing`]).
-//! - `meta`: `partitions` (fixed at creation), `receipt-key` and
-//!   `retention-indexed`.
+//! - `meta`: `partitions` (fixed at creation), `receipt-key`, `indexed`
+//!   (the retention and listing indexes built), and the upgrades done (`status-compact`,
+//!   `status-rows`).
 
 mod changes;
 mod codec;
@@ -58,6 +63,7 @@ mod metrics;
 mod migrate;
 mod ops;
 mod retention;
+mod rows;
 mod setup;
 mod store;
 mod sweep;

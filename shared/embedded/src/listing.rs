@@ -137,7 +137,7 @@ pub(crate) fn read_page(db: &redb::Database, query: &ListQuery) -> Result<Page, 
         let Some(stored) = status.get(id)? else {
             continue;
         };
-        let document = match codec::decode(stored.value().1) {
+        let document = match codec::decode(stored.value().3) {
             Ok(document) => document,
             Err(e) => {
                 return Ok(Err(StatusStoreError::Corrupt {

@@ -1,5 +1,5 @@
 //! Making a database file ready at start: upgrading what earlier versions
-//! left ([`compact`], [`migrate`]), creating the tables, checking the
+//! left ([`compact`], [`rows`], [`migrate`]), creating the tables, checking the
 //! partition count and keeping the receipt key.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use skyport_core::ports::BoxError;
 
 use crate::log::LogError;
 use crate::tables::{DEAD_LETTERS, LEASES, META, RESERVATION_EXPIRY, RESERVATIONS, STATUS};
-use crate::{compact, migrate, sweep};
+use crate::{compact, migrate, rows, sweep};
 
 pub(crate) const RECEIPT_KEY_LEN: usize = 32;
 
@@ -59,6 +59,15 @@ pub enum OpenError {
         #[source]
         source: BoxError,
     },
+    #[error(
+        "cannot move the status documents of {path} (kept in three tables by an earlier version) \
+         into one row each; free space or fix what the cause names and start again, nothing was lost"
+    )]
+    Rows {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
     #[error(transparent)]
     Stream(#[from] LogError),
 }
@@ -82,6 +91,20 @@ pub(crate) fn prepare(
         Ok(_) => {}
         Err(e) => {
             return Err(OpenError::Compact {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            });
+        }
+    }
+    match rows::run(db) {
+        Ok(Some(moved)) if moved > 0 => tracing::warn!(
+            path = %path.display(),
+            documents = moved,
+            "Moved each status document into one row with its change number and retention window, and compacted the file."
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            return Err(OpenError::Rows {
                 path: path.to_path_buf(),
                 source: Box::new(e),
             });

@@ -324,7 +324,7 @@ impl StatusStore for EmbeddedStore {
                 Err(e) => return Err(e.into()),
             };
             Ok(table.get(id)?.map(|guard| {
-                let (version, body) = guard.value();
+                let (version, _, _, body) = guard.value();
                 (version, body.to_vec())
             }))
         };

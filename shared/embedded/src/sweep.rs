@@ -62,7 +62,11 @@ pub(crate) fn sweep(tables: &mut Tables<'_>, cutoffs: &Cutoffs) -> Result<Swept,
         .map(|entry| entry.map(|(key, _)| (key.value().0, key.value().1.to_owned())))
         .collect::<Result<_, _>>()?;
     for (at, id) in due {
-        let change = tables.change_of.get(id.as_str())?.map(|seq| seq.value());
+        let stored = tables.status.get(id.as_str())?.map(|stored| {
+            let (_, change, _, body) = stored.value();
+            (change, body.to_vec())
+        });
+        let change = stored.as_ref().and_then(|(change, _)| *change);
         if let (Some(change), Some(floor)) = (change, floor)
             && change > floor
         {
@@ -71,18 +75,12 @@ pub(crate) fn sweep(tables: &mut Tables<'_>, cutoffs: &Cutoffs) -> Result<Swept,
         }
         if let Some(change) = change {
             tables.changes.remove(change)?;
-            tables.change_of.remove(id.as_str())?;
         }
-        let body = tables
-            .status
-            .get(id.as_str())?
-            .map(|stored| stored.value().1.to_vec());
-        if let Some(body) = body {
+        if let Some((_, body)) = stored {
             tables.unlist(&id, &body)?;
             tables.status.remove(id.as_str())?;
         }
         tables.status_expiry.remove((at, id.as_str()))?;
-        tables.status_expiry_of.remove(id.as_str())?;
         swept.statuses += 1;
     }
     let due: Vec<(i64, u32, u64)> = tables
@@ -174,13 +172,32 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
         let mut documents = Vec::new();
         for entry in tables.status.iter()? {
             let (id, value) = entry?;
-            if let Ok(document) = codec::decode(value.value().1) {
-                documents.push((id.value().to_owned(), document));
+            let (version, change, settled, body) = value.value();
+            if let Ok(document) = codec::decode(body) {
+                let settles = document.settled_at(now).map(unix_ms);
+                documents.push((
+                    id.value().to_owned(),
+                    document,
+                    version,
+                    change,
+                    settled,
+                    settles,
+                ));
             }
         }
-        for (id, document) in &documents {
+        for (id, document, version, change, settled, settles) in &documents {
             tables.list(id, &Listed::of(document))?;
-            tables.settle(id, document.settled_at(now).map(unix_ms))?;
+            tables.settle(id, *settled, *settles)?;
+            if settled != settles {
+                let body = tables
+                    .status
+                    .get(id.as_str())?
+                    .map(|stored| stored.value().3.to_vec())
+                    .unwrap_or_default();
+                tables
+                    .status
+                    .insert(id.as_str(), (*version, *change, *settles, body.as_slice()))?;
+            }
         }
         let mut letters = Vec::new();
         for entry in tables.dead_letters.iter()? {

@@ -6,8 +6,17 @@ use skyport_core::ports::{ChangeDeadLetter, DeadLetter};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-/// Delivery id → (version, compact status document, [`crate::codec`]).
-pub(crate) const STATUS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("documents");
+/// Delivery id → its [`Stored`] status: version, entry in `status_changes`,
+/// start of its retention window, compact document ([`crate::codec`]).
+/// One row holds what a write reads and replaces, so that a status write
+/// touches one randomly keyed table (the others are keyed by time or
+/// sequence, and a write lands on their last pages).
+pub(crate) const STATUS: TableDefinition<&str, Stored> = TableDefinition::new("status_records");
+
+/// A status row: (version, its number in `status_changes` — none for a
+/// document an upgrade moved unchanged —, the Unix ms its retention window
+/// starts at — none while it is not settled —, its compact body).
+pub(crate) type Stored = (u64, Option<u64>, Option<i64>, &'static [u8]);
 pub(crate) const DEAD_LETTERS: TableDefinition<(u32, u64), (&str, &str, &[u8])> =
     TableDefinition::new("dead_letters");
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -22,9 +31,6 @@ pub(crate) const RESERVATION_EXPIRY: TableDefinition<(i64, &str), ()> =
 /// document written since.
 pub(crate) const STATUS_CHANGES: TableDefinition<u64, &str> =
     TableDefinition::new("status_changes");
-/// Delivery id → its entry in `status_changes`.
-pub(crate) const STATUS_CHANGE_OF: TableDefinition<&str, u64> =
-    TableDefinition::new("status_change_of");
 /// (processor, key) → (reason, time, JSON payload): changes a change-feed
 /// handler gave up on.
 pub(crate) const CHANGE_DEAD_LETTERS: TableDefinition<(&str, &str), (&str, &str, &[u8])> =
@@ -34,9 +40,6 @@ pub(crate) const CHANGE_DEAD_LETTERS: TableDefinition<(&str, &str), (&str, &str,
 /// settled, which the retention sweeper removes oldest first.
 pub(crate) const STATUS_EXPIRY: TableDefinition<(i64, &str), ()> =
     TableDefinition::new("status_expiry");
-/// Delivery id → its entry in `status_expiry`.
-pub(crate) const STATUS_EXPIRY_OF: TableDefinition<&str, i64> =
-    TableDefinition::new("status_expiry_of");
 /// (Unix ms, partition, offset) → (): dead-lettered events by when.
 pub(crate) const DEAD_LETTER_EXPIRY: TableDefinition<(i64, u32, u64), ()> =
     TableDefinition::new("dead_letter_expiry");
@@ -50,15 +53,13 @@ pub(crate) const LISTING: TableDefinition<(&str, i64, &str), ()> = TableDefiniti
 
 /// Every table a commit writes, opened once per transaction.
 pub(crate) struct Tables<'txn> {
-    pub(crate) status: Table<'txn, &'static str, (u64, &'static [u8])>,
+    pub(crate) status: Table<'txn, &'static str, Stored>,
     pub(crate) dead_letters: Table<'txn, (u32, u64), (&'static str, &'static str, &'static [u8])>,
     pub(crate) leases: Table<'txn, (&'static str, &'static str), (u64, i64, &'static [u8])>,
     pub(crate) changes: Table<'txn, u64, &'static str>,
-    pub(crate) change_of: Table<'txn, &'static str, u64>,
     pub(crate) change_dead_letters:
         Table<'txn, (&'static str, &'static str), (&'static str, &'static str, &'static [u8])>,
     pub(crate) status_expiry: Table<'txn, (i64, &'static str), ()>,
-    pub(crate) status_expiry_of: Table<'txn, &'static str, i64>,
     pub(crate) dead_letter_expiry: Table<'txn, (i64, u32, u64), ()>,
     pub(crate) change_dead_letter_expiry: Table<'txn, (i64, &'static str, &'static str), ()>,
     pub(crate) listing: Table<'txn, (&'static str, i64, &'static str), ()>,
@@ -71,27 +72,31 @@ impl<'txn> Tables<'txn> {
             dead_letters: txn.open_table(DEAD_LETTERS)?,
             leases: txn.open_table(LEASES)?,
             changes: txn.open_table(STATUS_CHANGES)?,
-            change_of: txn.open_table(STATUS_CHANGE_OF)?,
             change_dead_letters: txn.open_table(CHANGE_DEAD_LETTERS)?,
             status_expiry: txn.open_table(STATUS_EXPIRY)?,
-            status_expiry_of: txn.open_table(STATUS_EXPIRY_OF)?,
             dead_letter_expiry: txn.open_table(DEAD_LETTER_EXPIRY)?,
             change_dead_letter_expiry: txn.open_table(CHANGE_DEAD_LETTER_EXPIRY)?,
             listing: txn.open_table(LISTING)?,
         })
     }
 
-    /// Starts the retention window of document `id` at `settled_ms` (Unix
-    /// ms, possibly later than now: a Scheduled delivery's deadline), or
-    /// ends it (`None`).
-    pub(crate) fn settle(&mut self, id: &str, settled_ms: Option<i64>) -> Result<(), redb::Error> {
-        if let Some(previous) = self.status_expiry_of.remove(id)? {
-            let previous = previous.value();
+    /// Moves the retention window of document `id` from `previous` to
+    /// `settled_ms` (Unix ms, possibly later than now: a Scheduled
+    /// delivery's deadline; `None`: not settled); the row keeps which.
+    pub(crate) fn settle(
+        &mut self,
+        id: &str,
+        previous: Option<i64>,
+        settled_ms: Option<i64>,
+    ) -> Result<(), redb::Error> {
+        if previous == settled_ms {
+            return Ok(());
+        }
+        if let Some(previous) = previous {
             self.status_expiry.remove((previous, id))?;
         }
         if let Some(at) = settled_ms {
             self.status_expiry.insert((at, id), ())?;
-            self.status_expiry_of.insert(id, at)?;
         }
         Ok(())
     }

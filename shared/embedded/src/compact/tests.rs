@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 use super::{DONE, PLAIN};
 use crate::codec;
+use crate::rows::{CHANGE_OF, EXPIRY_OF};
 use crate::store::EmbeddedStore;
 use crate::tables::{META, STATUS, STATUS_CHANGES};
 use crate::tests::settings;
@@ -26,7 +27,7 @@ fn document(n: usize) -> StatusDocument {
 }
 
 /// The status table's bodies, in id order.
-fn bodies(path: &std::path::Path) -> Vec<(String, u64, Vec<u8>)> {
+fn bodies(path: &std::path::Path) -> Vec<Row> {
     let db = redb::Database::open(path).unwrap();
     let txn = db.begin_read().unwrap();
     bodies_in(&txn.open_table(STATUS).unwrap())
@@ -55,24 +56,33 @@ async fn plain_documents_of_an_earlier_version_are_rewritten_compactly_in_place(
         }
     }
     // Make it the data directory an earlier version left: plain JSON in
-    // `status`, no mark.
+    // `status`, its change numbers and retention windows in reverse indexes,
+    // no marks.
+    let written = bodies(&file);
     {
         let db = redb::Database::open(&file).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let stored = bodies_in(&txn.open_table(STATUS).unwrap());
             let mut plain = txn.open_table(PLAIN).unwrap();
-            for (id, version, body) in stored {
-                let json = serde_json::to_vec(&codec::decode(&body).unwrap()).unwrap();
+            let mut change_of = txn.open_table(CHANGE_OF).unwrap();
+            let mut expiry_of = txn.open_table(EXPIRY_OF).unwrap();
+            for (id, version, change, settled, body) in &written {
+                let json = serde_json::to_vec(&codec::decode(body).unwrap()).unwrap();
                 plain
-                    .insert(id.as_str(), (version, json.as_slice()))
+                    .insert(id.as_str(), (*version, json.as_slice()))
                     .unwrap();
+                change_of.insert(id.as_str(), change.unwrap()).unwrap();
+                if let Some(at) = settled {
+                    expiry_of.insert(id.as_str(), at).unwrap();
+                }
             }
             // One body no version could read moves as it is.
             plain
                 .insert("sp-damaged", (1, b"{not json".as_slice()))
                 .unwrap();
-            txn.open_table(META).unwrap().remove(DONE).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            meta.remove(DONE).unwrap();
+            meta.remove(crate::rows::DONE).unwrap();
         }
         txn.delete_table(STATUS).unwrap();
         txn.commit().unwrap();
@@ -120,9 +130,16 @@ async fn plain_documents_of_an_earlier_version_are_rewritten_compactly_in_place(
             .is_err(),
         "the old table is gone"
     );
-    for (id, _, body) in &stored {
+    for (id, _, _, _, body) in &stored {
         let plain = body.first() == Some(&b'{');
         assert_eq!(plain, id == "sp-damaged", "{id}");
+    }
+    for ((id, version, change, settled, _), before) in stored.iter().zip(&written) {
+        assert_eq!(
+            (id, version, change, settled),
+            (&before.0, &before.1, &before.2, &before.3),
+            "the version, change number and retention window move with the document"
+        );
     }
     assert_eq!(
         last_change(&file),
@@ -142,16 +159,23 @@ async fn plain_documents_of_an_earlier_version_are_rewritten_compactly_in_place(
     assert_eq!(super::run(&mut db).unwrap(), None);
 }
 
-fn bodies_in(
-    status: &impl ReadableTable<&'static str, (u64, &'static [u8])>,
-) -> Vec<(String, u64, Vec<u8>)> {
+/// A status row: id, version, change number, retention window, body.
+type Row = (String, u64, Option<u64>, Option<i64>, Vec<u8>);
+
+fn bodies_in(status: &impl ReadableTable<&'static str, crate::tables::Stored>) -> Vec<Row> {
     status
         .iter()
         .unwrap()
         .map(|entry| {
             let (id, value) = entry.unwrap();
-            let (version, body) = value.value();
-            (id.value().to_owned(), version, body.to_vec())
+            let (version, change, settled, body) = value.value();
+            (
+                id.value().to_owned(),
+                version,
+                change,
+                settled,
+                body.to_vec(),
+            )
         })
         .collect()
 }

@@ -194,7 +194,7 @@ fn stored(db: &Database, id: &str, now_ms: i64) -> Result<Taken, redb::Error> {
     }
     Ok(match txn.open_table(STATUS)?.get(id)? {
         Some(status) => {
-            let (version, body) = status.value();
+            let (version, _, _, body) = status.value();
             Taken::Recorded(version, body.to_vec())
         }
         None => Taken::Free,

@@ -237,7 +237,9 @@ impl Writer {
         };
         frame::set_flags(&mut self.buffer[last_at..], END_OF_COMMIT);
         let metrics = metrics::global();
-        match self.write() {
+        let written = self.write();
+        self.stats.busy(started.elapsed());
+        match written {
             Ok(position) => {
                 self.next_commit += 1;
                 self.index(&framed, position);

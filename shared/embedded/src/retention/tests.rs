@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use redb::ReadableTable;
 use serde_json::json;
 use skyport_core::ports::{
     ChangeDeadLetter, ChangeSource, DeadLetter, DeadLetterStore, FeedRange, LeaseCondition,
@@ -348,7 +349,24 @@ async fn a_data_directory_written_before_the_indexes_is_indexed_once_at_open() {
         let db = redb::Database::open(dir.path().join("skyport.redb")).unwrap();
         let txn = db.begin_write().unwrap();
         txn.delete_table(crate::tables::STATUS_EXPIRY).unwrap();
-        txn.delete_table(crate::tables::STATUS_EXPIRY_OF).unwrap();
+        {
+            // Rows that say nothing of their retention window.
+            let mut status = txn.open_table(crate::tables::STATUS).unwrap();
+            let rows: Vec<(String, u64, Option<u64>, Vec<u8>)> = status
+                .iter()
+                .unwrap()
+                .map(|entry| {
+                    let (id, row) = entry.unwrap();
+                    let (version, change, _, body) = row.value();
+                    (id.value().to_owned(), version, change, body.to_vec())
+                })
+                .collect();
+            for (id, version, change, body) in &rows {
+                status
+                    .insert(id.as_str(), (*version, *change, None, body.as_slice()))
+                    .unwrap();
+            }
+        }
         txn.delete_table(crate::tables::LISTING).unwrap();
         txn.open_table(crate::tables::META)
             .unwrap()

@@ -1,0 +1,202 @@
+//! The status-writes phase: the embedded store's committer alone, written to
+//! as the worker writes a delivery (its first document, Processing; then
+//! its terminal one with five steps), through the `StatusStore` port, no
+//! stream, no worker, no HTTP. Once at a fixed rate, once with as many
+//! workflows in flight as the store takes: the committer thread's CPU per
+//! workflow and the ceiling it sets (10⁶ ÷ µs), and the workflows a second
+//! it sustains when nothing else bounds it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use skyport_core::ports::{Precondition, StatusStore, StatusStoreError};
+use skyport_core::request::DeliveryRequest;
+use skyport_core::status::{DeliveryState, StatusDocument, Step, StepOutcome, StepResult};
+use time::OffsetDateTime;
+use tokio::task::JoinSet;
+
+use crate::bench::{BODY, Bench};
+use crate::cpu;
+use crate::phases::Verdict;
+
+/// The name the committer's thread carries (`/proc` keeps 15 bytes of it).
+const COMMITTER: &str = "skyport-committer";
+
+/// What the issue asks of every serial part: 15,000 workflows a second.
+const CEILING_TARGET: f64 = 15_000.0;
+
+/// One run of the committer alone.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct StatusWrites {
+    /// The workflows started per second (`None`: as fast as they finish,
+    /// `in_flight` at a time).
+    pub(crate) rate: Option<u32>,
+    pub(crate) in_flight: u32,
+    pub(crate) workflows: u64,
+    pub(crate) workflows_per_s: f64,
+    pub(crate) commits_per_s: f64,
+    pub(crate) writes_per_commit: f64,
+    /// The committer thread's CPU per workflow (two writes), µs.
+    pub(crate) committer_us: f64,
+    /// The committer's time per workflow from taking a batch to its commit
+    /// being durable, µs: its CPU and its wait for the disk.
+    pub(crate) committer_busy_us: f64,
+    /// This process's CPU per workflow, µs: the committer and the writers
+    /// (each document encoded and compressed by its caller).
+    pub(crate) process_us: f64,
+}
+
+impl StatusWrites {
+    /// What the committer alone could do: 10⁶ ÷ its busy µs per workflow
+    /// (its CPU and its wait for the disk, which it cannot overlap).
+    pub(crate) fn ceiling(&self) -> f64 {
+        1e6 / self.committer_busy_us.max(f64::MIN_POSITIVE)
+    }
+}
+
+impl Bench {
+    /// The committer alone, at the plan's fixed rate and then saturated.
+    pub(crate) async fn status_writes(&self) -> anyhow::Result<Vec<StatusWrites>> {
+        let request: DeliveryRequest = serde_json::from_str(BODY)?;
+        let runs = [
+            (Some(self.plan.status_rate), 4 * self.plan.status_rate),
+            (None, self.plan.status_in_flight),
+        ];
+        let mut rows = Vec::new();
+        for (rate, in_flight) in runs {
+            let name = rate.map_or_else(|| "saturated".to_owned(), |r| format!("{r}-per-s"));
+            eprintln!("status writes alone, {name}");
+            let settings = self.settings(&format!("status-writes-{name}"), &[])?;
+            let backends = skyport::Backends::open(&settings).await?;
+            let embedded = backends
+                .embedded
+                .clone()
+                .context("the embedded store is not open")?;
+            let workflows = self.plan.status_workflows;
+            let committer_before = cpu::thread_s(COMMITTER)?;
+            let process_before = cpu::CpuTime::this()?;
+            let started = Instant::now();
+            drive(&backends.ports.status, &request, workflows, rate, in_flight).await?;
+            let seconds = started.elapsed().as_secs_f64();
+            let committer_s = cpu::thread_s(COMMITTER)? - committer_before;
+            let process_s = cpu::CpuTime::this()?.since(process_before).own_s;
+            let stats = embedded.database_commit_stats();
+            let commits = stats.commits.load(Ordering::Relaxed).max(1);
+            let writes = stats.operations.load(Ordering::Relaxed);
+            let busy_s = stats.busy_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            let per_workflow = 1e6 / workflows as f64;
+            rows.push(StatusWrites {
+                rate,
+                in_flight,
+                workflows,
+                workflows_per_s: workflows as f64 / seconds,
+                commits_per_s: commits as f64 / seconds,
+                writes_per_commit: writes as f64 / commits as f64,
+                committer_us: committer_s * per_workflow,
+                committer_busy_us: busy_s * per_workflow,
+                process_us: process_s * per_workflow,
+            });
+        }
+        Ok(rows)
+    }
+}
+
+/// Runs `workflows` workflows, started at `rate` a second (or as fast as
+/// they finish), at most `in_flight` at a time.
+async fn drive(
+    store: &Arc<dyn StatusStore>,
+    request: &DeliveryRequest,
+    workflows: u64,
+    rate: Option<u32>,
+    in_flight: u32,
+) -> anyhow::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(in_flight as usize));
+    let mut ticks = rate.map(|r| {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1) / r);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        ticks
+    });
+    let mut tasks = JoinSet::new();
+    for n in 0..workflows {
+        if let Some(ticks) = &mut ticks {
+            ticks.tick().await;
+        }
+        let slot = Arc::clone(&slots).acquire_owned().await?;
+        let store = Arc::clone(store);
+        let request = request.clone();
+        tasks.spawn(async move {
+            let written = workflow(store.as_ref(), request, n).await;
+            drop(slot);
+            written
+        });
+        while let Some(done) = tasks.try_join_next() {
+            done??;
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// One delivery's writes as the worker makes them: Processing, then
+/// Scheduled with its five steps, each conditional on the one before.
+async fn workflow(
+    store: &dyn StatusStore,
+    request: DeliveryRequest,
+    n: u64,
+) -> Result<(), StatusStoreError> {
+    let now = OffsetDateTime::now_utc();
+    let mut document = StatusDocument::accepted(skyport_gateway::ids::generated(), now);
+    document.state = DeliveryState::Processing;
+    document.attempt = 1;
+    document.package_id = Some(request.package_info.package_id.clone());
+    document.owner_id = Some(request.owner_id.clone());
+    document.principal = Some(format!("client-{}", n % 16));
+    document.request = Some(request);
+    document.updated_at = now;
+    let etag = store.put(&document, Precondition::IfNoneMatch).await?;
+    document.state = DeliveryState::Scheduled;
+    document.drone_id = Some(format!("drone-{}", n % 1_000));
+    document.third_party_required = Some(false);
+    document.steps = Step::ALL
+        .into_iter()
+        .map(|step| StepOutcome {
+            step,
+            result: StepResult::Succeeded,
+            at: OffsetDateTime::now_utc(),
+            calls: 1,
+            detail: None,
+        })
+        .collect();
+    document.updated_at = OffsetDateTime::now_utc();
+    store.put(&document, Precondition::IfMatch(etag)).await?;
+    Ok(())
+}
+
+impl StatusWrites {
+    pub(crate) fn verdicts(&self) -> Vec<Verdict> {
+        let how = self.rate.map_or_else(
+            || format!("saturated, {} in flight", self.in_flight),
+            |rate| format!("{rate} workflows/s"),
+        );
+        vec![Verdict {
+            what: format!("status writes alone, {how}: the committer's ceiling"),
+            measured: format!(
+                "{:.0}/s (the committer {:.1} µs busy a workflow, {:.1} µs of CPU); {:.0} workflows/s, {:.0} commits/s of {:.1} writes, {:.1} µs of the process a workflow",
+                self.ceiling(),
+                self.committer_busy_us,
+                self.committer_us,
+                self.workflows_per_s,
+                self.commits_per_s,
+                self.writes_per_commit,
+                self.process_us
+            ),
+            target: "≥ 15,000/s",
+            met: Some(self.ceiling() >= CEILING_TARGET),
+        }]
+    }
+}
