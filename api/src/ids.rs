@@ -2,7 +2,10 @@
 //! the shapes a client may therefore not choose, so that no POST can take
 //! an id the gateway gave (or will give) another delivery.
 //!
-//! The gateway makes `sp-` and a random UUID for an unnamed request, and
+//! The gateway makes `sp-` and a time-ordered UUID (version 7: the
+//! millisecond, then 74 random bits) for an unnamed request, so that
+//! deliveries accepted together are stored together (a status write then
+//! lands on pages the store has just written, not on a random one); and
 //! `k-` and 32 hex digits for one named by its `Idempotency-Key` (derived
 //! from the client and the key: [`crate::idempotency`]). A client-chosen
 //! `deliveryId` of either shape is refused.
@@ -16,7 +19,7 @@ pub const DERIVED_HEX: usize = 32;
 
 /// A new id for a request that names no delivery.
 pub fn generated() -> String {
-    format!("{GENERATED_PREFIX}{}", uuid::Uuid::new_v4())
+    format!("{GENERATED_PREFIX}{}", uuid::Uuid::now_v7())
 }
 
 /// Why a client may not choose `id`, if it may not: the gateway's own shapes.
@@ -41,6 +44,16 @@ pub fn refusal(id: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generated_ids_sort_in_the_order_they_were_made() {
+        let made: Vec<String> = (0..1_000).map(|_| generated()).collect();
+        let mut sorted = made.clone();
+        sorted.sort();
+        assert_eq!(made, sorted);
+        sorted.dedup();
+        assert_eq!(sorted.len(), made.len(), "each one new");
+    }
 
     #[test]
     fn the_gateways_own_shapes_are_refused_and_the_rest_taken() {
