@@ -6,9 +6,13 @@ workflow in each tenth of the drain, the last against the first
 process's threads by name (`/proc/PID/task/*/stat`), its CPU per delivery
 while the requests were taken and per workflow while they drained, and for
 a thread that runs alone (not a runtime's pool) the rate at which it would
-be busy all the time: its serial ceiling (BENCHMARKS.md, "Issue 50, third part"):
+be busy all the time: its serial ceiling (BENCHMARKS.md, "Issue 50, third part").
+Then each kind of long-lived task's time in poll per workflow drained (the
+HTTP/2 drivers, the partition loops: `skyport_task_poll_seconds_total`), and,
+from a binary built with `--features lock-timing`, each named lock's hold and
+wait time per workflow, with their ceilings:
 
-    cargo build --release
+    cargo build --release [--features lock-timing]
     cargo bench --bench skyport --no-run   # prints the bench binary, the poster
     python3 benches/drain.py target/release/skyport target/release/deps/skyport-HASH 1000000 [KEY=VALUE…]
 
@@ -32,6 +36,9 @@ PORT = 18095
 BASE = f"http://127.0.0.1:{PORT}"
 TICK = os.sysconf("SC_CLK_TCK")
 DONE = re.compile(r'^skyport_workflow_events_total\{[^}]*outcome="(scheduled|failed|already_terminal)"[^}]*\} (\d+)', re.M)
+TASK_POLLS = re.compile(r'^skyport_task_poll_seconds_total\{task="([^"]+)"\} (\S+)', re.M)
+TASKS = re.compile(r'^skyport_tasks\{task="([^"]+)"\} (\S+)', re.M)
+LOCKS = re.compile(r'^skyport_lock_(held|wait)_seconds_total\{lock="([^"]+)"\} (\S+)', re.M)
 
 
 def start(skyport: str, data: str, *sets: str) -> subprocess.Popen:
@@ -59,9 +66,20 @@ def stop(process: subprocess.Popen) -> None:
     process.wait(timeout=120)
 
 
+def metrics() -> str:
+    return urllib.request.urlopen(BASE + "/metrics", timeout=5).read().decode()
+
+
 def done() -> int:
-    text = urllib.request.urlopen(BASE + "/metrics", timeout=5).read().decode()
-    return sum(int(count) for _, count in DONE.findall(text))
+    return sum(int(count) for _, count in DONE.findall(metrics()))
+
+
+def serial(text: str) -> dict[str, float]:
+    """Seconds each long-lived task kind spent in poll, and each named lock
+    was held or waited for (built with --features lock-timing), by name."""
+    found = {f"task {task}": float(s) for task, s in TASK_POLLS.findall(text)}
+    found.update({f"lock {lock} {what}": float(s) for what, lock, s in LOCKS.findall(text)})
+    return found
 
 
 def cpu_s(pid: int) -> float:
@@ -123,10 +141,14 @@ def main() -> None:
         process = start(skyport, data, *sets)
         samples = [(0, cpu_s(process.pid), time.monotonic())]
         draining = threads(process.pid)
+        serial_before = serial(metrics())
         while samples[-1][0] < pending:
             time.sleep(1)
             samples.append((done(), cpu_s(process.pid), time.monotonic()))
         drained = threads(process.pid)
+        text = metrics()
+        serial_after = serial(text)
+        running = {task: float(n) for task, n in TASKS.findall(text)}
         drain = per_unit(draining, drained, samples[-1][0])
         sizes = {name: count for name, (_, count) in drained.items()}
         stop(process)
@@ -157,6 +179,21 @@ def main() -> None:
         alone = sizes[name] == 1
         ceiling = f"{1e6 / busiest:,.0f}" if alone and busiest > 0 else "a pool" if not alone else "idle"
         print(f"{name} ({sizes[name]}) | {ingest.get(name, 0.0):.1f} | {drain[name]:.1f} | {ceiling}")
+    workflows = max(samples[-1][0], 1)
+    print("task (how many) | µs in poll a workflow drained | serial ceiling, /s (how many × 10⁶ ÷ µs)")
+    for task, n in sorted(running.items()):
+        us = (serial_after.get(f"task {task}", 0.0) - serial_before.get(f"task {task}", 0.0)) * 1e6 / workflows
+        ceiling = f"{max(n, 1) * 1e6 / us:,.0f}" if us > 0 else "idle"
+        print(f"{task} ({n:.0f}) | {us:.1f} | {ceiling}")
+    locks = sorted({key.split()[1] for key in serial_after if key.startswith("lock ")})
+    if locks:
+        print("lock | µs held a workflow drained | µs waited | serial ceiling, /s (10⁶ ÷ µs held)")
+    for lock in locks:
+        held, wait = ((serial_after.get(f"lock {lock} {what}", 0.0)
+                       - serial_before.get(f"lock {lock} {what}", 0.0)) * 1e6 / workflows
+                      for what in ("held", "wait"))
+        ceiling = f"{1e6 / held:,.0f}" if held > 0 else "idle"
+        print(f"{lock} | {held:.2f} | {wait:.2f} | {ceiling}")
 
 
 if __name__ == "__main__":

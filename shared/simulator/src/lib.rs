@@ -21,6 +21,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use skyport_core::status::Step;
 use skyport_runtime::config::SimulatorSettings;
+use skyport_runtime::tasks::Task;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -103,11 +104,11 @@ impl Simulator {
                     .serve_connection(TokioIo::new(stream), service)
                     .into_owned(),
             );
-            tokio::spawn(async move {
+            tokio::spawn(Task::H2cServer.monitor().instrument(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(%peer, %error, "A connection to the simulated services ended with an error.");
                 }
-            });
+            }));
         }
         drop(listener);
         graceful.shutdown().await;

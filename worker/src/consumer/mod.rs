@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use skyport_core::ports::Consumer;
 use skyport_runtime::config::WorkerSettings;
+use skyport_runtime::tasks::Task;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -43,10 +44,8 @@ pub async fn run(
             next = consumer.next_partition() => match next {
                 Ok(reader) => {
                     let span = tracing::info_span!("partition", partition = reader.partition());
-                    partitions.spawn(
-                        partition::run(reader, Arc::clone(&context), shutdown.clone())
-                            .instrument(span),
-                    );
+                    let run = partition::run(reader, Arc::clone(&context), shutdown.clone());
+                    partitions.spawn(Task::Partition.monitor().instrument(run.instrument(span)));
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "Cannot get a partition from the stream; retrying in 1 s.");

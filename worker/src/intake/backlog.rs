@@ -8,11 +8,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use skyport_runtime::config::WorkerSettings;
+use skyport_runtime::locks::{NamedGuard, NamedMutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,7 @@ pub struct BacklogGuard {
     grace: Duration,
     /// Each partition loop's pending events and when the oldest began, by
     /// the key of its [`Pending`].
-    partitions: Mutex<HashMap<u64, (usize, Option<Instant>)>>,
+    partitions: NamedMutex<HashMap<u64, (usize, Option<Instant>)>>,
     next_key: AtomicU64,
     /// Their pending events summed, on `/metrics`.
     pending: Gauge,
@@ -74,7 +74,7 @@ impl BacklogGuard {
             allow_backlog_of: settings.allow_backlog_of,
             allow_backlog_to: settings.allow_backlog_to_ms.duration(),
             grace: settings.backlog_grace_period_ms.duration(),
-            partitions: Mutex::default(),
+            partitions: NamedMutex::new("backlog", HashMap::new()),
             next_key: AtomicU64::new(0),
             pending: crate::metrics::global().worker_pending_events.clone(),
         }
@@ -95,10 +95,8 @@ impl BacklogGuard {
         Pending { guard: self, key }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (usize, Option<Instant>)>> {
-        self.partitions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> NamedGuard<'_, HashMap<u64, (usize, Option<Instant>)>> {
+        self.partitions.lock()
     }
 
     /// The limit that is breached now, if any.

@@ -9,12 +9,12 @@
 //! answers a permanent 4xx is up.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::metrics::{self, BreakerState};
 use skyport_core::status::Step;
 use skyport_runtime::config::ServicesSettings;
+use skyport_runtime::locks::{NamedGuard, NamedMutex};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -70,7 +70,7 @@ struct Tally {
 pub struct Breaker {
     service: &'static str,
     settings: BreakerSettings,
-    tally: Mutex<Tally>,
+    tally: NamedMutex<Tally>,
     changed: watch::Sender<()>,
     intake: Pauses,
 }
@@ -81,11 +81,14 @@ impl Breaker {
         Self {
             service,
             settings,
-            tally: Mutex::new(Tally {
-                state: State::Closed,
-                recent: VecDeque::with_capacity(settings.window),
-                consecutive: 0,
-            }),
+            tally: NamedMutex::new(
+                "breaker_tally",
+                Tally {
+                    state: State::Closed,
+                    recent: VecDeque::with_capacity(settings.window),
+                    consecutive: 0,
+                },
+            ),
             changed: watch::Sender::new(()),
             intake,
         }
@@ -95,8 +98,8 @@ impl Breaker {
         self.lock().state
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Tally> {
-        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> NamedGuard<'_, Tally> {
+        self.tally.lock()
     }
 
     pub fn admit(&self, now: Instant) -> Admission {

@@ -127,7 +127,11 @@ impl ServiceClient {
                     return Err(ClientError::NoHost(base));
                 };
                 Transport::H2c {
-                    h2c: Arc::new(H2c::new(format!("{host}:{port}"), timeout)),
+                    h2c: Arc::new(H2c::new(
+                        format!("{host}:{port}"),
+                        timeout,
+                        settings.h2c_connections,
+                    )),
                     timeout,
                 }
             }

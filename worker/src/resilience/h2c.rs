@@ -1,10 +1,14 @@
 //! HTTP/2 over cleartext with prior knowledge (`services.protocol` h2c):
-//! one connection to the services, every call a stream on it, through
+//! `services.h2c_connections` connections to the services, the calls
+//! spread over them in turn, each call a stream on its connection, through
 //! hyper's client connection. reqwest's client adds a redirect layer, a
 //! retry layer and a pool around each call, which cost more CPU than the
-//! call itself (BENCHMARKS.md, issue 21); with one multiplexed connection
-//! and the workflow's own retries none of them is needed.
+//! call itself (BENCHMARKS.md, issue 21); with multiplexed connections and
+//! the workflow's own retries none of them is needed. One connection's
+//! framing runs in one task on each side, a serial part of every workflow:
+//! several connections spread it over the cores.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -13,6 +17,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper::{HeaderMap, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use skyport_runtime::tasks::Task;
 use tokio::net::TcpStream;
 
 /// The largest answer read from a service.
@@ -48,31 +53,42 @@ pub(crate) enum H2cError {
     Body(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// One HTTP/2 connection to `authority`, opened on first use and again
+/// HTTP/2 connections to `authority`, each opened on first use and again
 /// after it closes (the call that found it broken fails and is retried).
 #[derive(Debug)]
 pub(crate) struct H2c {
     authority: String,
     connect_timeout: Duration,
+    connections: Box<[Connection]>,
+    /// The next call's connection, counted up and taken modulo their number.
+    next: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct Connection {
     sender: Mutex<Option<SendRequest<Full<Bytes>>>>,
     /// Held while connecting, so that one call connects and the others wait for it.
     connecting: tokio::sync::Mutex<()>,
 }
 
 impl H2c {
-    /// `authority`: `host:port`.
-    pub(crate) fn new(authority: String, connect_timeout: Duration) -> Self {
+    /// `authority`: `host:port`; `connections`: how many (at least one).
+    pub(crate) fn new(authority: String, connect_timeout: Duration, connections: usize) -> Self {
         Self {
             authority,
             connect_timeout,
-            sender: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            connections: (0..connections.max(1))
+                .map(|_| Connection::default())
+                .collect(),
+            next: AtomicUsize::new(0),
         }
     }
 
-    /// Sends `request` (its URI absolute) and reads the whole answer.
+    /// Sends `request` (its URI absolute) on the next connection in turn
+    /// and reads the whole answer.
     pub(crate) async fn send(&self, request: Request<Full<Bytes>>) -> Result<Answered, H2cError> {
-        let mut sender = self.sender().await?;
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        let mut sender = self.sender(&self.connections[turn]).await?;
         let response = sender.send_request(request).await.map_err(H2cError::Http)?;
         let (parts, body) = response.into_parts();
         let body = Limited::new(body, MAX_ANSWER_BYTES)
@@ -87,8 +103,9 @@ impl H2c {
         })
     }
 
-    fn open(&self) -> Option<SendRequest<Full<Bytes>>> {
-        self.sender
+    fn open(connection: &Connection) -> Option<SendRequest<Full<Bytes>>> {
+        connection
+            .sender
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
@@ -96,12 +113,12 @@ impl H2c {
             .cloned()
     }
 
-    async fn sender(&self) -> Result<SendRequest<Full<Bytes>>, H2cError> {
-        if let Some(sender) = self.open() {
+    async fn sender(&self, connection: &Connection) -> Result<SendRequest<Full<Bytes>>, H2cError> {
+        if let Some(sender) = Self::open(connection) {
             return Ok(sender);
         }
-        let _connecting = self.connecting.lock().await;
-        if let Some(sender) = self.open() {
+        let _connecting = connection.connecting.lock().await;
+        if let Some(sender) = Self::open(connection) {
             return Ok(sender);
         }
         let stream =
@@ -114,7 +131,7 @@ impl H2c {
                 })?;
         // Small frames are written as they come; a failure here costs only latency.
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+        let (sender, driver) = http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|source| H2cError::Handshake {
@@ -122,12 +139,15 @@ impl H2c {
                 source,
             })?;
         let authority = self.authority.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
+        tokio::spawn(Task::H2cClient.monitor().instrument(async move {
+            if let Err(e) = driver.await {
                 tracing::debug!(%authority, error = %e, "The HTTP/2 connection to the services ended.");
             }
-        });
-        *self.sender.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender.clone());
+        }));
+        *connection
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(sender.clone());
         tracing::debug!(authority = %self.authority, "Opened an HTTP/2 connection to the services.");
         Ok(sender)
     }
@@ -189,7 +209,7 @@ mod tests {
     #[tokio::test]
     async fn calls_share_one_connection_and_a_closed_one_is_opened_again() {
         let (authority, accepted, drop_all) = server().await;
-        let h2c = H2c::new(authority.clone(), Duration::from_secs(5));
+        let h2c = H2c::new(authority.clone(), Duration::from_secs(5), 1);
         for _ in 0..3 {
             let answered = h2c.send(get(&authority)).await.unwrap();
             assert_eq!(answered.status, StatusCode::OK);
@@ -212,11 +232,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn calls_take_the_connections_in_turn() {
+        let (authority, accepted, _drop_all) = server().await;
+        let h2c = H2c::new(authority.clone(), Duration::from_secs(5), 3);
+        for _ in 0..9 {
+            let answered = h2c.send(get(&authority)).await.unwrap();
+            assert_eq!(answered.status, StatusCode::OK);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "each opened once");
+    }
+
+    #[tokio::test]
     async fn a_service_that_is_not_listening_is_a_connect_error() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let authority = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let h2c = H2c::new(authority.clone(), Duration::from_secs(5));
+        let h2c = H2c::new(authority.clone(), Duration::from_secs(5), 1);
         let error = h2c.send(get(&authority)).await.unwrap_err();
         assert!(matches!(error, H2cError::Connect { .. }), "{error:?}");
     }

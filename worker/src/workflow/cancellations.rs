@@ -2,7 +2,8 @@
 //! while they run.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Mutex, PoisonError};
+
+use skyport_runtime::locks::{NamedGuard, NamedMutex};
 
 /// The most cancellations kept for deliveries not running here yet.
 const MAX_EARLY: usize = 4_096;
@@ -29,12 +30,18 @@ struct Registry {
 /// the delivery reads it too: the delivery looks here before each step instead
 /// of re-reading its document. A cancellation handled elsewhere (after a
 /// rebalance) is still caught, by the conditional final write.
-#[derive(Debug, Default)]
-pub(super) struct Cancellations(Mutex<Registry>);
+#[derive(Debug)]
+pub(super) struct Cancellations(NamedMutex<Registry>);
+
+impl Default for Cancellations {
+    fn default() -> Self {
+        Self(NamedMutex::new("cancellations", Registry::default()))
+    }
+}
 
 impl Cancellations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> NamedGuard<'_, Registry> {
+        self.0.lock()
     }
 
     /// Notes that `id` runs here until the guard is dropped; a cancellation

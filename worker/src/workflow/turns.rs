@@ -12,9 +12,10 @@
 //! Cancellations take no turn: they reach a running delivery at its next step.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use skyport_core::event::DeliveryRescheduled;
+use skyport_runtime::locks::{NamedGuard, NamedMutex};
 use tokio::sync::oneshot;
 
 #[derive(Debug, Default)]
@@ -28,12 +29,18 @@ struct Registry {
 }
 
 /// The turns and pending reschedules of the deliveries this worker reads.
-#[derive(Debug, Default)]
-pub(super) struct Turns(Mutex<Registry>);
+#[derive(Debug)]
+pub(super) struct Turns(NamedMutex<Registry>);
+
+impl Default for Turns {
+    fn default() -> Self {
+        Self(NamedMutex::new("turns", Registry::default()))
+    }
+}
 
 impl Turns {
-    fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> NamedGuard<'_, Registry> {
+        self.0.lock()
     }
 
     /// The next turn of delivery `id`, taken in stream order.

@@ -7,6 +7,9 @@ use url::Url;
 use super::checks::Checks;
 use super::duration::Millis;
 
+/// The most HTTP/2 connections to the services a worker opens.
+const MAX_H2C_CONNECTIONS: usize = 64;
+
 /// The HTTP version the workflow's calls use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -18,8 +21,8 @@ pub enum ServicesProtocol {
     Auto,
     /// HTTP/1.1, one call per connection at a time.
     Http1,
-    /// HTTP/2 over cleartext with prior knowledge: every call shares one
-    /// connection. Only for `http://` services that speak it.
+    /// HTTP/2 over cleartext with prior knowledge: the calls share
+    /// `h2c_connections` connections. Only for `http://` services that speak it.
     H2c,
 }
 
@@ -33,6 +36,9 @@ pub struct ServicesSettings {
     pub base_url: Option<Url>,
     /// HTTP/1.1, or HTTP/2 over cleartext (see [`ServicesProtocol`]).
     pub protocol: ServicesProtocol,
+    /// HTTP/2 connections the calls take in turn (h2c): each one's framing
+    /// is one task on each side, so one connection bounds a worker's calls.
+    pub h2c_connections: usize,
     /// Time limit of one call.
     pub timeout_ms: Millis,
     /// First wait before retrying a transient failure; doubles up to `retry_max_backoff_ms`.
@@ -54,6 +60,7 @@ impl Default for ServicesSettings {
         Self {
             base_url: None,
             protocol: ServicesProtocol::Auto,
+            h2c_connections: 4,
             timeout_ms: Millis::new(5_000),
             retry_initial_backoff_ms: Millis::new(50),
             retry_max_backoff_ms: Millis::new(5_000),
@@ -77,6 +84,11 @@ impl ServicesSettings {
                     .is_none_or(|url| url.scheme() == "http"),
             "protocol",
             "h2c (HTTP/2 with prior knowledge) needs an http:// services.base_url",
+        );
+        checks.check(
+            (1..=MAX_H2C_CONNECTIONS).contains(&self.h2c_connections),
+            "h2c_connections",
+            format!("must be from 1 to {MAX_H2C_CONNECTIONS}"),
         );
         checks.at_least(self.timeout_ms.count(), 1, "timeout_ms");
         checks.at_least(
