@@ -14,9 +14,11 @@ wait time per workflow, with their ceilings:
 
     cargo build --release [--features lock-timing]
     cargo bench --bench skyport --no-run   # prints the bench binary, the poster
-    python3 benches/drain.py target/release/skyport target/release/deps/skyport-HASH 1000000 [KEY=VALUE…]
+    python3 benches/drain.py target/release/skyport target/release/deps/skyport-HASH 1000000 [--keyed] [KEY=VALUE…]
 
-Each KEY=VALUE is a `--set` for both of the process's starts.
+Each KEY=VALUE is a `--set` for both of the process's starts. `--keyed`
+gives every request an `Idempotency-Key`, so that each is reserved and the
+reservation fold works too.
 
 Standard library only. The data directory is made under /tmp and removed.
 """
@@ -116,7 +118,9 @@ def per_unit(before: Threads, after: Threads, units: int) -> dict[str, float]:
 
 
 def main() -> None:
-    skyport, poster, count, sets = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    skyport, poster, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    keyed = "--keyed" in sys.argv[4:]
+    sets = [arg for arg in sys.argv[4:] if arg != "--keyed"]
     data = tempfile.mkdtemp(prefix="skyport-drain-")
     try:
         process = start(skyport, data, "worker.rate_limit_per_s=1", *sets)
@@ -124,7 +128,7 @@ def main() -> None:
             "url": BASE + "/api/deliveryrequests",
             "schedule": {"Requests": count},
             "connections": 64,
-            "naming": "Unnamed",
+            "naming": "Keyed" if keyed else "Unnamed",
             "first": 0,
             "callback": None,
             "api_key": None,

@@ -46,8 +46,8 @@ fn a_thousand_sustained_with_spikes_of_ten_thousand_as_worked_by_hand() {
     close(machine.drain_during_spike_per_s, 500_000.0 / 350.0);
     close(machine.backlog_peak, (10_000.0 - 500_000.0 / 350.0) * 60.0);
     close(machine.backlog_drain_s, machine.backlog_peak / 1_500.0);
-    // Disk: 1,000/s × 7 days × 1,003 B = 606.6 GB; a day of reservations 28.9 GB.
-    close(machine.documents_bytes, 1_000.0 * 604_800.0 * 1_003.0);
+    // Disk: 1,000/s × 7 days × 1,334 B = 806.8 GB; a day of reservations 28.9 GB.
+    close(machine.documents_bytes, 1_000.0 * 604_800.0 * 1_334.0);
     close(machine.reservations_bytes, 1_000.0 * 86_400.0 * 334.0);
     assert!(machine.warnings.is_empty(), "{:?}", machine.warnings);
 }
@@ -160,7 +160,7 @@ fn the_report_names_each_setting_and_its_rule() {
         "Skyport on one machine (embedded stream and store): 1,000/s sustained",
         "stream.partitions = 8",
         "worker.max_in_flight = 37",
-        "606.6 GB",
+        "806.8 GB",
         "170 MiB",
     ] {
         assert!(text.contains(wanted), "{wanted} is not in:\n{text}");
