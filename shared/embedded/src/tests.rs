@@ -20,6 +20,32 @@ use crate::consumer::EmbeddedConsumer;
 use crate::setup::{OpenError, RECEIPT_KEY_LEN};
 use crate::store::EmbeddedStore;
 
+/// A status row as the tests compare it: id, version, change number,
+/// retention window, body.
+pub(crate) type Row = (String, u64, Option<u64>, Option<i64>, Vec<u8>);
+
+/// Every row of the status table, in id order.
+pub(crate) fn status_rows(db: &redb::Database) -> Vec<Row> {
+    use redb::{ReadableDatabase, ReadableTable};
+    let txn = db.begin_read().unwrap();
+    let status = txn.open_table(crate::tables::STATUS).unwrap();
+    status
+        .iter()
+        .unwrap()
+        .map(|entry| {
+            let (id, row) = entry.unwrap();
+            let (version, change, settled, body) = row.value();
+            (
+                id.value().to_owned(),
+                version,
+                change,
+                settled,
+                body.to_vec(),
+            )
+        })
+        .collect()
+}
+
 pub(crate) fn settings(dir: &std::path::Path) -> EmbeddedSettings {
     EmbeddedSettings {
         data_dir: dir.to_path_buf(),

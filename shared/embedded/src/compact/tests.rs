@@ -10,7 +10,7 @@ use crate::codec;
 use crate::rows::{CHANGE_OF, EXPIRY_OF};
 use crate::store::EmbeddedStore;
 use crate::tables::{META, STATUS, STATUS_CHANGES};
-use crate::tests::settings;
+use crate::tests::{Row, settings, status_rows};
 
 const DOCUMENTS: usize = 2_500;
 
@@ -26,11 +26,9 @@ fn document(n: usize) -> StatusDocument {
     }
 }
 
-/// The status table's bodies, in id order.
+/// The status table's rows, in id order.
 fn bodies(path: &std::path::Path) -> Vec<Row> {
-    let db = redb::Database::open(path).unwrap();
-    let txn = db.begin_read().unwrap();
-    bodies_in(&txn.open_table(STATUS).unwrap())
+    status_rows(&redb::Database::open(path).unwrap())
 }
 
 fn last_change(path: &std::path::Path) -> (u64, u64) {
@@ -157,27 +155,6 @@ async fn plain_documents_of_an_earlier_version_are_rewritten_compactly_in_place(
     // A second start has nothing to do.
     let mut db = redb::Database::open(&file).unwrap();
     assert_eq!(super::run(&mut db).unwrap(), None);
-}
-
-/// A status row: id, version, change number, retention window, body.
-type Row = (String, u64, Option<u64>, Option<i64>, Vec<u8>);
-
-fn bodies_in(status: &impl ReadableTable<&'static str, crate::tables::Stored>) -> Vec<Row> {
-    status
-        .iter()
-        .unwrap()
-        .map(|entry| {
-            let (id, value) = entry.unwrap();
-            let (version, change, settled, body) = value.value();
-            (
-                id.value().to_owned(),
-                version,
-                change,
-                settled,
-                body.to_vec(),
-            )
-        })
-        .collect()
 }
 
 /// `document(n)` with the accept time it was stored with.

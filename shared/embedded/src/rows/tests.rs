@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
+use redb::{ReadableDatabase, ReadableTableMetadata, TableHandle};
 use skyport_core::ports::{ChangeSource, FeedRange, Precondition, StartFrom, StatusStore};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use time::OffsetDateTime;
@@ -11,7 +11,7 @@ use super::{CHANGE_OF, DOCUMENTS, DONE, EXPIRY_OF};
 use crate::retention::Retention;
 use crate::store::EmbeddedStore;
 use crate::tables::{META, STATUS, STATUS_CHANGES};
-use crate::tests::settings;
+use crate::tests::{Row, settings, status_rows};
 
 /// More than one batch, so that the upgrade takes several transactions.
 const DOCUMENTS_WRITTEN: usize = super::BATCH + 500;
@@ -27,28 +27,6 @@ fn document(n: usize) -> StatusDocument {
         owner_id: Some(format!("owner-{}", n % 7)),
         ..StatusDocument::accepted(format!("sp-{n:08}"), OffsetDateTime::now_utc())
     }
-}
-
-type Row = (String, u64, Option<u64>, Option<i64>, Vec<u8>);
-
-fn rows(db: &redb::Database) -> Vec<Row> {
-    let txn = db.begin_read().unwrap();
-    let status = txn.open_table(STATUS).unwrap();
-    status
-        .iter()
-        .unwrap()
-        .map(|entry| {
-            let (id, row) = entry.unwrap();
-            let (version, change, settled, body) = row.value();
-            (
-                id.value().to_owned(),
-                version,
-                change,
-                settled,
-                body.to_vec(),
-            )
-        })
-        .collect()
 }
 
 /// Rewrites the data directory at `file` as an earlier version left it:
@@ -96,7 +74,7 @@ async fn documents_and_their_reverse_indexes_become_one_row_each_in_place() {
             etags[n] = Some(etag);
         }
     }
-    let written = rows(&redb::Database::open(&file).unwrap());
+    let written = status_rows(&redb::Database::open(&file).unwrap());
     assert_eq!(written.len(), DOCUMENTS_WRITTEN);
     as_an_earlier_version_left_it(&file, &written);
 
@@ -149,7 +127,7 @@ async fn documents_and_their_reverse_indexes_become_one_row_each_in_place() {
     drop(store);
 
     let db = redb::Database::open(&file).unwrap();
-    let kept = rows(&db);
+    let kept = status_rows(&db);
     assert_eq!(
         kept.len(),
         DOCUMENTS_WRITTEN - DOCUMENTS_WRITTEN.div_ceil(3)
