@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 
 use crate::load::{Accepted, Clients, assert_scheduled, expect_callbacks_once};
 use crate::shape::{
-    KAFKA_SESSION_TIMEOUT_MS, LEASE_EXPIRY_MS, OWNERSHIP_EXPIRY_MS, Role, Stream,
-    THROUGHPUT_EXPIRY_MS,
+    KAFKA_DRAIN_TIMEOUT_MS, KAFKA_SESSION_TIMEOUT_MS, LEASE_EXPIRY_MS, OWNERSHIP_EXPIRY_MS, Role,
+    Stream, THROUGHPUT_EXPIRY_MS,
 };
 use skyport_tests::fleet::{Fleet, LEASES, Member, Options, even};
 
@@ -157,10 +157,12 @@ async fn handled_twice(worker: &Member) -> u64 {
 
 /// How long a partition or lease may take to move after its owner vanished:
 /// the expiry, then a balancing round or the group's rebalance (debug
-/// processes on 2 cores).
+/// processes on 2 cores). On Kafka the rebalance may first revoke
+/// partitions from a live worker, which drains them for up to its drain
+/// timeout.
 fn takeover_limit(stream: Stream) -> Duration {
     let stream_expiry = match stream {
-        Stream::Kafka => KAFKA_SESSION_TIMEOUT_MS,
+        Stream::Kafka => KAFKA_SESSION_TIMEOUT_MS + KAFKA_DRAIN_TIMEOUT_MS,
         Stream::EventHubs => OWNERSHIP_EXPIRY_MS,
     };
     Duration::from_millis(stream_expiry.max(LEASE_EXPIRY_MS) + 10_000)

@@ -50,7 +50,7 @@ pub const KAFKA_SESSION_TIMEOUT_MS: u64 = 24_000;
 /// the emulator share two cores; 5 s did not cover 4 partitions' on a slow
 /// machine, and 10 s covered 2 of 4 in one CI run (261 handled twice). It
 /// must stay below the session timeout.
-const KAFKA_DRAIN_TIMEOUT_MS: u64 = 20_000;
+pub const KAFKA_DRAIN_TIMEOUT_MS: u64 = 20_000;
 pub const OWNERSHIP_EXPIRY_MS: u64 = 10_000;
 /// Not shortened: a global group's renewal and expiry are at their minimums
 /// (`cosmos.throughput_control.renew_interval_ms` 5 s, expiry 11 s).
