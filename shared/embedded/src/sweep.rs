@@ -175,25 +175,15 @@ pub(crate) fn index_existing(txn: &WriteTransaction) -> Result<Option<u64>, redb
             let (version, change, settled, body) = value.value();
             if let Ok(document) = codec::decode(body) {
                 let settles = document.settled_at(now).map(unix_ms);
-                documents.push((
-                    id.value().to_owned(),
-                    document,
-                    version,
-                    change,
-                    settled,
-                    settles,
-                ));
+                // The row is rewritten only when its retention window moves.
+                let row = (settled != settles).then(|| (version, change, body.to_vec()));
+                documents.push((id.value().to_owned(), document, settled, settles, row));
             }
         }
-        for (id, document, version, change, settled, settles) in &documents {
+        for (id, document, settled, settles, row) in &documents {
             tables.list(id, &Listed::of(document))?;
             tables.settle(id, *settled, *settles)?;
-            if settled != settles {
-                let body = tables
-                    .status
-                    .get(id.as_str())?
-                    .map(|stored| stored.value().3.to_vec())
-                    .unwrap_or_default();
+            if let Some((version, change, body)) = row {
                 tables
                     .status
                     .insert(id.as_str(), (*version, *change, *settles, body.as_slice()))?;
