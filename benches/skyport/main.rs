@@ -47,6 +47,12 @@
 //!     installs them, with 1, 2 and 3 workers: each process's CPU time per
 //!     request or workflow and its memory, the broker's and the Cosmos DB
 //!     emulator's apart, and the capacity plan's prediction beside it.
+//! 11. Scale (see [`phases::scale`]): the all-in-one at its defaults, as
+//!     issue 50's table measured it on whatever machine runs it: ingest with
+//!     the worker on against the ceiling, the seed's spike on connections
+//!     opened before it and as it starts, the backlog worked off (its tenths,
+//!     the cores by thread, the serial parts' ceilings), and the seed's
+//!     sustained rate with the backlog's slope.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `benches/BENCHMARKS.json` and its charts (SVG, in `benches/charts/`, see [`charts`]).
@@ -129,6 +135,14 @@ struct Plan {
     fleet_workers: Vec<usize>,
     fleet_requests: u64,
     drain_timeout: Duration,
+    /// The scale phase: its closed loop's connections; the spike's rate,
+    /// length and connections; the sustained rate and its length.
+    scale_connections: u32,
+    spike_rate: u32,
+    spike_duration: Duration,
+    spike_connections: u32,
+    scale_rate: u32,
+    scale_duration: Duration,
 }
 
 impl Plan {
@@ -162,6 +176,12 @@ impl Plan {
             fleet_workers: vec![1, 2, 3],
             fleet_requests: 20_000,
             drain_timeout: Duration::from_secs(900),
+            scale_connections: 256,
+            spike_rate: 100_000,
+            spike_duration: Duration::from_secs(10),
+            spike_connections: 2_000,
+            scale_rate: 10_000,
+            scale_duration: Duration::from_secs(60),
         }
     }
 
@@ -195,6 +215,12 @@ impl Plan {
             fleet_workers: vec![1],
             fleet_requests: 200,
             drain_timeout: Duration::from_secs(120),
+            scale_connections: 32,
+            spike_rate: 2_000,
+            spike_duration: Duration::from_secs(1),
+            spike_connections: 100,
+            scale_rate: 200,
+            scale_duration: Duration::from_secs(2),
         }
     }
 }
@@ -204,7 +230,7 @@ impl Plan {
 struct Phases;
 
 impl Phases {
-    const ALL: [&'static str; 17] = [
+    const ALL: [&'static str; 18] = [
         "ingest",
         "store",
         "status-writes",
@@ -222,6 +248,7 @@ impl Phases {
         "kafka",
         "fleet-kafka",
         "fleet-eventhubs",
+        "scale",
     ];
 
     /// Every phase's name, as errors list them.
@@ -322,6 +349,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "noisy-neighbour" => results.noisy_neighbour = serde_json::from_value(result)?,
             "fleet-kafka" => results.fleet_kafka = serde_json::from_value(result)?,
             "fleet-eventhubs" => results.fleet_eventhubs = serde_json::from_value(result)?,
+            "scale" => results.scale = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -405,6 +433,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "noisy-neighbour" => serde_json::to_value(bench.noisy_neighbour().await?)?,
             "fleet-kafka" => serde_json::to_value(bench.fleet(Stream::Kafka).await?)?,
             "fleet-eventhubs" => serde_json::to_value(bench.fleet(Stream::EventHubs).await?)?,
+            "scale" => serde_json::to_value(bench.scale().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", Phases::listed()),
         })
     })?;

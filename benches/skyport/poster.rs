@@ -124,6 +124,10 @@ struct Job {
     callback: Option<String>,
     /// The API key each request carries (`x-api-key`), where the gateway asks for one.
     api_key: Option<String>,
+    /// Whether every connection is opened (by a `GET /healthz` on each)
+    /// before the first request is due, rather than as the requests need them.
+    #[serde(default)]
+    opened: bool,
 }
 
 /// Posts distinct delivery requests to `url` from another process, over at
@@ -146,6 +150,7 @@ pub(crate) async fn post(
         first,
         callback: None,
         api_key: None,
+        opened: false,
     })
     .await
 }
@@ -166,6 +171,7 @@ pub(crate) async fn post_with_key(
         first: 0,
         callback: None,
         api_key: Some(api_key.to_owned()),
+        opened: false,
     })
     .await
 }
@@ -186,8 +192,59 @@ pub(crate) async fn post_calling_back(
         first: 0,
         callback: Some(callback.to_owned()),
         api_key: None,
+        opened: false,
     })
     .await
+}
+
+/// As [`post`], unnamed, from `first` on: a spike on `connections`
+/// connections, every one of them opened before it starts when `opened`,
+/// else as the requests need them (a burst of handshakes, which the
+/// listener's backlog must hold). Raises this process's and the poster's
+/// limit on open files to what the connections need.
+pub(crate) async fn spike(
+    url: &str,
+    schedule: Schedule,
+    connections: u32,
+    opened: bool,
+    first: u64,
+) -> anyhow::Result<Posted> {
+    raise_open_files(connections)?;
+    run_job(Job {
+        url: url.to_owned(),
+        schedule,
+        connections,
+        naming: Naming::Unnamed,
+        first,
+        callback: None,
+        api_key: None,
+        opened,
+    })
+    .await
+}
+
+/// Raises the soft limit on open files to what `connections` connections
+/// need in a process that holds one side of each (the poster) or the other
+/// (the gateway), with room for its stores and the services' connections.
+fn raise_open_files(connections: u32) -> anyhow::Result<()> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let needed = u64::from(connections) + 4_096;
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_none_or(|current| current >= needed) {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        limit.maximum.is_none_or(|maximum| maximum >= needed),
+        "{connections} connections need {needed} open files, over the hard limit (`ulimit -Hn`)"
+    );
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(needed),
+            maximum: limit.maximum,
+        },
+    )
+    .context("cannot raise the limit on open files")
 }
 
 /// Runs `job` in another process (this binary with `--post`).
@@ -204,6 +261,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         anyhow::bail!("--post takes one argument, the job as JSON");
     };
     let job: Job = serde_json::from_str(job).context("--post JOB")?;
+    raise_open_files(job.connections)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -226,6 +284,9 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(connections)
         .build()?;
+    if job.opened {
+        open(&client, &job.url, connections).await?;
+    }
     let next = Arc::new(AtomicU64::new(0));
     let job = Arc::new(job);
     let started = Instant::now();
@@ -327,6 +388,33 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
         statuses,
         errors,
     })
+}
+
+/// Opens `connections` connections to `url`'s server and leaves them idle
+/// in `client`'s pool: as many `GET /healthz` at once, each holding its
+/// connection (its answer's body unread) until all are answered.
+async fn open(client: &reqwest::Client, url: &str, connections: usize) -> anyhow::Result<()> {
+    let mut health = reqwest::Url::parse(url).context("the job's url")?;
+    health.set_path("/healthz");
+    let all_answered = Arc::new(tokio::sync::Barrier::new(connections));
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let (client, health) = (client.clone(), health.clone());
+        let all_answered = Arc::clone(&all_answered);
+        opening.spawn(async move {
+            let answer = client
+                .get(health)
+                .send()
+                .await
+                .and_then(|r| r.error_for_status());
+            all_answered.wait().await;
+            answer?.bytes().await.map(drop)
+        });
+    }
+    for opened in opening.join_all().await {
+        opened.context("cannot open a connection before the spike")?;
+    }
+    Ok(())
 }
 
 impl Latency {

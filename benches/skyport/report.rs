@@ -26,6 +26,7 @@ use crate::phases::kafka::KafkaRun;
 use crate::phases::named::Named;
 use crate::phases::quotas::QuotaCost;
 use crate::phases::rate_limit::RateLimited;
+use crate::phases::scale::Scale;
 use crate::phases::status_writes::StatusWrites;
 use crate::phases::store::Store;
 use crate::phases::time_to_terminal::TimeToTerminal;
@@ -63,6 +64,8 @@ pub(crate) struct Results {
     pub(crate) fleet_kafka: Option<FleetPhase>,
     #[serde(default)]
     pub(crate) fleet_eventhubs: Option<FleetPhase>,
+    #[serde(default)]
+    pub(crate) scale: Option<Scale>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -98,6 +101,7 @@ impl Results {
             kafka: None,
             fleet_kafka: None,
             fleet_eventhubs: None,
+            scale: None,
         }
     }
 
@@ -134,6 +138,7 @@ impl Results {
         {
             verdicts.extend(f.verdicts());
         }
+        verdicts.extend(self.scale.iter().flat_map(Scale::verdicts));
         verdicts
     }
 
@@ -227,6 +232,7 @@ impl Results {
             failures.extend(f.failures(full));
         }
         failures.extend(self.all_in_one.iter().flat_map(|a| a.failures(full)));
+        failures.extend(self.scale.iter().flat_map(|s| s.failures(full)));
         failures
     }
 

@@ -22,13 +22,10 @@ use tokio::task::JoinSet;
 
 use crate::bench::{BODY, Bench};
 use crate::cpu;
-use crate::phases::Verdict;
+use crate::phases::{CEILING_TARGET, Verdict};
 
 /// The name the committer's thread carries (`/proc` keeps 15 bytes of it).
 const COMMITTER: &str = "skyport-committer";
-
-/// What the issue asks of every serial part: 15,000 workflows a second.
-const CEILING_TARGET: f64 = 15_000.0;
 
 /// One run of the committer alone.
 #[derive(Debug, Serialize, Deserialize)]
