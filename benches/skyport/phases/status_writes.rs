@@ -173,10 +173,13 @@ async fn drive(
 /// Scheduled with its five steps, each conditional on the one before.
 async fn workflow(
     store: &dyn StatusStore,
-    request: DeliveryRequest,
+    mut request: DeliveryRequest,
     id: String,
     n: u64,
 ) -> Result<(), StatusStoreError> {
+    // Each its own owner and package, as the poster's requests are.
+    request.owner_id = format!("owner-{n}");
+    request.package_info.package_id = format!("pkg-{n}");
     let now = OffsetDateTime::now_utc();
     let mut document = StatusDocument::accepted(id, now);
     document.state = DeliveryState::Processing;
