@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use skyport_azure::cosmos::CosmosStore;
 use skyport_azure::cosmos::emulator::{self, ListingView};
-use skyport_azure::cosmos::request_units::Operation;
+use skyport_azure::cosmos::request_units::{Operation, Spend};
 use skyport_core::ports::{ListQuery, Precondition, StatusStore, StatusStoreError};
 use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_embedded::EmbeddedStore;
@@ -267,7 +267,7 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
             .all(|d| d.state == DeliveryState::Scheduled)
     );
     let cosmos = app.cosmos();
-    let (written, write_units) = cosmos.request_units().spent(Operation::Write);
+    let (written, write_units) = cosmos.request_units().spent_on(Spend::StatusWrites);
     println!(
         "1,000 deliveries: {written} status writes, {write_units:.0} RU ({:.1} writes and {:.1} RU per delivery)",
         written as f64 / 1_000.0,
@@ -305,6 +305,17 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         items as f64 / 1_000.0,
         view_units / 1_000.0
     );
+    // Each request unit is counted once under what it was for, and the
+    // status writes and the listing view each under their own.
+    let units = cosmos.request_units();
+    let by_operation: f64 = Operation::ALL.iter().map(|&o| units.spent(o).1).sum();
+    let by_work: f64 = Spend::ALL.iter().map(|&s| units.spent_on(s).1).sum();
+    assert!(
+        (by_operation - by_work).abs() < 0.01,
+        "{by_operation} RU by operation, {by_work} by work: {units}"
+    );
+    assert!(units.spent_on(Spend::Listing).1 >= view_units, "{units}");
+    println!("request units by work: {units}");
     app.app.stop().await.unwrap();
 }
 

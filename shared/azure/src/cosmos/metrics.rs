@@ -1,8 +1,8 @@
-//! The Cosmos DB adapter's Prometheus series: request units by operation,
-//! and each throughput control group's budget, allocation, share, load and
-//! what it held or refused. Registered in the process's exposition
-//! (`skyport_runtime::metrics`) the first time [`global`] is read, when a
-//! store opens; the request units of every operation start at 0.
+//! The Cosmos DB adapter's Prometheus series: request units by operation
+//! and by what they were for, and each throughput control group's budget,
+//! allocation, share, load and what it held or refused. Registered in the
+//! process's exposition (`skyport_runtime::metrics`) the first time
+//! [`global`] is read, when a store opens.
 
 use std::sync::LazyLock;
 use std::sync::atomic::AtomicU64;
@@ -21,10 +21,12 @@ pub(crate) fn global() -> &'static CosmosMetrics {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct OperationLabels {
-    /// What the request units were spent on: `read`, `write`, `query`,
-    /// `delete`, `change_feed` or `listing_write`.
+pub(crate) struct SpendLabels {
+    /// The request: `read`, `write`, `query`, `delete`, `change_feed` or
+    /// `listing_write`.
     pub(crate) operation: &'static str,
+    /// What it was for: a [`Spend`](super::request_units::Spend)'s name.
+    pub(crate) work: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -38,7 +40,7 @@ type Ratio = Gauge<f64, AtomicU64>;
 /// Every series of the adapter.
 #[derive(Debug)]
 pub(crate) struct CosmosMetrics {
-    pub(crate) request_units: Family<OperationLabels, Counter<f64, AtomicU64>>,
+    pub(crate) request_units: Family<SpendLabels, Counter<f64, AtomicU64>>,
     pub(crate) group_budget: Family<GroupLabels, Ratio>,
     pub(crate) group_allocated: Family<GroupLabels, Ratio>,
     pub(crate) group_share: Family<GroupLabels, Ratio>,
@@ -54,7 +56,7 @@ impl CosmosMetrics {
         let request_units = Family::default();
         registry.register(
             "cosmos_request_units",
-            "Cosmos DB request units charged, by operation",
+            "Cosmos DB request units charged, by operation and by what they were for",
             request_units.clone(),
         );
         let group_budget = Family::default();
@@ -123,7 +125,10 @@ mod tests {
         let cosmos = CosmosMetrics::registered_in(&exposition);
         cosmos
             .request_units
-            .get_or_create(&OperationLabels { operation: "read" })
+            .get_or_create(&SpendLabels {
+                operation: "read",
+                work: "status_reads",
+            })
             .inc_by(2.5);
         cosmos
             .group_throttled
@@ -133,7 +138,9 @@ mod tests {
             .inc();
         let text = exposition.render();
         assert!(
-            text.contains("skyport_cosmos_request_units_total{operation=\"read\"} 2.5"),
+            text.contains(
+                "skyport_cosmos_request_units_total{operation=\"read\",work=\"status_reads\"} 2.5"
+            ),
             "{text}"
         );
         assert!(

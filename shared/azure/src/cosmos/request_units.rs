@@ -1,14 +1,16 @@
 //! Request-unit accounting: the charge of every Cosmos DB response, by
-//! operation, and the 429s, summarised in one line at shutdown and counted in
-//! `skyport_cosmos_request_units_total` and `skyport_throttled_total`.
+//! operation and by what it was for ([`Spend`]), and the 429s, summarised in
+//! one line at shutdown and counted in `skyport_cosmos_request_units_total`
+//! (labels `operation` and `work`) and `skyport_throttled_total`.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use skyport_runtime::config::Work;
 use skyport_runtime::metrics;
 
-use super::metrics::{self as cosmos_metrics, OperationLabels};
+use super::metrics::{self as cosmos_metrics, SpendLabels};
 
 /// What a request did, for accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +28,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    const ALL: [Self; 6] = [
+    pub const ALL: [Self; 6] = [
         Self::Read,
         Self::Write,
         Self::Query,
@@ -47,6 +49,69 @@ impl Operation {
     }
 }
 
+/// What a request was for: the `work` label of the request units, so that
+/// what a delivery costs shows by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// The worker's status writes, and the callbacks' outcomes written back.
+    StatusWrites,
+    /// Status reads: a client's, or the worker's before it writes.
+    StatusReads,
+    /// The idempotency reservations of named requests.
+    Reservations,
+    /// The Event Hubs consumer's and the change-feed processors' leases.
+    Leases,
+    /// Dead-lettered events and changes.
+    DeadLetters,
+    /// Reads of the status container's change feed.
+    ChangeFeed,
+    /// The listing view: its writes, and the pages clients read.
+    Listing,
+    /// The global throughput control groups' own items.
+    ThroughputControl,
+}
+
+impl Spend {
+    pub const ALL: [Self; 8] = [
+        Self::StatusWrites,
+        Self::StatusReads,
+        Self::Reservations,
+        Self::Leases,
+        Self::DeadLetters,
+        Self::ChangeFeed,
+        Self::Listing,
+        Self::ThroughputControl,
+    ];
+
+    /// What a request of `work`'s throughput group doing `operation` is for.
+    /// The listing view's writes run as change-feed work and its pages as
+    /// status reads (a status read's only query), so both count as listing.
+    pub fn of(work: Work, operation: Operation) -> Self {
+        match (work, operation) {
+            (_, Operation::ListingWrite) | (Work::StatusReads, Operation::Query) => Self::Listing,
+            (Work::StatusWrites, _) => Self::StatusWrites,
+            (Work::StatusReads, _) => Self::StatusReads,
+            (Work::Reservations, _) => Self::Reservations,
+            (Work::Leases, _) => Self::Leases,
+            (Work::DeadLetters, _) => Self::DeadLetters,
+            (Work::ChangeFeed, _) => Self::ChangeFeed,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::StatusWrites => "status_writes",
+            Self::StatusReads => "status_reads",
+            Self::Reservations => "reservations",
+            Self::Leases => "leases",
+            Self::DeadLetters => "dead_letters",
+            Self::ChangeFeed => "change_feed",
+            Self::Listing => "listing",
+            Self::ThroughputControl => "throughput_control",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Meter {
     requests: AtomicU64,
@@ -54,23 +119,28 @@ struct Meter {
     milli_units: AtomicU64,
 }
 
+impl Meter {
+    fn read(&self) -> (u64, f64) {
+        (
+            self.requests.load(Ordering::Relaxed),
+            self.milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
+        )
+    }
+}
+
 /// Request units spent since the store opened.
 #[derive(Debug)]
 pub struct RequestUnits {
     meters: [Meter; 6],
+    spends: [Meter; 8],
     throttled: AtomicU64,
     since: Instant,
 }
 
 impl Default for RequestUnits {
-    /// Nothing spent yet: every operation's series, and the 429s', at 0.
+    /// Nothing spent yet: the 429s' series at 0 (a request-unit series
+    /// appears with the first charge of its operation and work).
     fn default() -> Self {
-        let units = &cosmos_metrics::global().request_units;
-        for operation in Operation::ALL {
-            units.get_or_create_owned(&OperationLabels {
-                operation: operation.name(),
-            });
-        }
         metrics::global()
             .throttled
             .get_or_create_owned(&metrics::DependencyLabels {
@@ -78,6 +148,7 @@ impl Default for RequestUnits {
             });
         Self {
             meters: Default::default(),
+            spends: Default::default(),
             throttled: AtomicU64::new(0),
             since: Instant::now(),
         }
@@ -89,21 +160,24 @@ impl RequestUnits {
         &self.meters[operation as usize]
     }
 
-    /// Records one response and its `x-ms-request-charge`.
-    pub fn record(&self, operation: Operation, charge: f64) {
-        let meter = self.meter(operation);
-        meter.requests.fetch_add(1, Ordering::Relaxed);
+    /// Records one response to `operation`, done for `spend`, and its
+    /// `x-ms-request-charge`.
+    pub fn record(&self, spend: Spend, operation: Operation, charge: f64) {
         let milli = if charge.is_finite() && charge > 0.0 {
             (charge * 1000.0).round() as u64
         } else {
             0
         };
-        meter.milli_units.fetch_add(milli, Ordering::Relaxed);
+        for meter in [self.meter(operation), &self.spends[spend as usize]] {
+            meter.requests.fetch_add(1, Ordering::Relaxed);
+            meter.milli_units.fetch_add(milli, Ordering::Relaxed);
+        }
         if milli > 0 {
             cosmos_metrics::global()
                 .request_units
-                .get_or_create(&OperationLabels {
+                .get_or_create(&SpendLabels {
                     operation: operation.name(),
+                    work: spend.name(),
                 })
                 .inc_by(milli as f64 / 1000.0);
         }
@@ -121,11 +195,12 @@ impl RequestUnits {
 
     /// Requests and request units of one operation so far.
     pub fn spent(&self, operation: Operation) -> (u64, f64) {
-        let meter = self.meter(operation);
-        (
-            meter.requests.load(Ordering::Relaxed),
-            meter.milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
-        )
+        self.meter(operation).read()
+    }
+
+    /// Requests and request units spent on one kind of work so far.
+    pub fn spent_on(&self, spend: Spend) -> (u64, f64) {
+        self.spends[spend as usize].read()
     }
 }
 
@@ -145,10 +220,17 @@ impl fmt::Display for RequestUnits {
         }
         write!(
             f,
-            "total {total:.1} RU ({:.1} RU/s); 429s {}",
+            "total {total:.1} RU ({:.1} RU/s); 429s {}; by work:",
             total / seconds,
             self.throttled_count()
-        )
+        )?;
+        for spend in Spend::ALL {
+            let (_, units) = self.spent_on(spend);
+            if units > 0.0 {
+                write!(f, " {} {units:.1} RU", spend.name())?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -157,18 +239,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn charges_add_up_by_operation_and_429s_are_counted() {
+    fn charges_add_up_by_operation_and_by_work_and_429s_are_counted() {
         let units = RequestUnits::default();
-        units.record(Operation::Write, 5.71);
-        units.record(Operation::Write, 5.71);
-        units.record(Operation::Read, 1.0);
-        units.record(Operation::Read, f64::NAN);
+        units.record(Spend::StatusWrites, Operation::Write, 5.71);
+        units.record(Spend::Reservations, Operation::Write, 5.71);
+        units.record(Spend::StatusReads, Operation::Read, 1.0);
+        units.record(Spend::StatusReads, Operation::Read, f64::NAN);
         units.throttled();
         assert_eq!(units.spent(Operation::Write), (2, 11.42));
         assert_eq!(units.spent(Operation::Read), (2, 1.0));
+        assert_eq!(units.spent_on(Spend::StatusWrites), (1, 5.71));
+        assert_eq!(units.spent_on(Spend::Reservations), (1, 5.71));
+        assert_eq!(units.spent_on(Spend::StatusReads), (2, 1.0));
+        assert_eq!(units.spent_on(Spend::Listing), (0, 0.0));
         assert_eq!(units.throttled_count(), 1);
         let summary = units.to_string();
         assert!(summary.contains("write 2 requests 11.4 RU"), "{summary}");
-        assert!(summary.ends_with("429s 1"), "{summary}");
+        assert!(
+            summary.ends_with(
+                "429s 1; by work: status_writes 5.7 RU status_reads 1.0 RU reservations 5.7 RU"
+            ),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn the_listing_views_writes_and_pages_count_as_listing() {
+        assert_eq!(
+            Spend::of(Work::ChangeFeed, Operation::ListingWrite),
+            Spend::Listing
+        );
+        assert_eq!(
+            Spend::of(Work::StatusReads, Operation::Query),
+            Spend::Listing
+        );
+        assert_eq!(
+            Spend::of(Work::ChangeFeed, Operation::ChangeFeed),
+            Spend::ChangeFeed
+        );
+        assert_eq!(
+            Spend::of(Work::StatusReads, Operation::Read),
+            Spend::StatusReads
+        );
+        for work in Work::ALL {
+            assert_eq!(Spend::of(work, Operation::Write).name(), work.name());
+        }
     }
 }

@@ -20,7 +20,7 @@ use skyport_core::error::{BoxError, Throttled};
 
 use super::charge::{Charged, error_charge};
 use super::control::Control;
-use super::request_units::{Operation, RequestUnits};
+use super::request_units::{Operation, RequestUnits, Spend};
 
 /// Operation options that turn the SDK's own 429 retries off: this adapter retries them itself.
 pub(crate) fn no_throttle_retry() -> OperationOptions {
@@ -130,7 +130,8 @@ impl Requests {
             let throttled_by_service = matches!(&result, Err(e) if e.status().is_throttled());
             if !throttled_by_service {
                 // A 429 is counted as throttled, not as a request done.
-                self.units.record(operation, charged);
+                self.units
+                    .record(Spend::of(work, operation), operation, charged);
             }
             if let Some(group) = group {
                 group.settle(ticket, charged);

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::super::charge::{Paged, charge, error_charge};
-use super::super::request_units::{Operation, RequestUnits};
+use super::super::request_units::{Operation, RequestUnits, Spend};
 use super::Group;
 use super::budget::share;
 
@@ -203,11 +203,17 @@ impl Member {
             .delete_item(self.group_id.clone(), id, None)
             .await
         {
-            Ok(response) => self
-                .units
-                .record(Operation::Delete, charge(response.headers())),
+            Ok(response) => self.units.record(
+                Spend::ThroughputControl,
+                Operation::Delete,
+                charge(response.headers()),
+            ),
             Err(error) => {
-                self.units.record(Operation::Delete, error_charge(&error));
+                self.units.record(
+                    Spend::ThroughputControl,
+                    Operation::Delete,
+                    error_charge(&error),
+                );
                 if error.status().status_code() != azure_core::http::StatusCode::NotFound {
                     tracing::warn!(group = %self.group.name, item = id, error = %error_chain(&error), "Cannot remove an item of the global throughput control group.");
                 }
@@ -222,12 +228,19 @@ impl Member {
             .await;
         match result {
             Ok(response) => {
-                self.units
-                    .record(Operation::Write, charge(response.headers()));
+                self.units.record(
+                    Spend::ThroughputControl,
+                    Operation::Write,
+                    charge(response.headers()),
+                );
                 Ok(())
             }
             Err(error) => {
-                self.units.record(Operation::Write, error_charge(&error));
+                self.units.record(
+                    Spend::ThroughputControl,
+                    Operation::Write,
+                    error_charge(&error),
+                );
                 Err(error)
             }
         }
@@ -244,7 +257,8 @@ impl Member {
             )
             .await?;
         let paged = Paged::read_all(query).await?;
-        self.units.record(Operation::Query, paged.charge);
+        self.units
+            .record(Spend::ThroughputControl, Operation::Query, paged.charge);
         Ok(paged.items)
     }
 }
