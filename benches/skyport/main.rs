@@ -53,6 +53,9 @@
 //!     opened before it and as it starts, the backlog worked off (its tenths,
 //!     the cores by thread, the serial parts' ceilings), and the seed's
 //!     sustained rate with the backlog's slope.
+//! 12. Cosmos cost (see [`phases::cosmos_cost`]): request units a delivery by
+//!     what they were for, named and calling back, and Skyport's CPU a
+//!     workflow on Cosmos DB against the embedded store's at the same rate.
 //!
 //! `cargo bench` passes `--bench`: the full run, which writes
 //! `benches/BENCHMARKS.json` and its charts (SVG, in `benches/charts/`, see [`charts`]).
@@ -143,6 +146,9 @@ struct Plan {
     spike_connections: u32,
     scale_rate: u32,
     scale_duration: Duration,
+    /// The cosmos-cost phase's rate and how long it posts.
+    cost_rate: u32,
+    cost_duration: Duration,
 }
 
 impl Plan {
@@ -182,6 +188,8 @@ impl Plan {
             spike_connections: 2_000,
             scale_rate: 10_000,
             scale_duration: Duration::from_secs(60),
+            cost_rate: 300,
+            cost_duration: Duration::from_secs(60),
         }
     }
 
@@ -221,6 +229,8 @@ impl Plan {
             spike_connections: 100,
             scale_rate: 200,
             scale_duration: Duration::from_secs(2),
+            cost_rate: 50,
+            cost_duration: Duration::from_secs(2),
         }
     }
 }
@@ -230,7 +240,7 @@ impl Plan {
 struct Phases;
 
 impl Phases {
-    const ALL: [&'static str; 18] = [
+    const ALL: [&'static str; 19] = [
         "ingest",
         "store",
         "status-writes",
@@ -249,6 +259,7 @@ impl Phases {
         "fleet-kafka",
         "fleet-eventhubs",
         "scale",
+        "cosmos-cost",
     ];
 
     /// Every phase's name, as errors list them.
@@ -350,6 +361,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "fleet-kafka" => results.fleet_kafka = serde_json::from_value(result)?,
             "fleet-eventhubs" => results.fleet_eventhubs = serde_json::from_value(result)?,
             "scale" => results.scale = serde_json::from_value(result)?,
+            "cosmos-cost" => results.cosmos_cost = serde_json::from_value(result)?,
             _ => results.rate_limited = serde_json::from_value(result)?,
         }
     }
@@ -434,6 +446,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "fleet-kafka" => serde_json::to_value(bench.fleet(Stream::Kafka).await?)?,
             "fleet-eventhubs" => serde_json::to_value(bench.fleet(Stream::EventHubs).await?)?,
             "scale" => serde_json::to_value(bench.scale().await?)?,
+            "cosmos-cost" => serde_json::to_value(bench.cosmos_cost().await?)?,
             other => bail!("no phase {other:?}; the phases are {}", Phases::listed()),
         })
     })?;

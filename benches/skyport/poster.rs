@@ -197,6 +197,27 @@ pub(crate) async fn post_calling_back(
     .await
 }
 
+/// As [`post`], each request with an `Idempotency-Key` of its own and
+/// asking for a callback at `callback` (then `/bench-N`).
+pub(crate) async fn post_keyed_calling_back(
+    url: &str,
+    schedule: Schedule,
+    connections: u32,
+    callback: &str,
+) -> anyhow::Result<Posted> {
+    run_job(Job {
+        url: url.to_owned(),
+        schedule,
+        connections,
+        naming: Naming::Keyed,
+        first: 0,
+        callback: Some(callback.to_owned()),
+        api_key: None,
+        opened: false,
+    })
+    .await
+}
+
 /// As [`post`], unnamed, from `first` on: a spike on `connections`
 /// connections, every one of them opened before it starts when `opened`,
 /// else as the requests need them (a burst of handshakes, which the

@@ -16,6 +16,7 @@ use crate::charts::{self, Outcome, Provenance};
 use crate::phases::Verdict;
 use crate::phases::all_in_one::WholeSystem;
 use crate::phases::burst::{self, Burst};
+use crate::phases::cosmos_cost::CosmosCost;
 use crate::phases::end_to_end::{self, EndToEnd};
 use crate::phases::fairness::{Expedited, NoisyNeighbour};
 use crate::phases::fixed_rate::{self, FixedRate};
@@ -66,6 +67,8 @@ pub(crate) struct Results {
     pub(crate) fleet_eventhubs: Option<FleetPhase>,
     #[serde(default)]
     pub(crate) scale: Option<Scale>,
+    #[serde(default)]
+    pub(crate) cosmos_cost: Option<CosmosCost>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,6 +105,7 @@ impl Results {
             fleet_kafka: None,
             fleet_eventhubs: None,
             scale: None,
+            cosmos_cost: None,
         }
     }
 
@@ -139,6 +143,7 @@ impl Results {
             verdicts.extend(f.verdicts());
         }
         verdicts.extend(self.scale.iter().flat_map(Scale::verdicts));
+        verdicts.extend(self.cosmos_cost.iter().flat_map(CosmosCost::verdicts));
         verdicts
     }
 
@@ -233,6 +238,7 @@ impl Results {
         }
         failures.extend(self.all_in_one.iter().flat_map(|a| a.failures(full)));
         failures.extend(self.scale.iter().flat_map(|s| s.failures(full)));
+        failures.extend(self.cosmos_cost.iter().flat_map(|c| c.failures(full)));
         failures
     }
 

@@ -5,6 +5,7 @@
 
 pub(crate) mod all_in_one;
 pub(crate) mod burst;
+pub(crate) mod cosmos_cost;
 pub(crate) mod end_to_end;
 pub(crate) mod fairness;
 pub(crate) mod fixed_rate;

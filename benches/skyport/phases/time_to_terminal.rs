@@ -124,7 +124,10 @@ impl Bench {
 
     /// Waits (at most a minute) until `receiver` has had `accepted`
     /// callbacks, then stops it; their delays.
-    async fn called_back(receiver: callbacks::Receiver, accepted: u64) -> anyhow::Result<Vec<u32>> {
+    pub(crate) async fn called_back(
+        receiver: callbacks::Receiver,
+        accepted: u64,
+    ) -> anyhow::Result<Vec<u32>> {
         let started = Instant::now();
         while (receiver.received() as u64) < accepted {
             anyhow::ensure!(

@@ -577,7 +577,7 @@ fn stream_keys(broker: &StreamServer, run: &str) -> Vec<(&'static str, String)> 
 }
 
 /// The keys of the status on the Cosmos DB emulator served at `endpoint`.
-fn cosmos_keys(endpoint: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn cosmos_keys(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
         ("store.backend", "cosmos".to_owned()),
         ("cosmos.auth", "key".to_owned()),

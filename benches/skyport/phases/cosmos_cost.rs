@@ -1,0 +1,270 @@
+//! The cosmos-cost phase (issue 51): what a delivery costs on Cosmos DB.
+//! Gateway and worker in this process on the embedded stream with status on
+//! Cosmos DB (the SDK's emulator served over HTTP, a process of its own),
+//! the simulated services in theirs at 20 ms; every request named (an
+//! `Idempotency-Key`) and asking for a callback, the listing view on. Posted
+//! open loop at a rate the emulator sustains here, then drained, every
+//! callback received and the listing view caught up: the request units a
+//! delivery spent, by what they were for (`skyport_cosmos_request_units_total`'s
+//! `work`), against one status write's; and Skyport's CPU per workflow
+//! against the embedded store's, posted the same way at the same rate.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use serde::{Deserialize, Serialize};
+use skyport::Store;
+use skyport_azure::cosmos::CosmosStore;
+use skyport_azure::cosmos::request_units::{RequestUnits, Spend};
+use skyport_tests::fleet::servers::Server;
+use skyport_tests::fleet::shape::{CALLBACK_SECRET, change_feed_timings};
+
+use crate::bench::{Bench, OPEN_LOOP_CONNECTIONS};
+use crate::callbacks;
+use crate::cpu::CpuTime;
+use crate::phases::fleet::cosmos_keys;
+use crate::phases::{Verdict, describe, latency};
+use crate::poster::{self, Posted, Schedule};
+
+/// How long the request units must stay unchanged for the listing view and
+/// the leases to count as caught up, and how long that may take at most.
+const SETTLED: Duration = Duration::from_secs(3);
+const SETTLE_AT_MOST: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CosmosCost {
+    /// Deliveries due a second, and for how long.
+    pub(crate) rate: u32,
+    pub(crate) seconds: f64,
+    pub(crate) on_cosmos: Posted,
+    pub(crate) on_embedded: Posted,
+    /// Request units by what they were for, over the whole run.
+    pub(crate) units: Vec<Spent>,
+    /// The mean charge of one status write.
+    pub(crate) one_write_ru: f64,
+    /// Skyport's CPU a workflow on Cosmos DB and on the embedded store,
+    /// and the emulator's beside it.
+    pub(crate) cosmos_cpu_us: f64,
+    pub(crate) embedded_cpu_us: f64,
+    pub(crate) emulator_cpu_us: f64,
+    pub(crate) failed: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Spent {
+    pub(crate) work: String,
+    pub(crate) requests: u64,
+    pub(crate) units: f64,
+}
+
+impl CosmosCost {
+    fn deliveries(&self) -> u64 {
+        self.on_cosmos.status("202").max(1)
+    }
+
+    /// Request units a delivery, all kinds.
+    pub(crate) fn per_delivery(&self) -> f64 {
+        self.units.iter().map(|s| s.units).sum::<f64>() / self.deliveries() as f64
+    }
+}
+
+impl Bench {
+    pub(crate) async fn cosmos_cost(&self) -> anyhow::Result<CosmosCost> {
+        let plan = &self.plan;
+        let schedule = Schedule::Rate {
+            per_s: plan.cost_rate,
+            duration: plan.cost_duration,
+        };
+        eprintln!(
+            "cosmos cost: {}/s for {} s, named, a callback each, on Cosmos DB",
+            plan.cost_rate,
+            plan.cost_duration.as_secs_f64()
+        );
+        let cosmos = Server::start(&["cosmos"]).await;
+        let mut keys = cosmos_keys(&cosmos.address);
+        keys.extend(change_feed_timings());
+        let emulator_before = CpuTime::of(cosmos.pid())?;
+        let (on_cosmos, cpu_us, failed, store) = self
+            .posted_and_settled("cosmos-cost", schedule, keys)
+            .await?;
+        let emulator_s = CpuTime::of(cosmos.pid())?.since(emulator_before).own_s;
+        cosmos.stop().await;
+        let store = store.context("status was not on Cosmos DB")?;
+        let units = store.request_units();
+        eprintln!("cosmos cost: the same on the embedded store");
+        let (on_embedded, embedded_cpu_us, embedded_failed, _) = self
+            .posted_and_settled("cosmos-cost-embedded", schedule, Vec::new())
+            .await?;
+        let (writes, write_units) = units.spent_on(Spend::StatusWrites);
+        Ok(CosmosCost {
+            rate: plan.cost_rate,
+            seconds: plan.cost_duration.as_secs_f64(),
+            units: Spend::ALL
+                .iter()
+                .map(|&spend| {
+                    let (requests, units) = units.spent_on(spend);
+                    Spent {
+                        work: spend.name().to_owned(),
+                        requests,
+                        units,
+                    }
+                })
+                .collect(),
+            one_write_ru: write_units / writes.max(1) as f64,
+            cosmos_cpu_us: cpu_us,
+            embedded_cpu_us,
+            emulator_cpu_us: emulator_s * 1e6 / on_cosmos.status("202").max(1) as f64,
+            failed: failed + embedded_failed,
+            on_cosmos,
+            on_embedded,
+        })
+    }
+
+    /// Posts `schedule` (named, a callback each) to a system with `keys`,
+    /// drains it, waits for every callback and for its request units to
+    /// settle; what the poster got, this process's CPU a workflow over all
+    /// of it, the workflows Failed, and the Cosmos DB store's request units.
+    async fn posted_and_settled(
+        &self,
+        phase: &str,
+        schedule: Schedule,
+        mut keys: Vec<(&'static str, String)>,
+    ) -> anyhow::Result<(Posted, f64, u64, Option<Arc<CosmosStore>>)> {
+        keys.push(("callbacks.allow", "[\"127.0.0.0/8\"]".to_owned()));
+        keys.push(("callbacks.secrets", format!("[\"{CALLBACK_SECRET}\"]")));
+        let settings = self.settings(phase, &keys)?;
+        let (system, services) = self.system(phase, 0, &keys).await?;
+        Self::await_partitions(phase, &system, settings.stream.partitions).await?;
+        let receiver = callbacks::Receiver::start().await?;
+        let before = CpuTime::this()?;
+        let posted = poster::post_keyed_calling_back(
+            &system.url,
+            schedule,
+            OPEN_LOOP_CONNECTIONS,
+            &receiver.url,
+        )
+        .await?;
+        let accepted = posted.status("202");
+        self.drain(&system, accepted).await?;
+        Self::called_back(receiver, accepted).await?;
+        let cosmos = match &system.app.backends.store {
+            Store::Cosmos(cosmos) => Some(Arc::clone(cosmos)),
+            Store::Embedded(_) => None,
+        };
+        if let Some(cosmos) = &cosmos {
+            settle(cosmos.request_units()).await?;
+        }
+        let cpu_us = CpuTime::this()?.since(before).own_s * 1e6 / accepted.max(1) as f64;
+        let failed = system.failed();
+        Self::stop(system, services).await?;
+        Ok((posted, cpu_us, failed, cosmos))
+    }
+}
+
+/// What each delivery spends on, as opposed to what costs the same every
+/// second however many there are (change-feed polls, lease renewals,
+/// throughput control).
+const PER_DELIVERY: [Spend; 5] = [
+    Spend::StatusWrites,
+    Spend::StatusReads,
+    Spend::Reservations,
+    Spend::DeadLetters,
+    Spend::Listing,
+];
+
+/// Waits until the request units spent [`PER_DELIVERY`] have not moved for
+/// [`SETTLED`]: the listing view and the callbacks' outcomes written.
+async fn settle(units: &RequestUnits) -> anyhow::Result<()> {
+    let total = || -> f64 { PER_DELIVERY.iter().map(|&s| units.spent_on(s).1).sum() };
+    let started = Instant::now();
+    let (mut last, mut since) = (total(), Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = total();
+        if (now - last).abs() > f64::EPSILON {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= SETTLED {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < SETTLE_AT_MOST,
+            "cosmos cost: the request units of deliveries still growing after {} s",
+            SETTLE_AT_MOST.as_secs()
+        );
+    }
+}
+
+impl CosmosCost {
+    pub(crate) fn verdicts(&self) -> Vec<Verdict> {
+        let per = self.per_delivery();
+        let deliveries = self.deliveries() as f64;
+        vec![
+            Verdict {
+                what: format!(
+                    "cosmos cost: {}/s for {:.0} s on Cosmos DB (the emulator), named, a callback each, \
+                     the listing view on",
+                    self.rate, self.seconds
+                ),
+                measured: format!(
+                    "{} of {} → 202; {}; not 202: {}; {} Failed",
+                    self.on_cosmos.status("202"),
+                    self.on_cosmos.requests,
+                    latency(self.on_cosmos.latency.as_ref()),
+                    describe(&self.on_cosmos.other_than("202")),
+                    self.failed
+                ),
+                target: "(the mix issue 51 measures)",
+                met: None,
+            },
+            Verdict {
+                what: "cosmos cost: request units a delivery, by what they were for".into(),
+                measured: format!(
+                    "{per:.1} RU, {:.2} × one status write ({:.2} RU): {}",
+                    per / self.one_write_ru.max(f64::MIN_POSITIVE),
+                    self.one_write_ru,
+                    self.units
+                        .iter()
+                        .filter(|s| s.requests > 0)
+                        .map(|s| format!(
+                            "{} {:.2} RU ({:.2} requests)",
+                            s.work,
+                            s.units / deliveries,
+                            s.requests as f64 / deliveries
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                target: "≤ 2 × one status write (issue 51)",
+                met: Some(per <= 2.0 * self.one_write_ru),
+            },
+            Verdict {
+                what: "cosmos cost: Skyport's CPU a workflow, Cosmos DB against the embedded store at the same rate".into(),
+                measured: format!(
+                    "{:.0} against {:.0} µs: {:.2} × (the emulator's own {:.0} µs apart); the embedded run {} of {} → 202",
+                    self.cosmos_cpu_us,
+                    self.embedded_cpu_us,
+                    self.cosmos_cpu_us / self.embedded_cpu_us.max(f64::MIN_POSITIVE),
+                    self.emulator_cpu_us,
+                    self.on_embedded.status("202"),
+                    self.on_embedded.requests
+                ),
+                target: "≤ 1.5 × (issue 51)",
+                met: Some(self.cosmos_cpu_us <= 1.5 * self.embedded_cpu_us),
+            },
+        ]
+    }
+
+    /// What fails the run: a delivery Failed; in a smoke run, nothing accepted.
+    pub(crate) fn failures(&self, full: bool) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.failed > 0 {
+            failures.push(format!("cosmos cost: {} deliveries Failed", self.failed));
+        }
+        if !full && (self.on_cosmos.status("202") == 0 || self.on_embedded.status("202") == 0) {
+            failures.push("cosmos cost: nothing accepted".into());
+        }
+        failures
+    }
+}
