@@ -176,40 +176,20 @@ pub(crate) async fn post_with_key(
     .await
 }
 
-/// As [`post`], unnamed, each request asking for a callback at `callback`
-/// (then `/bench-N`).
+/// As [`post`], named as `naming` says, each request asking for a
+/// callback at `callback` (then `/bench-N`).
 pub(crate) async fn post_calling_back(
     url: &str,
     schedule: Schedule,
     connections: u32,
+    naming: Naming,
     callback: &str,
 ) -> anyhow::Result<Posted> {
     run_job(Job {
         url: url.to_owned(),
         schedule,
         connections,
-        naming: Naming::Unnamed,
-        first: 0,
-        callback: Some(callback.to_owned()),
-        api_key: None,
-        opened: false,
-    })
-    .await
-}
-
-/// As [`post`], each request with an `Idempotency-Key` of its own and
-/// asking for a callback at `callback` (then `/bench-N`).
-pub(crate) async fn post_keyed_calling_back(
-    url: &str,
-    schedule: Schedule,
-    connections: u32,
-    callback: &str,
-) -> anyhow::Result<Posted> {
-    run_job(Job {
-        url: url.to_owned(),
-        schedule,
-        connections,
-        naming: Naming::Keyed,
+        naming,
         first: 0,
         callback: Some(callback.to_owned()),
         api_key: None,

@@ -26,7 +26,7 @@ use crate::callbacks;
 use crate::cpu::CpuTime;
 use crate::phases::fleet::cosmos_keys;
 use crate::phases::{Verdict, describe, latency};
-use crate::poster::{self, Posted, Schedule};
+use crate::poster::{self, Naming, Posted, Schedule};
 
 /// How long the request units must stay unchanged for the listing view and
 /// the leases to count as caught up, and how long that may take at most.
@@ -139,10 +139,11 @@ impl Bench {
         Self::await_partitions(phase, &system, settings.stream.partitions).await?;
         let receiver = callbacks::Receiver::start().await?;
         let before = CpuTime::this()?;
-        let posted = poster::post_keyed_calling_back(
+        let posted = poster::post_calling_back(
             &system.url,
             schedule,
             OPEN_LOOP_CONNECTIONS,
+            Naming::Keyed,
             &receiver.url,
         )
         .await?;

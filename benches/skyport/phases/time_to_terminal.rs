@@ -80,6 +80,7 @@ impl Bench {
                         &system.url,
                         schedule,
                         OPEN_LOOP_CONNECTIONS,
+                        Naming::Unnamed,
                         &receiver.url,
                     )
                     .await?
