@@ -307,12 +307,41 @@ impl Fleet {
             if even(&partitions, self.partitions()) && even(&leases, leases_total) {
                 return started.elapsed();
             }
-            assert!(
-                started.elapsed() < within,
-                "not spread after {within:?}: partitions {partitions:?} of {}, leases {leases:?} of {leases_total}",
-                self.partitions()
-            );
+            if started.elapsed() >= within {
+                self.print_ownership().await;
+                panic!(
+                    "not spread after {within:?}: partitions {partitions:?} of {}, leases {leases:?} of {leases_total}",
+                    self.partitions()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Prints, for each worker, the partitions it reads now and the last
+    /// lines of its log about owning them: what a spread that never came
+    /// needs to be understood from a CI log alone.
+    async fn print_ownership(&self) {
+        for worker in &self.workers {
+            let text = reqwest::get(format!("{}/metrics", worker.internal))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let partitions: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("skyport_events_in_flight{"))
+                .collect();
+            println!("{}: reads {partitions:?}", worker.name);
+            let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+            let owning: Vec<&str> = log
+                .lines()
+                .filter(|l| OWNERSHIP_LOGS.iter().any(|m| l.contains(m)))
+                .collect();
+            for line in &owning[owning.len().saturating_sub(30)..] {
+                println!("  {line}");
+            }
         }
     }
 
@@ -375,6 +404,17 @@ impl Drop for Logs {
 }
 
 /// Whether `counts` (one per owner) add up to `total` and are within one of each other.
+/// What a worker logs as partitions come and go.
+const OWNERSHIP_LOGS: [&str; 7] = [
+    "taken over",
+    "Another processor owns",
+    "giving it up",
+    "stream failed",
+    "restarting it on a new connection",
+    "Handing a partition back",
+    "Draining in-flight",
+];
+
 pub fn even(counts: &[usize], total: usize) -> bool {
     let (min, max) = (counts.iter().min(), counts.iter().max());
     counts.iter().sum::<usize>() == total && matches!((min, max), (Some(a), Some(b)) if b - a <= 1)

@@ -266,7 +266,7 @@ impl Processors {
 /// Runs one hub's processor and turns each partition it wins into a reader.
 /// When the processor fails, it is rebuilt on a new connection after a
 /// back-off (the SDK does not reconnect a dropped one); the partitions it had
-/// end on their own and are won again.
+/// are given up as it stops (see `OwnershipWatch`) and won again.
 async fn supervise(
     first: ConsumerClient,
     namespace: Namespace,

@@ -128,7 +128,8 @@ pub(crate) struct OwnershipWatch {
 }
 
 impl OwnershipWatch {
-    /// Waits until another owner holds the partition (or none does).
+    /// Waits until another owner holds the partition (or none does), or
+    /// until the processor that handed it out stops.
     async fn lost(&mut self) {
         loop {
             {
@@ -144,8 +145,13 @@ impl OwnershipWatch {
                 }
             }
             if self.records.changed().await.is_err() {
-                // The processor stopped: its partitions end with it.
-                return std::future::pending().await;
+                // The processor stopped: rebuilt on a new connection, or the
+                // consumer stops. Nothing revokes the partition's receiver
+                // now (the SDK's shutdown leaves it open) and no reading says
+                // who owns the partition, so it is given up here; whichever
+                // processor claims it next reads it from its checkpoint.
+                tracing::info!("The processor that owned the partition stopped; giving it up.");
+                return;
             }
         }
     }
@@ -153,7 +159,8 @@ impl OwnershipWatch {
 
 /// Moves one partition's events from the SDK's stream (not `Send`) to its
 /// reader, until the stream ends, the partition's ownership moves to another
-/// processor, or the reader is dropped. The client goes back to the
+/// processor, the processor that handed it out stops, or the reader is
+/// dropped. The client goes back to the
 /// processor (closed) only once the worker is done with the partition, so
 /// the processor does not reopen it while events still drain.
 pub(crate) async fn pump(
