@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
+use skyport::Store;
 use skyport::plan::thousands;
 use skyport_runtime::config::StreamBackend;
 
@@ -22,6 +23,7 @@ use crate::cpu::CpuTime;
 use crate::memory;
 use crate::phases::Verdict;
 use crate::phases::all_in_one::WholeSystem;
+use crate::phases::cosmos_cost::{Spent, spent_by_work};
 use crate::poster::{self, Naming, Schedule};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -45,6 +47,9 @@ pub(crate) struct EndToEnd {
     /// The embedded database's commits over the run, when status is kept there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) database: Option<DatabaseCommits>,
+    /// Request units by kind over the run, when status is kept on Cosmos DB.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) request_units: Vec<Spent>,
 }
 
 /// How the embedded database's group commit grouped a run's writes (status
@@ -168,6 +173,10 @@ impl Bench {
             },
         );
         let peak_rss_mib = memory::peak_mib()?;
+        let request_units = match &system.app.backends.store {
+            Store::Cosmos(cosmos) => spent_by_work(cosmos.request_units()),
+            Store::Embedded(_) => Vec::new(),
+        };
         Self::stop(system, services).await?;
         let best_second = samples
             .windows(11)
@@ -187,6 +196,7 @@ impl Bench {
             cpu,
             peak_rss_mib,
             database,
+            request_units,
         })
     }
 }

@@ -267,7 +267,9 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
             .all(|d| d.state == DeliveryState::Scheduled)
     );
     let cosmos = app.cosmos();
-    let (written, write_units) = cosmos.request_units().spent_on(Spend::StatusWrites);
+    let (written, write_units) = cosmos
+        .request_units()
+        .spent_doing(Spend::StatusWrites, Operation::Write);
     println!(
         "1,000 deliveries: {written} status writes, {write_units:.0} RU ({:.1} writes and {:.1} RU per delivery)",
         written as f64 / 1_000.0,

@@ -37,7 +37,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use skyport_azure::cosmos::emulator::Emulator;
 use skyport_core::status::StatusDocument;
 use skyport_tests::kafka::Broker;
 
@@ -46,12 +45,11 @@ use skyport::plan::{self, Costs, Shape};
 use crate::bench::{BODY, Bench, SERVICE_LATENCY_MS, micros_to_terminal};
 use crate::cpu::CpuTime;
 use crate::memory;
+use crate::phases::cosmos_cost::{cosmos_keys, spent_by_processes};
 use crate::poster::{self, Schedule};
 use crate::servers::GatewayOnly;
 use skyport_tests::fleet::servers::Server;
-use skyport_tests::fleet::shape::{
-    API_KEY, CALLBACK_SECRET, RECEIPT_KEY, Stream, change_feed_timings,
-};
+use skyport_tests::fleet::shape::{API_KEY, CALLBACK_SECRET, Stream, change_feed_timings};
 use skyport_tests::fleet::{Fleet, HUB_PARTITIONS, HUBS, KAFKA_PARTITIONS, Member, Options};
 
 /// Partitions of the all-in-one runs' streams, as many as the embedded stream's.
@@ -363,6 +361,7 @@ impl Bench {
             .map(|pid| memory::peak_mib_of(*pid))
             .collect::<anyhow::Result<_>>()?;
         let workflow_latency_ms = probe_latency(&gateway.base).await?;
+        let request_units = spent_by_processes(fleet.gateways.iter().chain(&fleet.workers)).await?;
         fleet.stop().await;
         let completed = scheduled + failed;
         let accepted = posted.status("202");
@@ -401,6 +400,7 @@ impl Bench {
             workflow_overhead_ms: workflow_latency_ms - 5.0 * SERVICE_LATENCY_MS as f64,
             predicted_workflows_per_s: 0.0,
             predicted_seconds: 0.0,
+            request_units,
         })
     }
 
@@ -503,6 +503,7 @@ fn predict(stream: Stream, runs: &mut [FleetRun]) {
         workflow_overhead_ms: first.workflow_overhead_ms.max(0.0),
         gateway_rss_mib: Some(first.gateway_rss_mib),
         worker_rss_mib: Some(first.worker_rss_mib),
+        cosmos_ru: None,
     };
     let others = first.drain_others_cpu_us_per_workflow;
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
@@ -574,21 +575,6 @@ fn stream_keys(broker: &StreamServer, run: &str) -> Vec<(&'static str, String)> 
     };
     keys.push(group);
     keys
-}
-
-/// The keys of the status on the Cosmos DB emulator served at `endpoint`.
-pub(crate) fn cosmos_keys(endpoint: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("store.backend", "cosmos".to_owned()),
-        ("cosmos.auth", "key".to_owned()),
-        ("cosmos.key", format!("\"{}\"", Emulator::key())),
-        ("cosmos.endpoint", endpoint.to_owned()),
-        ("cosmos.region", "\"East US\"".to_owned()),
-        ("cosmos.create_if_missing", "true".to_owned()),
-        ("cosmos.throughput", "100000".to_owned()),
-        // No embedded store keeps one.
-        ("gateway.receipt_keys", format!("[\"{RECEIPT_KEY}\"]")),
-    ]
 }
 
 /// The fleet's partitions on `stream` (`tests/fleet`'s topic and hubs).

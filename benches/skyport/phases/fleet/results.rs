@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::phases::Verdict;
+use crate::phases::cosmos_cost::{Spent, per_delivery};
 use crate::phases::end_to_end::EndToEnd;
 
 /// A fleet phase: one stream's all-in-one runs, its gateway alone, and the
@@ -121,14 +122,19 @@ impl FleetPhase {
             what: format!("{title}: all in one, status on Cosmos DB (emulator); the gateway alone"),
             measured: format!(
                 "{:.0} workflows/s, Skyport's CPU {:.0} µs per workflow (broker {:.0} µs, emulator {:.0} µs apart); \
-                 the gateway alone {:.0} accepted/s at {:.0} µs per request (broker {:.0} µs apart)",
+                 the gateway alone {:.0} accepted/s at {:.0} µs per request (broker {:.0} µs apart); \
+                 request units a workflow over the run (unnamed, no callback URL, the listing view on): {}",
                 cosmos.end_to_end.workflows_per_s,
                 cosmos.end_to_end.cpu_us_per_workflow,
                 cosmos.broker_cpu_us_per_workflow,
                 cosmos.emulator_cpu_us_per_workflow.unwrap_or(0.0),
                 alone.accepted_per_s,
                 alone.cpu_us_per_request,
-                alone.broker_cpu_us_per_request
+                alone.broker_cpu_us_per_request,
+                per_delivery(
+                    &cosmos.end_to_end.request_units,
+                    cosmos.end_to_end.completed as f64
+                )
             ),
             target: "(the fleet's baselines)",
             met: None,
@@ -144,7 +150,8 @@ impl FleetPhase {
                      {:.3} cores: {:.0} µs a workflow net of it, {:.2} ×); gateway {:.0} µs per request \
                      while posting ({:.0} µs over the run) against {:.0} µs alone just before \
                      ({:.0} µs alone in this process): **{gateway:.2} ×**; apart: broker {:.0} µs, emulator {:.0} µs, services \
-                     {:.0} µs; {:.0} read and not completed; a workflow alone {:.0} ms; peak RSS gateway {:.0} MiB, worker {:.0} MiB",
+                     {:.0} µs; {:.0} read and not completed; a workflow alone {:.0} ms; peak RSS gateway {:.0} MiB, worker {:.0} MiB; \
+                     request units a workflow: {}",
                     run.accepted_per_s,
                     run.workflows_per_s,
                     run.completed,
@@ -171,7 +178,8 @@ impl FleetPhase {
                     run.mean_in_flight,
                     run.workflow_latency_ms,
                     run.gateway_rss_mib,
-                    run.worker_rss_mib
+                    run.worker_rss_mib,
+                    per_delivery(&run.request_units, run.completed as f64)
                 ),
                 target: "CPU ≤ 1.2 × each; plan within ±15 %",
                 met: Some(worker <= 1.2 && gateway <= 1.2 && plan.abs() <= 0.15),
@@ -347,4 +355,8 @@ pub(crate) struct FleetRun {
     /// costs the fewest workers measured (set once every run is measured).
     pub(crate) predicted_workflows_per_s: f64,
     pub(crate) predicted_seconds: f64,
+    /// Request units the gateway and workers spent, by kind (from their
+    /// `/metrics`).
+    #[serde(default)]
+    pub(crate) request_units: Vec<Spent>,
 }

@@ -120,19 +120,30 @@ struct Meter {
 }
 
 impl Meter {
-    fn read(&self) -> (u64, f64) {
+    fn read(&self) -> (u64, u64) {
         (
             self.requests.load(Ordering::Relaxed),
-            self.milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
+            self.milli_units.load(Ordering::Relaxed),
         )
     }
+}
+
+/// Requests and thousandths of a request unit summed over `meters`, as
+/// requests and request units.
+fn sum<'a>(meters: impl Iterator<Item = &'a Meter>) -> (u64, f64) {
+    let (requests, milli) = meters
+        .map(Meter::read)
+        .fold((0, 0), |(r, m), (requests, milli)| {
+            (r + requests, m + milli)
+        });
+    (requests, milli as f64 / 1000.0)
 }
 
 /// Request units spent since the store opened.
 #[derive(Debug)]
 pub struct RequestUnits {
-    meters: [Meter; 6],
-    spends: [Meter; 8],
+    /// By what they were for, then by operation.
+    meters: [[Meter; Operation::ALL.len()]; Spend::ALL.len()],
     throttled: AtomicU64,
     since: Instant,
 }
@@ -148,7 +159,6 @@ impl Default for RequestUnits {
             });
         Self {
             meters: Default::default(),
-            spends: Default::default(),
             throttled: AtomicU64::new(0),
             since: Instant::now(),
         }
@@ -156,10 +166,6 @@ impl Default for RequestUnits {
 }
 
 impl RequestUnits {
-    fn meter(&self, operation: Operation) -> &Meter {
-        &self.meters[operation as usize]
-    }
-
     /// Records one response to `operation`, done for `spend`, and its
     /// `x-ms-request-charge`.
     pub fn record(&self, spend: Spend, operation: Operation, charge: f64) {
@@ -168,10 +174,9 @@ impl RequestUnits {
         } else {
             0
         };
-        for meter in [self.meter(operation), &self.spends[spend as usize]] {
-            meter.requests.fetch_add(1, Ordering::Relaxed);
-            meter.milli_units.fetch_add(milli, Ordering::Relaxed);
-        }
+        let meter = &self.meters[spend as usize][operation as usize];
+        meter.requests.fetch_add(1, Ordering::Relaxed);
+        meter.milli_units.fetch_add(milli, Ordering::Relaxed);
         if milli > 0 {
             cosmos_metrics::global()
                 .request_units
@@ -195,12 +200,24 @@ impl RequestUnits {
 
     /// Requests and request units of one operation so far.
     pub fn spent(&self, operation: Operation) -> (u64, f64) {
-        self.meter(operation).read()
+        sum(self
+            .meters
+            .iter()
+            .map(|by_operation| &by_operation[operation as usize]))
     }
 
     /// Requests and request units spent on one kind of work so far.
     pub fn spent_on(&self, spend: Spend) -> (u64, f64) {
-        self.spends[spend as usize].read()
+        sum(self.meters[spend as usize].iter())
+    }
+
+    /// Requests and request units of one operation done for one kind of
+    /// work so far: the status writes' writes alone, say, without the reads
+    /// that decided them.
+    pub fn spent_doing(&self, spend: Spend, operation: Operation) -> (u64, f64) {
+        sum(std::iter::once(
+            &self.meters[spend as usize][operation as usize],
+        ))
     }
 }
 
@@ -245,10 +262,19 @@ mod tests {
         units.record(Spend::Reservations, Operation::Write, 5.71);
         units.record(Spend::StatusReads, Operation::Read, 1.0);
         units.record(Spend::StatusReads, Operation::Read, f64::NAN);
+        units.record(Spend::StatusWrites, Operation::Read, 1.0);
         units.throttled();
         assert_eq!(units.spent(Operation::Write), (2, 11.42));
-        assert_eq!(units.spent(Operation::Read), (2, 1.0));
-        assert_eq!(units.spent_on(Spend::StatusWrites), (1, 5.71));
+        assert_eq!(units.spent(Operation::Read), (3, 2.0));
+        assert_eq!(units.spent_on(Spend::StatusWrites), (2, 6.71));
+        assert_eq!(
+            units.spent_doing(Spend::StatusWrites, Operation::Write),
+            (1, 5.71)
+        );
+        assert_eq!(
+            units.spent_doing(Spend::StatusReads, Operation::Write),
+            (0, 0.0)
+        );
         assert_eq!(units.spent_on(Spend::Reservations), (1, 5.71));
         assert_eq!(units.spent_on(Spend::StatusReads), (2, 1.0));
         assert_eq!(units.spent_on(Spend::Listing), (0, 0.0));
@@ -257,7 +283,7 @@ mod tests {
         assert!(summary.contains("write 2 requests 11.4 RU"), "{summary}");
         assert!(
             summary.ends_with(
-                "429s 1; by work: status_writes 5.7 RU status_reads 1.0 RU reservations 5.7 RU"
+                "429s 1; by work: status_writes 6.7 RU status_reads 1.0 RU reservations 5.7 RU"
             ),
             "{summary}"
         );
