@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::error::PlanError;
 use super::format::thousands;
 use super::limits::BENCH_SERVICE_LATENCY_MS;
-use super::model::{Costs, STEPS, StreamKind};
+use super::model::{Costs, RuPerDelivery, STEPS, StreamKind};
 
 /// Where `cargo bench --bench skyport` writes its results, from the
 /// repository's root: the default of `--benchmarks`.
@@ -36,6 +36,50 @@ pub struct MeasuredCosts {
     pub gateway_rss: Option<Sourced>,
     /// Worker RSS MiB.
     pub worker_rss: Option<Sourced>,
+    /// Request units a delivery on Cosmos DB; `None`: modelled from `--ru-per-write`.
+    pub cosmos_ru: Option<SourcedRu>,
+}
+
+/// Request units a delivery, and where they came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourcedRu {
+    pub value: RuPerDelivery,
+    pub source: String,
+}
+
+impl SourcedRu {
+    /// The request units a delivery of `json`'s `cosmos_cost` run (a
+    /// `BENCHMARKS.json`), when it has one.
+    pub fn from_json(json: &Value) -> Option<Self> {
+        let run = &json["cosmos_cost"];
+        let deliveries = run["on_cosmos"]["statuses"]["202"].as_f64()?;
+        if deliveries <= 0.0 {
+            return None;
+        }
+        let units = run["units"].as_array()?;
+        let per_delivery = |kinds: &[&str]| {
+            units
+                .iter()
+                .filter(|u| u["work"].as_str().is_some_and(|w| kinds.contains(&w)))
+                .filter_map(|u| u["units"].as_f64())
+                .sum::<f64>()
+                / deliveries
+        };
+        let value = RuPerDelivery {
+            status_writes: per_delivery(&["status_writes"]),
+            reservations: per_delivery(&["reservations"]),
+            listing: per_delivery(&["listing"]),
+            leases: per_delivery(&["leases", "throughput_control"]),
+        };
+        Some(Self {
+            value,
+            source: format!(
+                "cosmos_cost: {} deliveries at {}/s on the emulator, each named, with a callback, the listing view on",
+                thousands(deliveries),
+                run["rate"]
+            ),
+        })
+    }
 }
 
 impl MeasuredCosts {
@@ -47,6 +91,7 @@ impl MeasuredCosts {
             workflow_overhead_ms: self.overhead.value,
             gateway_rss_mib: self.gateway_rss.as_ref().map(|s| s.value),
             worker_rss_mib: self.worker_rss.as_ref().map(|s| s.value),
+            cosmos_ru: self.cosmos_ru.as_ref().map(|s| s.value),
         }
     }
 }
@@ -66,6 +111,8 @@ pub struct BenchmarkFigures {
     pub gateway_rss: Option<Sourced>,
     /// Worker RSS MiB.
     pub worker_rss: Option<Sourced>,
+    /// Request units a delivery on Cosmos DB.
+    pub cosmos_ru: Option<SourcedRu>,
 }
 
 impl BenchmarkFigures {
@@ -123,6 +170,7 @@ impl BenchmarkFigures {
                     source: format!("{}.peak_rss_mib (gateway included)", end_to_end.0),
                 })
             }),
+            cosmos_ru: SourcedRu::from_json(json),
         }
     }
 }
@@ -170,6 +218,8 @@ pub(super) fn gateway_cpu_from_ingest(json: &Value) -> Option<Sourced> {
 }
 
 /// The costs: the flags' where given, else `path`'s (a `BENCHMARKS.json`).
+/// Request units are `path`'s unless `--ru-per-write` is given
+/// (`ru_per_write_given`): then they are modelled from it.
 ///
 /// # Errors
 /// [`PlanError::Costs`] naming the file, what is wrong with it and the flags
@@ -180,6 +230,7 @@ pub fn measured_costs(
     gateway_cpu_us: Option<f64>,
     worker_cpu_us: Option<f64>,
     workflow_overhead_ms: Option<f64>,
+    ru_per_write_given: bool,
 ) -> Result<MeasuredCosts, PlanError> {
     const FLAGS: &str = "--gateway-cpu-us and --worker-cpu-us";
     let read = std::fs::read_to_string(path)
@@ -223,5 +274,6 @@ pub fn measured_costs(
         overhead,
         gateway_rss: figures.gateway_rss,
         worker_rss: figures.worker_rss,
+        cosmos_ru: figures.cosmos_ru.filter(|_| !ru_per_write_given),
     })
 }

@@ -28,12 +28,15 @@ pub use self::format::thousands;
 pub use self::helm::helm_values;
 pub use self::limits::*;
 pub use self::machine::{Machine, MachineCosts, plan_machine, render_machine};
-pub use self::measured::{BENCHMARKS, BenchmarkFigures, MeasuredCosts, Sourced, measured_costs};
+pub use self::measured::{
+    BENCHMARKS, BenchmarkFigures, MeasuredCosts, Sourced, SourcedRu, measured_costs,
+};
 pub use self::model::{
     Bound, Costs, Prediction, README_BODY, Shape, StreamKind, Target, event_bytes, predict,
 };
 pub use self::sizing::{
-    BacklogPlan, CosmosPlan, Deployment, GatewayPlan, Namespace, StreamPlan, Tier, WorkerPlan, plan,
+    BacklogPlan, CosmosPlan, Deployment, GatewayPlan, Namespace, OtherContainers, StreamPlan, Tier,
+    WorkerPlan, plan,
 };
 
 #[cfg(test)]

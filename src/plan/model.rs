@@ -114,6 +114,28 @@ pub struct Costs {
     pub gateway_rss_mib: Option<f64>,
     /// A worker's resident memory, when measured.
     pub worker_rss_mib: Option<f64>,
+    /// Request units a delivery spends on Cosmos DB, when measured (and
+    /// `--ru-per-write` not given): they replace the modelled status writes.
+    pub cosmos_ru: Option<RuPerDelivery>,
+}
+
+/// Request units a delivery spends on Cosmos DB where the benchmark's
+/// `cosmos-cost` phase can measure them (on the emulator: point reads and
+/// change-feed pages are not charged as Azure charges them, so those stay
+/// modelled), by container.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RuPerDelivery {
+    /// The status container's writes (the workers' group), with the reads
+    /// that decide them and the callbacks' outcomes written back.
+    pub status_writes: f64,
+    /// The reservations container: a named request's reservation, made at
+    /// the gateways' rate.
+    pub reservations: f64,
+    /// The listing container: the listing view's writes.
+    pub listing: f64,
+    /// The leases container: the change-feed processors' and Event Hubs'
+    /// leases, and the throughput control's own items.
+    pub leases: f64,
 }
 
 /// A deployment shape whose capacity [`predict`] gives.

@@ -81,18 +81,18 @@ pub(super) fn render(
             StreamKind::Kafka => "Kafka",
         }
     ));
-    costs_section(&mut t, measured, benchmarks);
+    costs_section(&mut t, target, measured, benchmarks);
     stream_section(&mut t, target, limits, stream, namespace);
     gateways_section(&mut t, target, &costs, gateways);
     workers_section(&mut t, target, &costs, stream, workers, latency_ms);
     backlog_section(&mut t, target, backlog);
-    cosmos_section(&mut t, target, cosmos, latency_ms);
+    cosmos_section(&mut t, target, &costs, cosmos, latency_ms);
     warnings_section(&mut t, warnings);
     t.0
 }
 
 /// Costs: the figures the plan is made from, each with its source.
-fn costs_section(t: &mut Table, measured: &MeasuredCosts, benchmarks: &Path) {
+fn costs_section(t: &mut Table, target: &Target, measured: &MeasuredCosts, benchmarks: &Path) {
     t.heading(&format!(
         "Costs (from {} unless a flag gave them)",
         benchmarks.display()
@@ -124,6 +124,21 @@ fn costs_section(t: &mut Table, measured: &MeasuredCosts, benchmarks: &Path) {
                 "in no fleet run or phase of the file",
             ),
         }
+    }
+    match &measured.cosmos_ru {
+        Some(ru) => t.row(
+            "Cosmos DB writes",
+            format!("{:.1} RU/delivery", ru.value.status_writes),
+            format!(
+                "{}: status writes; reservations {:.1}, listing view {:.1}, leases {:.1}",
+                ru.source, ru.value.reservations, ru.value.listing, ru.value.leases
+            ),
+        ),
+        None => t.row(
+            "Cosmos DB writes",
+            format!("{} RU/write", target.ru_per_write),
+            "--ru-per-write, or 8 RU when the file holds no cosmos_cost run",
+        ),
     }
 }
 
@@ -361,7 +376,13 @@ fn backlog_section(t: &mut Table, target: &Target, backlog: &BacklogPlan) {
 
 /// Cosmos DB: the status container's writes, RU/s, partitions and
 /// throughput groups.
-fn cosmos_section(t: &mut Table, target: &Target, cosmos: &CosmosPlan, latency_ms: f64) {
+fn cosmos_section(
+    t: &mut Table,
+    target: &Target,
+    costs: &Costs,
+    cosmos: &CosmosPlan,
+    latency_ms: f64,
+) {
     t.heading("Cosmos DB (status container)");
     t.row(
         "writes a workflow",
@@ -374,10 +395,16 @@ fn cosmos_section(t: &mut Table, target: &Target, cosmos: &CosmosPlan, latency_m
     t.row(
         "RU/s at capacity",
         thousands(cosmos.write_ru_per_s + cosmos.change_feed_ru_per_s + cosmos.read_ru_per_s),
-        format!(
-            "capacity × writes × ({} write + {RU_CHANGE_FEED_PER_WRITE} change feed + {RU_PER_STATUS_READ} status read)",
-            target.ru_per_write
-        ),
+        match &costs.cosmos_ru {
+            Some(ru) => format!(
+                "capacity × ({:.1} RU of status writes measured a delivery + writes × ({RU_CHANGE_FEED_PER_WRITE} change feed + {RU_PER_STATUS_READ} status read))",
+                ru.status_writes
+            ),
+            None => format!(
+                "capacity × writes × ({} write + {RU_CHANGE_FEED_PER_WRITE} change feed + {RU_PER_STATUS_READ} status read)",
+                target.ru_per_write
+            ),
+        },
     );
     t.row(
         "autoscale max",
@@ -410,6 +437,28 @@ fn cosmos_section(t: &mut Table, target: &Target, cosmos: &CosmosPlan, latency_m
         format!("{:.2}", cosmos.clients_fraction),
         "status_reads, reservations; high priority, global: the reads' share, rounded up (a named POST's reservation is on top)",
     );
+    if let Some(others) = &cosmos.others {
+        t.heading("Cosmos DB (the other containers, measured)");
+        for (container, ru_per_s, rule) in [
+            (
+                "reservations",
+                others.reservations_ru_per_s,
+                "every request named, at the spike's rate",
+            ),
+            (
+                "listing",
+                others.listing_ru_per_s,
+                "the listing view's writes at the drain capacity",
+            ),
+            (
+                "leases",
+                others.leases_ru_per_s,
+                "leases and the throughput control's items at the drain capacity",
+            ),
+        ] {
+            t.row(container, format!("{} RU/s", thousands(ru_per_s)), rule);
+        }
+    }
 }
 
 /// Warnings: what the plan meets but should be looked at, when there are any.

@@ -15,7 +15,8 @@ use super::limits::{
     TU_INGRESS_BYTES_PER_S, TU_INGRESS_EVENTS_PER_S, WINDOW_MARGIN, WORKER_HEADROOM,
 };
 use super::model::{
-    Costs, Prediction, Shape, StreamKind, Target, event_bytes, predict, workflow_latency_s,
+    Costs, Prediction, RuPerDelivery, Shape, StreamKind, Target, event_bytes, predict,
+    workflow_latency_s,
 };
 
 /// The stream's partitions, in equal hubs or topics.
@@ -153,6 +154,20 @@ pub struct CosmosPlan {
     pub worker_fraction: f64,
     /// The `clients` group's share (status reads, reservations).
     pub clients_fraction: f64,
+    /// The other containers, when their request units were measured.
+    pub others: Option<OtherContainers>,
+}
+
+/// Request units a second of the containers beside the status container,
+/// each at the rate that drives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtherContainers {
+    /// Every request named, at the spike's rate.
+    pub reservations_ru_per_s: f64,
+    /// The listing view, at the workers' drain capacity.
+    pub listing_ru_per_s: f64,
+    /// Leases and the throughput control's items, at the drain capacity.
+    pub leases_ru_per_s: f64,
 }
 
 impl CosmosPlan {
@@ -272,6 +287,7 @@ pub fn plan(target: &Target, costs: &Costs, limits: &Limits) -> Result<Deploymen
 
     let cosmos = cosmos(
         target,
+        costs.cosmos_ru.as_ref(),
         drain_per_s,
         latency_s,
         defaults.processing_after_ms.count(),
@@ -482,9 +498,11 @@ fn namespace(target: &Target, layout: &Layout, event_bytes: f64, drain_per_s: f6
     namespace
 }
 
-/// The status container for the workers' drain rate.
+/// The status container for the workers' drain rate: request units a
+/// delivery as `measured`, else modelled from `target.ru_per_write`.
 fn cosmos(
     target: &Target,
+    measured: Option<&RuPerDelivery>,
     drain_per_s: f64,
     latency_s: f64,
     processing_after_ms: u64,
@@ -497,9 +515,12 @@ fn cosmos(
         2
     };
     let writes = f64::from(writes_per_workflow);
-    let per_workflow =
-        writes * (target.ru_per_write + RU_CHANGE_FEED_PER_WRITE + RU_PER_STATUS_READ);
-    let write_ru_per_s = drain_per_s * writes * target.ru_per_write;
+    // Measured, the status writes a delivery; modelled, per write. Change
+    // feed and status reads stay modelled: the emulator charges a point
+    // read nothing and a change-feed page 1 RU whatever it holds.
+    let status_writes = measured.map_or(writes * target.ru_per_write, |ru| ru.status_writes);
+    let per_workflow = status_writes + writes * (RU_CHANGE_FEED_PER_WRITE + RU_PER_STATUS_READ);
+    let write_ru_per_s = drain_per_s * status_writes;
     let change_feed_ru_per_s = drain_per_s * writes * RU_CHANGE_FEED_PER_WRITE;
     let read_ru_per_s = drain_per_s * writes * RU_PER_STATUS_READ;
     let total = write_ru_per_s + change_feed_ru_per_s + read_ru_per_s;
@@ -529,6 +550,12 @@ fn cosmos(
         partitions_for_storage: whole(storage_gb / COSMOS_GB_PER_PARTITION),
         worker_fraction,
         clients_fraction,
+        // Reservations are made as requests are accepted: at the spike's rate.
+        others: measured.map(|ru| OtherContainers {
+            reservations_ru_per_s: target.spike_per_s * ru.reservations,
+            listing_ru_per_s: drain_per_s * ru.listing,
+            leases_ru_per_s: drain_per_s * ru.leases,
+        }),
     }
 }
 

@@ -21,6 +21,7 @@ fn costs() -> Costs {
         workflow_overhead_ms: 8.0,
         gateway_rss_mib: Some(49.0),
         worker_rss_mib: Some(132.0),
+        cosmos_ru: None,
     }
 }
 
@@ -431,10 +432,58 @@ fn a_fleet_gateways_cpu_while_posting_is_preferred_to_the_whole_runs() {
 }
 
 #[test]
+fn measured_request_units_replace_the_modelled_status_writes_and_size_the_other_containers() {
+    let json = json!({"cosmos_cost": {"rate": 300, "on_cosmos": {"statuses": {"202": 1000}},
+        "units": [{"work": "status_writes", "units": 40_000.0}, {"work": "reservations", "units": 8_000.0},
+                  {"work": "listing", "units": 30_000.0}, {"work": "leases", "units": 1_500.0},
+                  {"work": "throughput_control", "units": 500.0}, {"work": "change_feed", "units": 100.0}]}});
+    let ru = SourcedRu::from_json(&json).unwrap().value;
+    assert_eq!(
+        (ru.status_writes, ru.reservations, ru.listing, ru.leases),
+        (40.0, 8.0, 30.0, 2.0)
+    );
+    assert!(SourcedRu::from_json(&json!({"cosmos_cost": {"units": []}})).is_none());
+    let target = Target::new(10_000.0, 100_000.0);
+    let modelled = plan(&target, &costs(), &Limits::event_hubs())
+        .unwrap()
+        .cosmos;
+    assert_eq!(modelled.others, None);
+    let measured = Costs {
+        cosmos_ru: Some(ru),
+        ..costs()
+    };
+    let deployment = plan(&target, &measured, &Limits::event_hubs()).unwrap();
+    let (cosmos, capacity) = (
+        deployment.cosmos,
+        deployment.workers.capacity.workflows_per_s,
+    );
+    close(cosmos.write_ru_per_s, capacity * 40.0);
+    // The change feed and the clients' reads stay modelled.
+    close(cosmos.change_feed_ru_per_s, modelled.change_feed_ru_per_s);
+    close(cosmos.read_ru_per_s, modelled.read_ru_per_s);
+    close(
+        cosmos.sustained_ru_per_s,
+        10_000.0 * (40.0 + RU_CHANGE_FEED_PER_WRITE + RU_PER_STATUS_READ),
+    );
+    assert!(cosmos.worker_fraction * cosmos.autoscale_max_ru_per_s >= cosmos.write_ru_per_s);
+    let others = cosmos.others.unwrap();
+    close(others.reservations_ru_per_s, 100_000.0 * 8.0);
+    close(others.listing_ru_per_s, capacity * 30.0);
+    close(others.leases_ru_per_s, capacity * 2.0);
+}
+
+#[test]
 fn run_from_the_repositorys_root_the_plan_finds_the_benchmarks_results() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let figures = measured_costs(&root.join(BENCHMARKS), StreamKind::Kafka, None, None, None)
-        .expect("the committed results give every cost");
+    let figures = measured_costs(
+        &root.join(BENCHMARKS),
+        StreamKind::Kafka,
+        None,
+        None,
+        None,
+        false,
+    )
+    .expect("the committed results give every cost");
     assert!(figures.worker_cpu.value > 0.0);
 }
 
@@ -442,7 +491,8 @@ fn run_from_the_repositorys_root_the_plan_finds_the_benchmarks_results() {
 fn a_missing_benchmark_file_names_itself_and_the_flags_unless_they_are_given() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("BENCHMARKS.json");
-    let error = measured_costs(&path, StreamKind::EventHubs, Some(50.0), None, None).unwrap_err();
+    let error =
+        measured_costs(&path, StreamKind::EventHubs, Some(50.0), None, None, false).unwrap_err();
     assert_eq!(error.exit_code(), EXIT_CONFIG);
     let message = error.to_string();
     assert!(
@@ -453,13 +503,21 @@ fn a_missing_benchmark_file_names_itself_and_the_flags_unless_they_are_given() {
         message.contains("--gateway-cpu-us and --worker-cpu-us"),
         "{message}"
     );
-    let given =
-        measured_costs(&path, StreamKind::EventHubs, Some(50.0), Some(200.0), None).unwrap();
+    let given = measured_costs(
+        &path,
+        StreamKind::EventHubs,
+        Some(50.0),
+        Some(200.0),
+        None,
+        false,
+    )
+    .unwrap();
     assert_eq!(given.worker_cpu.source, "--worker-cpu-us");
     assert_eq!(given.overhead.value, 0.0);
     assert_eq!(given.costs().gateway_rss_mib, None);
     std::fs::write(&path, figures_json().to_string()).unwrap();
-    let read = measured_costs(&path, StreamKind::EventHubs, None, Some(200.0), None).unwrap();
+    let read =
+        measured_costs(&path, StreamKind::EventHubs, None, Some(200.0), None, false).unwrap();
     close(read.gateway_cpu.value, 50.0);
     close(read.worker_cpu.value, 200.0);
 }

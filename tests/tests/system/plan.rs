@@ -21,6 +21,7 @@ async fn the_plans_helm_values_render_over_the_azure_example_and_load() {
         workflow_overhead_ms: 8.0,
         gateway_rss_mib: Some(49.0),
         worker_rss_mib: Some(300.0),
+        cosmos_ru: None,
     };
     let deployment = plan::plan(&target, &costs, &Limits::event_hubs()).unwrap();
     let values = work.path().join("plan-values.yaml");
