@@ -81,18 +81,12 @@ pub(crate) fn spent_by_work(units: &RequestUnits) -> Vec<Spent> {
 
 /// What the processes `members` spent, by kind, from their
 /// `skyport_cosmos_request_units_total{operation, work}`.
-pub(crate) async fn spent_by_processes(
-    members: impl Iterator<Item = &Member>,
-) -> anyhow::Result<Vec<Spent>> {
+pub(crate) async fn spent_by_processes(members: impl Iterator<Item = &Member>) -> Vec<Spent> {
     let mut by_work: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for member in members {
-        let text = reqwest::get(format!("{}/metrics", member.internal))
-            .await?
-            .text()
-            .await?;
-        for line in text
-            .lines()
-            .filter(|l| l.starts_with("skyport_cosmos_request_units_total{"))
+        for line in member
+            .series_lines("skyport_cosmos_request_units_total{")
+            .await
         {
             let work = line
                 .split("work=\"")
@@ -104,14 +98,14 @@ pub(crate) async fn spent_by_processes(
             }
         }
     }
-    Ok(by_work
+    by_work
         .into_iter()
         .map(|(work, units)| Spent {
             work,
             requests: 0,
             units,
         })
-        .collect())
+        .collect()
 }
 
 /// `spent` a delivery, the kinds that spent anything: "status_writes 42.60

@@ -107,15 +107,24 @@ impl Member {
         metric_sum(&self.internal, series).await
     }
 
-    /// How many series `prefix` (a name and the start of its labels) it exposes.
-    pub async fn series(&self, prefix: &str) -> usize {
+    /// The lines of its `/metrics` that start with `prefix` (a name and the
+    /// start of its labels).
+    pub async fn series_lines(&self, prefix: &str) -> Vec<String> {
         let text = reqwest::get(format!("{}/metrics", self.internal))
             .await
             .unwrap()
             .text()
             .await
             .unwrap();
-        text.lines().filter(|l| l.starts_with(prefix)).count()
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// How many series `prefix` (a name and the start of its labels) it exposes.
+    pub async fn series(&self, prefix: &str) -> usize {
+        self.series_lines(prefix).await.len()
     }
 }
 
@@ -323,16 +332,7 @@ impl Fleet {
     /// needs to be understood from a CI log alone.
     async fn print_ownership(&self) {
         for worker in &self.workers {
-            let text = reqwest::get(format!("{}/metrics", worker.internal))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let partitions: Vec<&str> = text
-                .lines()
-                .filter(|l| l.starts_with("skyport_events_in_flight{"))
-                .collect();
+            let partitions = worker.series_lines("skyport_events_in_flight{").await;
             println!("{}: reads {partitions:?}", worker.name);
             let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
             let owning: Vec<&str> = log

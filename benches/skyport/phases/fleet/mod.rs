@@ -361,7 +361,7 @@ impl Bench {
             .map(|pid| memory::peak_mib_of(*pid))
             .collect::<anyhow::Result<_>>()?;
         let workflow_latency_ms = probe_latency(&gateway.base).await?;
-        let request_units = spent_by_processes(fleet.gateways.iter().chain(&fleet.workers)).await?;
+        let request_units = spent_by_processes(fleet.gateways.iter().chain(&fleet.workers)).await;
         fleet.stop().await;
         let completed = scheduled + failed;
         let accepted = posted.status("202");
