@@ -69,7 +69,6 @@ impl SourcedRu {
             status_writes: per_delivery(&["status_writes"]),
             reservations: per_delivery(&["reservations"]),
             listing: per_delivery(&["listing"]),
-            leases: per_delivery(&["leases", "throughput_control"]),
         };
         Some(Self {
             value,

@@ -120,9 +120,9 @@ pub struct Costs {
 }
 
 /// Request units a delivery spends on Cosmos DB where the benchmark's
-/// `cosmos-cost` phase can measure them (on the emulator: point reads and
-/// change-feed pages are not charged as Azure charges them, so those stay
-/// modelled), by container.
+/// `cosmos-cost` phase can measure them, by container. Change-feed pages
+/// are not charged as Azure charges them, so they stay modelled; leases
+/// cost by the second, not by the delivery.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RuPerDelivery {
     /// The status container's writes (the workers' group), with the reads
@@ -133,9 +133,6 @@ pub struct RuPerDelivery {
     pub reservations: f64,
     /// The listing container: the listing view's writes.
     pub listing: f64,
-    /// The leases container: the change-feed processors' and Event Hubs'
-    /// leases, and the throughput control's own items.
-    pub leases: f64,
 }
 
 /// A deployment shape whose capacity [`predict`] gives.

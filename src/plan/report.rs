@@ -130,8 +130,8 @@ fn costs_section(t: &mut Table, target: &Target, measured: &MeasuredCosts, bench
             "Cosmos DB writes",
             format!("{:.1} RU/delivery", ru.value.status_writes),
             format!(
-                "{}: status writes; reservations {:.1}, listing view {:.1}, leases {:.1}",
-                ru.source, ru.value.reservations, ru.value.listing, ru.value.leases
+                "{}: status writes; reservations {:.1}, listing view {:.1}",
+                ru.source, ru.value.reservations, ru.value.listing
             ),
         ),
         None => t.row(
@@ -449,11 +449,6 @@ fn cosmos_section(
                 "listing",
                 others.listing_ru_per_s,
                 "the listing view's writes at the drain capacity",
-            ),
-            (
-                "leases",
-                others.leases_ru_per_s,
-                "leases and the throughput control's items at the drain capacity",
             ),
         ] {
             t.row(container, format!("{} RU/s", thousands(ru_per_s)), rule);

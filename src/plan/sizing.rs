@@ -166,8 +166,6 @@ pub struct OtherContainers {
     pub reservations_ru_per_s: f64,
     /// The listing view, at the workers' drain capacity.
     pub listing_ru_per_s: f64,
-    /// Leases and the throughput control's items, at the drain capacity.
-    pub leases_ru_per_s: f64,
 }
 
 impl CosmosPlan {
@@ -554,7 +552,6 @@ fn cosmos(
         others: measured.map(|ru| OtherContainers {
             reservations_ru_per_s: target.spike_per_s * ru.reservations,
             listing_ru_per_s: drain_per_s * ru.listing,
-            leases_ru_per_s: drain_per_s * ru.leases,
         }),
     }
 }

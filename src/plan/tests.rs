@@ -439,8 +439,8 @@ fn measured_request_units_replace_the_modelled_status_writes_and_size_the_other_
                   {"work": "throughput_control", "units": 500.0}, {"work": "change_feed", "units": 100.0}]}});
     let ru = SourcedRu::from_json(&json).unwrap().value;
     assert_eq!(
-        (ru.status_writes, ru.reservations, ru.listing, ru.leases),
-        (40.0, 8.0, 30.0, 2.0)
+        (ru.status_writes, ru.reservations, ru.listing),
+        (40.0, 8.0, 30.0)
     );
     assert!(SourcedRu::from_json(&json!({"cosmos_cost": {"units": []}})).is_none());
     let target = Target::new(10_000.0, 100_000.0);
@@ -469,7 +469,6 @@ fn measured_request_units_replace_the_modelled_status_writes_and_size_the_other_
     let others = cosmos.others.unwrap();
     close(others.reservations_ru_per_s, 100_000.0 * 8.0);
     close(others.listing_ru_per_s, capacity * 30.0);
-    close(others.leases_ru_per_s, capacity * 2.0);
 }
 
 #[test]
