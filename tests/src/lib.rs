@@ -486,6 +486,16 @@ impl ChildApp {
 /// The sum of the samples on `{base}/metrics` (Prometheus text) whose line
 /// starts with `series` (a name, or a name and the start of its labels).
 pub async fn metric_sum(base: &str, series: &str) -> f64 {
+    metric_lines(base, series)
+        .await
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The lines of `{base}/metrics` that start with `prefix` (a name and the
+/// start of its labels).
+pub async fn metric_lines(base: &str, prefix: &str) -> Vec<String> {
     let text = reqwest::Client::new()
         .get(format!("{base}/metrics"))
         .send()
@@ -495,9 +505,9 @@ pub async fn metric_sum(base: &str, series: &str) -> f64 {
         .await
         .unwrap();
     text.lines()
-        .filter(|line| line.starts_with(series))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .filter(|line| line.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Scrapes `{base}/metrics` twice, as a Prometheus text scraper and as an

@@ -10,8 +10,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::kafka::Broker;
-use crate::metric_sum;
 use crate::webhooks::{Behaviour, Receiver};
+use crate::{metric_lines, metric_sum};
 use skyport_azure::cosmos::emulator::server::{STATS_PATH, ServedStats};
 use tokio::process::Child;
 
@@ -110,16 +110,7 @@ impl Member {
     /// The lines of its `/metrics` that start with `prefix` (a name and the
     /// start of its labels).
     pub async fn series_lines(&self, prefix: &str) -> Vec<String> {
-        let text = reqwest::get(format!("{}/metrics", self.internal))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .filter(|l| l.starts_with(prefix))
-            .map(str::to_owned)
-            .collect()
+        metric_lines(&self.internal, prefix).await
     }
 
     /// How many series `prefix` (a name and the start of its labels) it exposes.
