@@ -28,7 +28,7 @@ use url::Url;
 
 use crate::backends::Backends;
 use crate::callbacks::{check_secrets, notifier};
-use crate::listing::listing;
+use crate::listing::backfill;
 
 /// How long a stopping process waits for the worker's runtime to end once
 /// every part on it has returned (what is left on it is only dropped).
@@ -50,8 +50,6 @@ pub struct App {
     pub tally: Arc<Tally>,
     /// The change-feed processor delivering callbacks, when they are enabled.
     pub callbacks: Option<Arc<Processor>>,
-    /// The change-feed processor keeping the listing view, on Cosmos DB.
-    pub listing: Option<Arc<Processor>>,
     shutdown: CancellationToken,
     simulator_shutdown: CancellationToken,
     parts: JoinSet<anyhow::Result<()>>,
@@ -133,7 +131,6 @@ impl App {
         )?;
         let tally = worker.tally();
         let callbacks = notifier(&settings, &backends)?;
-        let listing = listing(&settings, &backends);
         let mut diagnostics: Vec<Arc<dyn Diagnostics>> = vec![Arc::new(worker.pauses())];
         if let Some(processor) = &callbacks {
             diagnostics.push(Arc::clone(processor) as Arc<dyn Diagnostics>);
@@ -168,9 +165,9 @@ impl App {
                     .context("the change-feed processor panicked")
             });
         }
-        if let Some(processor) = &listing {
-            let processor = runtime.spawn(Arc::clone(processor).run(shutdown.clone()));
-            parts.spawn(async move { processor.await.context("the listing processor panicked") });
+        if let Some(backfill) = backfill(&backends, shutdown.clone()) {
+            let backfill = runtime.spawn(backfill);
+            parts.spawn(async move { backfill.await.context("the listing's backfill panicked") });
         }
         let gateway_shutdown = shutdown.clone();
         parts.spawn(async move {
@@ -185,7 +182,6 @@ impl App {
             backends,
             tally,
             callbacks,
-            listing,
             shutdown,
             simulator_shutdown,
             parts,

@@ -1,7 +1,7 @@
 //! `skyport-worker`: the worker alone, calling the services at
-//! `services.base_url`, the callbacks' change-feed processor and, on Cosmos
-//! DB, the listing view's, with its probes, metrics and `/admin` reports on
-//! `worker.listen`.
+//! `services.base_url`, and the callbacks' change-feed processor, with its
+//! probes, metrics and `/admin` reports on `worker.listen`; on Cosmos DB it
+//! gives documents of an earlier version what listing needs, once.
 
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
 use crate::callbacks::{check_secrets, notifier};
-use crate::listing::listing;
+use crate::listing::backfill;
 
 /// How long `/readyz` asks a prober to wait once the worker is unready.
 const RETRY_AFTER_S: u32 = 1;
@@ -50,7 +50,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .with_context(|| format!("cannot listen on worker.listen = {listen}"))?;
     tracing::info!(address = %listener.local_addr()?, "The worker serves /healthz, /readyz, /metrics and /dashboard (when on).");
     let callbacks = notifier(&settings, &backends)?;
-    let listing = listing(&settings, &backends);
+    let backfill = backfill(&backends, shutdown.clone());
     let diagnostics: Vec<Arc<dyn Diagnostics>> = callbacks
         .iter()
         .map(|processor| Arc::clone(processor) as Arc<dyn Diagnostics>)
@@ -72,7 +72,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let runtime = BackgroundRuntime::new("skyport-worker", settings.worker.nice)
         .context("cannot start the worker's threads")?;
     let notifying = callbacks.map(|processor| runtime.spawn(processor.run(shutdown.clone())));
-    let listing = listing.map(|processor| runtime.spawn(processor.run(shutdown.clone())));
+    let backfilling = backfill.map(|backfill| runtime.spawn(backfill));
     let result = runtime
         .spawn(worker.run(shutdown))
         .await
@@ -82,8 +82,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             .await
             .context("the change-feed processor panicked")?;
     }
-    if let Some(listing) = listing {
-        listing.await.context("the listing processor panicked")?;
+    if let Some(backfilling) = backfilling {
+        backfilling
+            .await
+            .context("the listing's backfill panicked")?;
     }
     drop(runtime);
     backends.close().await;

@@ -1,7 +1,6 @@
-//! The callbacks' Prometheus series: the change-feed processors' leases,
-//! lag and handler errors (labelled by processor, as one process may run
-//! several over the same ranges: the notifier's and the listing view's), and
-//! the notifier's POSTs. Registered in the process's exposition
+//! The callbacks' Prometheus series: the change-feed processor's leases,
+//! lag and handler errors (labelled by processor, `change_feed.processor_name`,
+//! which names its lease group), and the notifier's POSTs. Registered in the process's exposition
 //! (`skyport_runtime::metrics`) the first time [`global`] is read; the
 //! callback outcomes start at 0, and a processor's series when it is made.
 
@@ -25,13 +24,13 @@ pub fn global() -> &'static CallbackMetrics {
 pub struct LeaseLabels {
     /// A change-feed processor's lease: `range.{min}-{max}` of its feed range.
     pub lease: String,
-    /// The processor's name (`change_feed.processor_name`, or the listing's).
+    /// The processor's name (`change_feed.processor_name`).
     pub processor: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProcessorLabels {
-    /// The processor's name (`change_feed.processor_name`, or the listing's).
+    /// The processor's name (`change_feed.processor_name`).
     pub processor: String,
 }
 
@@ -117,7 +116,7 @@ mod tests {
     fn the_callbacks_series_are_exposed_with_every_outcome_at_zero() {
         let exposition = metrics::Metrics::new();
         let callbacks = CallbackMetrics::registered_in(&exposition);
-        callbacks.start_processor("skyport-listing");
+        callbacks.start_processor("skyport-other");
         callbacks
             .change_feed_leases
             .get_or_create(&ProcessorLabels {
@@ -135,8 +134,8 @@ mod tests {
         }
         for series in [
             "skyport_change_feed_leases_owned{processor=\"skyport-callbacks\"} 2",
-            "skyport_change_feed_leases_owned{processor=\"skyport-listing\"} 0",
-            "skyport_change_feed_handler_errors_total{processor=\"skyport-listing\"} 0",
+            "skyport_change_feed_leases_owned{processor=\"skyport-other\"} 0",
+            "skyport_change_feed_handler_errors_total{processor=\"skyport-other\"} 0",
         ] {
             assert!(text.contains(series), "{series} in {text}");
         }

@@ -68,12 +68,11 @@ impl SourcedRu {
         let value = RuPerDelivery {
             status_writes: per_delivery(&["status_writes"]),
             reservations: per_delivery(&["reservations"]),
-            listing: per_delivery(&["listing"]),
         };
         Some(Self {
             value,
             source: format!(
-                "cosmos_cost: {} deliveries at {}/s on the emulator, each named, with a callback, the listing view on",
+                "cosmos_cost: {} deliveries at {}/s on the emulator, each named, with a callback",
                 thousands(deliveries),
                 run["rate"]
             ),

@@ -131,8 +131,6 @@ pub struct RuPerDelivery {
     /// The reservations container: a named request's reservation, made at
     /// the gateways' rate.
     pub reservations: f64,
-    /// The listing container: the listing view's writes.
-    pub listing: f64,
 }
 
 /// A deployment shape whose capacity [`predict`] gives.

@@ -130,8 +130,8 @@ fn costs_section(t: &mut Table, target: &Target, measured: &MeasuredCosts, bench
             "Cosmos DB writes",
             format!("{:.1} RU/delivery", ru.value.status_writes),
             format!(
-                "{}: status writes; reservations {:.1}, listing view {:.1}",
-                ru.source, ru.value.reservations, ru.value.listing
+                "{}: status writes; reservations {:.1}",
+                ru.source, ru.value.reservations
             ),
         ),
         None => t.row(
@@ -438,21 +438,12 @@ fn cosmos_section(
         "status_reads, reservations; high priority, global: the reads' share, rounded up (a named POST's reservation is on top)",
     );
     if let Some(others) = &cosmos.others {
-        t.heading("Cosmos DB (the other containers, measured)");
-        for (container, ru_per_s, rule) in [
-            (
-                "reservations",
-                others.reservations_ru_per_s,
-                "every request named, at the spike's rate",
-            ),
-            (
-                "listing",
-                others.listing_ru_per_s,
-                "the listing view's writes at the drain capacity",
-            ),
-        ] {
-            t.row(container, format!("{} RU/s", thousands(ru_per_s)), rule);
-        }
+        t.heading("Cosmos DB (the reservations container, measured)");
+        t.row(
+            "reservations",
+            format!("{} RU/s", thousands(others.reservations_ru_per_s)),
+            "every request named, at the spike's rate",
+        );
     }
 }
 

@@ -164,8 +164,6 @@ pub struct CosmosPlan {
 pub struct OtherContainers {
     /// Every request named, at the spike's rate.
     pub reservations_ru_per_s: f64,
-    /// The listing view, at the workers' drain capacity.
-    pub listing_ru_per_s: f64,
 }
 
 impl CosmosPlan {
@@ -551,7 +549,6 @@ fn cosmos(
         // Reservations are made as requests are accepted: at the spike's rate.
         others: measured.map(|ru| OtherContainers {
             reservations_ru_per_s: target.spike_per_s * ru.reservations,
-            listing_ru_per_s: drain_per_s * ru.listing,
         }),
     }
 }

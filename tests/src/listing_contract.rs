@@ -1,9 +1,6 @@
 //! The listing contract: what `StatusStore::list` answers on every adapter,
-//! as one suite run against each (the embedded store and Cosmos DB). The
-//! embedded store lists a document in the transaction that writes it;
-//! Cosmos DB lists it from a view its listing processor keeps from the change
-//! feed, so each adapter says how its listing is brought up to what was
-//! written ([`Listed::settle`]).
+//! as one suite run against each (the embedded store and Cosmos DB). Both
+//! list a document as soon as it is written.
 
 use std::future::Future;
 use std::time::Duration;
@@ -16,9 +13,6 @@ use time::OffsetDateTime;
 pub trait Listed {
     /// The store.
     fn store(&self) -> &dyn StatusStore;
-
-    /// Brings the listing up to every write made before it.
-    fn settle(&mut self) -> impl Future<Output = ()>;
 
     /// Stops the store.
     fn close(self) -> impl Future<Output = ()>;
@@ -79,17 +73,16 @@ async fn put(listed: &impl Listed, document: &StatusDocument) {
 }
 
 /// 30 documents accepted a second apart, the last newest, and listed.
-async fn thirty(listed: &mut impl Listed) -> OffsetDateTime {
+async fn thirty(listed: &impl Listed) -> OffsetDateTime {
     let start = OffsetDateTime::now_utc() - Duration::from_secs(60);
     for n in 0..30 {
         put(listed, &document(n, start + Duration::from_secs(n as u64))).await;
     }
-    listed.settle().await;
     start
 }
 
-async fn newest_first_and_filtered(mut listed: impl Listed) {
-    let start = thirty(&mut listed).await;
+async fn newest_first_and_filtered(listed: impl Listed) {
+    let start = thirty(&listed).await;
     let all = list(&listed, &everything()).await;
     let expected: Vec<String> = (0..30).rev().map(|n| format!("d-{n:03}")).collect();
     assert_eq!(ids(&all), expected, "newest first");
@@ -140,8 +133,8 @@ async fn newest_first_and_filtered(mut listed: impl Listed) {
     listed.close().await;
 }
 
-async fn pages_go_on_from_their_cursor_while_new_documents_arrive(mut listed: impl Listed) {
-    thirty(&mut listed).await;
+async fn pages_go_on_from_their_cursor_while_new_documents_arrive(listed: impl Listed) {
+    thirty(&listed).await;
     let mine = ListQuery {
         principal: Some("client-1".into()),
         ..everything()
@@ -173,7 +166,6 @@ async fn pages_go_on_from_their_cursor_while_new_documents_arrive(mut listed: im
             seen.extend(page.items.iter().map(|d| d.id.clone()));
             // A newer delivery arrives between two pages: it sorts before the cursor.
             put(&listed, &document(arrivals, OffsetDateTime::now_utc())).await;
-            listed.settle().await;
             arrivals += 1;
             match page.next {
                 Some(next) => after = Some(next),
@@ -188,7 +180,7 @@ async fn pages_go_on_from_their_cursor_while_new_documents_arrive(mut listed: im
 /// A cancellation that arrived before its request is written knowing the
 /// principal, not the owner, and at its own time, not the accept time; the
 /// request describes it later.
-async fn a_document_described_later_is_listed_once_where_it_says(mut listed: impl Listed) {
+async fn a_document_described_later_is_listed_once_where_it_says(listed: impl Listed) {
     let accepted_at = OffsetDateTime::now_utc() - Duration::from_secs(5);
     let at = OffsetDateTime::now_utc();
     let bare = StatusDocument {
@@ -201,7 +193,6 @@ async fn a_document_described_later_is_listed_once_where_it_says(mut listed: imp
         .put(&bare, Precondition::IfNoneMatch)
         .await
         .expect("create");
-    listed.settle().await;
     assert_eq!(ids(&list(&listed, &everything()).await), ["d-1"]);
 
     let described = StatusDocument {
@@ -215,7 +206,6 @@ async fn a_document_described_later_is_listed_once_where_it_says(mut listed: imp
         .put(&described, Precondition::IfMatch(etag))
         .await
         .expect("describe");
-    listed.settle().await;
     for scope in [
         ListQuery {
             owner: Some("owner-9".into()),

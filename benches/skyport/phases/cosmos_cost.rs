@@ -2,9 +2,9 @@
 //! Gateway and worker in this process on the embedded stream with status on
 //! Cosmos DB (the SDK's emulator served over HTTP, a process of its own),
 //! the simulated services in theirs at 20 ms; every request named (an
-//! `Idempotency-Key`) and asking for a callback, the listing view on. Posted
-//! open loop at a rate the emulator sustains here, then drained, every
-//! callback received and the listing view caught up: the request units a
+//! `Idempotency-Key`) and asking for a callback. Posted
+//! open loop at a rate the emulator sustains here, then drained and every
+//! callback's outcome written: the request units a
 //! delivery spent, by what they were for (`skyport_cosmos_request_units_total`'s
 //! `work`), against one status write's; and Skyport's CPU per workflow
 //! against the embedded store's, posted the same way at the same rate.
@@ -29,8 +29,8 @@ use crate::cpu::CpuTime;
 use crate::phases::{Verdict, describe, latency};
 use crate::poster::{self, Naming, Posted, Schedule};
 
-/// How long the request units must stay unchanged for the listing view and
-/// the leases to count as caught up, and how long that may take at most.
+/// How long the request units must stay unchanged for the callbacks'
+/// outcomes to count as written, and how long that may take at most.
 const SETTLED: Duration = Duration::from_secs(3);
 const SETTLE_AT_MOST: Duration = Duration::from_secs(60);
 
@@ -250,7 +250,7 @@ const PER_DELIVERY: [Spend; 5] = [
 ];
 
 /// Waits until the request units spent [`PER_DELIVERY`] have not moved for
-/// [`SETTLED`]: the listing view and the callbacks' outcomes written.
+/// [`SETTLED`]: the callbacks' outcomes written.
 async fn settle(units: &RequestUnits) -> anyhow::Result<()> {
     let total = || -> f64 { PER_DELIVERY.iter().map(|&s| units.spent_on(s).1).sum() };
     let started = Instant::now();
@@ -279,7 +279,7 @@ impl CosmosCost {
             Verdict {
                 what: format!(
                     "cosmos cost: {}/s for {:.0} s on Cosmos DB (the emulator), named, a callback each, \
-                     the listing view on",
+                     listing on the status container",
                     self.rate, self.seconds
                 ),
                 measured: format!(

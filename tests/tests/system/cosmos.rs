@@ -1,7 +1,7 @@
 //! Cosmos DB on the SDK's in-memory emulator: the status-store, listing and
 //! checkpoint-store contracts (the same suites as the embedded store),
 //! throttling, dead letters, and the whole system with its status in Cosmos
-//! DB, listed through the listing view its listing processor keeps.
+//! DB, listed by a query on its status container.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skyport_azure::cosmos::CosmosStore;
-use skyport_azure::cosmos::emulator::{self, ListingView};
+use skyport_azure::cosmos::emulator;
 use skyport_azure::cosmos::request_units::{Operation, Spend};
 use skyport_core::ports::{ListQuery, Precondition, StatusStore, StatusStoreError};
 use skyport_core::status::{DeliveryState, StatusDocument};
@@ -20,7 +20,7 @@ use skyport_tests::contract::status_store_contract;
 use skyport_tests::idempotency_contract::idempotency_store_contract;
 use skyport_tests::leases_contract::lease_store_contract;
 use skyport_tests::listing_contract::{Listed, listing_contract};
-use skyport_tests::{TestApp, delivery_request, eventually, test_settings};
+use skyport_tests::{TestApp, delivery_request, test_settings};
 use time::OffsetDateTime;
 
 fn settings() -> CosmosSettings {
@@ -39,8 +39,7 @@ fn embedded(dir: &Path) -> EmbeddedSettings {
     }
 }
 
-/// The embedded store lists a document in the transaction that writes it:
-/// there is nothing to settle.
+/// The embedded store lists a document in the transaction that writes it.
 struct EmbeddedListing {
     store: Arc<EmbeddedStore>,
     _dir: tempfile::TempDir,
@@ -51,25 +50,17 @@ impl Listed for EmbeddedListing {
         &*self.store
     }
 
-    async fn settle(&mut self) {}
-
     async fn close(self) {}
 }
 
-/// Cosmos DB lists from its view, which the listing processor keeps in a
-/// running system and a [`ListingView`] brings up to date here.
+/// Cosmos DB lists by a query on its status container.
 struct CosmosListing {
     store: Arc<CosmosStore>,
-    view: ListingView,
 }
 
 impl Listed for CosmosListing {
     fn store(&self) -> &dyn StatusStore {
         &*self.store
-    }
-
-    async fn settle(&mut self) {
-        self.view.catch_up(&self.store).await.unwrap();
     }
 
     async fn close(self) {
@@ -91,10 +82,7 @@ async fn the_embedded_store_keeps_the_listing_contract() {
 async fn cosmos_keeps_the_listing_contract() {
     listing_contract(|| async {
         let (store, _wire) = emulator::open(&settings(), false).await.unwrap();
-        CosmosListing {
-            store,
-            view: ListingView::default(),
-        }
+        CosmosListing { store }
     })
     .await;
 }
@@ -280,7 +268,7 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         "the outcome of every delivery went to Cosmos DB (and Processing of those that ran \
          longer than worker.processing_after_ms): {written}"
     );
-    // The listing view follows: every delivery listed Scheduled.
+    // Listed as written: every delivery listed Scheduled.
     let status = Arc::clone(&app.app.backends.ports.status);
     let scheduled = ListQuery {
         principal: None,
@@ -291,24 +279,12 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         limit: 1_000,
         after: None,
     };
-    eventually(
-        "every delivery listed Scheduled",
-        Duration::from_secs(60),
-        || async {
-            let page = status.list(&scheduled).await.ok()?;
-            (page.items.len() == 1_000).then_some(())
-        },
-    )
-    .await;
-    let (items, view_units) = cosmos.request_units().spent(Operation::ListingWrite);
-    println!(
-        "listing view: {items} item writes, {view_units:.0} RU ({:.2} writes and {:.1} RU per \
-         delivery, one scope each: no principal)",
-        items as f64 / 1_000.0,
-        view_units / 1_000.0
-    );
+    let page = status.list(&scheduled).await.unwrap();
+    assert_eq!(page.items.len(), 1_000);
+    let (pages, page_units) = cosmos.request_units().spent_on(Spend::Listing);
+    println!("listing: {pages} page of 1,000, {page_units:.0} RU on the emulator");
     // Each request unit is counted once under what it was for, and the
-    // status writes and the listing view each under their own.
+    // status writes and the listing each under their own.
     let units = cosmos.request_units();
     let by_operation: f64 = Operation::ALL.iter().map(|&o| units.spent(o).1).sum();
     let by_work: f64 = Spend::ALL.iter().map(|&s| units.spent_on(s).1).sum();
@@ -316,18 +292,19 @@ async fn a_thousand_requests_reach_scheduled_with_their_status_in_cosmos() {
         (by_operation - by_work).abs() < 0.01,
         "{by_operation} RU by operation, {by_work} by work: {units}"
     );
-    assert!(units.spent_on(Spend::Listing).1 >= view_units, "{units}");
+    assert_eq!(
+        units.spent_on(Spend::Listing),
+        (pages, page_units),
+        "{units}"
+    );
     println!("request units by work: {units}");
     app.app.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_posted_on_cosmos_are_listed_once_the_listing_processor_has_read_them() {
+async fn deliveries_posted_on_cosmos_are_listed_as_their_status_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(dir.path());
-    settings.change_feed.poll_interval_ms = Millis::new(100);
-    let app = TestApp::spawn_on_cosmos(settings).await;
-    assert!(app.app.listing.is_some());
+    let app = TestApp::spawn_on_cosmos(test_settings(dir.path())).await;
     // owner-{n % 97}: three deliveries of owner-0, one of owner-1, posted in turn.
     let mut accepted = Vec::new();
     for n in [0, 1, 97, 194] {
@@ -351,21 +328,15 @@ async fn deliveries_posted_on_cosmos_are_listed_once_the_listing_processor_has_r
         };
         async move { status.list(&query).await.unwrap() }
     };
-    // The view follows the status container: wait until it has the outcomes.
-    let listed = eventually(
-        "owner-0's deliveries listed Scheduled",
-        Duration::from_secs(30),
-        || async {
-            let page = list(Some("owner-0")).await;
-            (page.items.len() == 3
-                && page
-                    .items
-                    .iter()
-                    .all(|d| d.state == DeliveryState::Scheduled))
-            .then_some(page)
-        },
-    )
-    .await;
+    // Listed as written: the outcomes are there once the reads saw them.
+    let listed = list(Some("owner-0")).await;
+    assert!(
+        listed
+            .items
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled),
+        "{listed:?}"
+    );
     let newest_first: Vec<&str> = [3, 2, 0]
         .iter()
         .map(|&i| accepted[i].delivery_id.as_str())
@@ -373,17 +344,15 @@ async fn deliveries_posted_on_cosmos_are_listed_once_the_listing_processor_has_r
     let ids: Vec<&str> = listed.items.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, newest_first);
     assert_eq!(listed.next, None);
-    let everything = eventually("every delivery listed", Duration::from_secs(30), || async {
-        let page = list(None).await;
-        (page.items.len() == 4).then_some(page)
-    })
-    .await;
+    let everything = list(None).await;
+    assert_eq!(everything.items.len(), 4);
     assert_eq!(everything.items[0].id, accepted[3].delivery_id);
-    let (writes, units) = app.cosmos().request_units().spent(Operation::ListingWrite);
-    println!(
-        "listing view: {writes} item writes, {units:.0} RU for 4 deliveries ({:.1} RU a delivery)",
-        units / 4.0
+    let (pages, units) = app.cosmos().request_units().spent_on(Spend::Listing);
+    assert_eq!(
+        pages, 2,
+        "a page is one query: nothing else is spent on listing"
     );
+    println!("listing: {units:.0} RU for {pages} pages on the emulator");
     app.app.stop().await.unwrap();
 }
 

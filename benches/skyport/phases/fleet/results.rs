@@ -123,7 +123,7 @@ impl FleetPhase {
             measured: format!(
                 "{:.0} workflows/s, Skyport's CPU {:.0} µs per workflow (broker {:.0} µs, emulator {:.0} µs apart); \
                  the gateway alone {:.0} accepted/s at {:.0} µs per request (broker {:.0} µs apart); \
-                 request units a workflow over the run (unnamed, no callback URL, the listing view on): {}",
+                 request units a workflow over the run (unnamed, no callback URL): {}",
                 cosmos.end_to_end.workflows_per_s,
                 cosmos.end_to_end.cpu_us_per_workflow,
                 cosmos.broker_cpu_us_per_workflow,

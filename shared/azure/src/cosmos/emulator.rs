@@ -2,7 +2,6 @@
 //! `cosmos-emulator`). The emulator is an internal SDK API, pinned with the
 //! SDK; it runs the whole client pipeline and replaces only the HTTP layer.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,7 +17,7 @@ use azure_data_cosmos_driver::in_memory_emulator::{
     Epk, InMemoryEmulatorHttpClient, RequestObserver, VirtualAccountConfig, VirtualRegion,
 };
 
-use skyport_core::ports::{BoxError, ChangeSource, FeedRange, StartFrom};
+use skyport_core::ports::{BoxError, FeedRange};
 use skyport_runtime::config::{CosmosSettings, StoreSettings};
 
 use super::error::CosmosOpenError;
@@ -26,9 +25,6 @@ use super::store::CosmosStore;
 use super::throttle::no_throttle_retry;
 
 pub mod server;
-
-/// Changes a listing view is brought up to at a time.
-const VIEW_PAGE: u32 = 100;
 
 const GATEWAY: &str = "https://eastus.emulator.local";
 const KEY: &str = "c2t5cG9ydC1lbXVsYXRvci1rZXk=";
@@ -272,43 +268,4 @@ pub async fn open(
 
 fn connect(e: Box<dyn std::error::Error + Send + Sync>) -> CosmosOpenError {
     CosmosOpenError::Connect(e)
-}
-
-/// A store's listing view brought up to its status container's change feed
-/// on demand, from where it left off, as the listing processor does in a
-/// running system: what a test calls to have every write before it listed.
-#[derive(Debug, Default)]
-pub struct ListingView {
-    positions: HashMap<FeedRange, String>,
-}
-
-impl ListingView {
-    /// Reads every range's changes since the last call and writes them into
-    /// `store`'s view ([`CosmosStore::update_listing`]).
-    ///
-    /// # Errors
-    /// When the feed cannot be read or the view written.
-    pub async fn catch_up(&mut self, store: &CosmosStore) -> Result<(), BoxError> {
-        for range in store.ranges().await? {
-            loop {
-                let from = self.positions.get(&range).cloned();
-                let page = store
-                    .read(&range, from.as_deref(), StartFrom::Beginning, VIEW_PAGE)
-                    .await?;
-                store.update_listing(&page.changes).await?;
-                self.positions.insert(range.clone(), page.continuation);
-                if page.changes.is_empty() {
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Forgets where each range was: the next [`catch_up`](Self::catch_up)
-    /// reads every change again, as a lease handed over without its
-    /// position would.
-    pub fn forget(&mut self) {
-        self.positions.clear();
-    }
 }

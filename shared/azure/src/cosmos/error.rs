@@ -37,8 +37,18 @@ pub enum CosmosOpenError {
         what: String,
         retention: &'static str,
     },
-    #[error("{key}: cannot turn on the default time to live of {what}")]
-    EnableTtl {
+    /// The status container lacks the composite indexes listing orders by,
+    /// so Cosmos DB would refuse every listing.
+    #[error(
+        "{key}: {what} lacks the composite indexes a listing needs ((createdMs DESC, id DESC), \
+         alone and after ownerId and principal), so every listing would fail; add them (see \
+         docs/operations.md) or set cosmos.create_if_missing = true"
+    )]
+    NotIndexed { key: &'static str, what: String },
+    #[error(
+        "{key}: cannot turn on the default time to live of {what}, or give it the indexing it needs"
+    )]
+    Reconfigure {
         key: &'static str,
         what: String,
         #[source]

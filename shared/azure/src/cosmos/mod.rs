@@ -9,7 +9,9 @@
 //! - `status` (partition key `/id`, TTL on): one [`StatusDocument`] per
 //!   delivery, its `_etag` the version conditional writes are made on; a
 //!   settled one (terminal, its callback, if any, delivered or dead-lettered)
-//!   with a `ttl` of `store.status_retention_s`, an unsettled one without.
+//!   with a `ttl` of `store.status_retention_s`, an unsettled one without;
+//!   each with `createdMs`, indexed with its owner, principal and state for
+//!   listing, which queries this container; see [`listing`].
 //! - `leases` (partition key `/partitionKey` = the lease group, such as
 //!   `{namespace}/{event hub}/{consumer group}`): one document per lease,
 //!   `id` its name (`ownership-{partition}`, `checkpoint-{partition}`); see [`leases`].
@@ -21,11 +23,6 @@
 //!   `store.dead_letter_retention_s`.
 //! - `reservations` (partition key `/id` = delivery id, TTL on): what a retried
 //!   POST is matched against; see [`reservations`].
-//! - `listing` (partition key `/scope`, TTL on): the listing view, each
-//!   status document again under its owner's scope and its principal's,
-//!   with its document's `ttl`, kept from the status container's change
-//!   feed; see [`listing`].
-//!
 //! - the throughput control container (partition key `/groupId`), when a
 //!   throughput control group is global; see [`control`].
 //!

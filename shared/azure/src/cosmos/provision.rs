@@ -6,8 +6,10 @@
 //! turned on, or, when creating is not allowed, refused with the setting to
 //! fix.
 //!
-//! The listing container is created with the indexing policy its queries
-//! need ([`listing_indexing`]); one found with another is left as it is.
+//! The status container is indexed for listing ([`status_indexing`]): one
+//! found without the composite indexes the listing's order needs is given
+//! that policy, or, when creating is not allowed, refused with the setting
+//! to fix.
 
 use azure_core::http::StatusCode;
 use azure_data_cosmos::models::{
@@ -26,7 +28,6 @@ pub(super) struct Containers {
     pub(super) dead_letters: ContainerClient,
     pub(super) leases: ContainerClient,
     pub(super) reservations: ContainerClient,
-    pub(super) listing: ContainerClient,
     /// The throughput control container, when a group is global.
     pub(super) control: Option<ContainerClient>,
 }
@@ -65,7 +66,7 @@ pub(super) async fn ensure(
                 name: &settings.status_container,
                 partition_key: "/id",
                 retention: "store.status_retention_s",
-                indexing: None,
+                indexing: Some(status_indexing()),
             },
         )
         .await?,
@@ -102,19 +103,6 @@ pub(super) async fn ensure(
             },
         )
         .await?,
-        // The listing view's items expire with their status documents.
-        listing: expiring(
-            client,
-            settings,
-            Expiring {
-                key: "cosmos.listing_container",
-                name: &settings.listing_container,
-                partition_key: "/scope",
-                retention: "store.status_retention_s",
-                indexing: Some(listing_indexing()),
-            },
-        )
-        .await?,
         // Global throughput control groups: the processes' items carry a `ttl`.
         control: if settings.has_global_groups() {
             Some(
@@ -147,30 +135,49 @@ struct Expiring<'a> {
     indexing: Option<IndexingPolicy>,
 }
 
-/// The listing view's indexing: only the fields its queries filter and sort
-/// on (`document`, the copy of the status document, is not indexed, which
-/// keeps an upsert's charge down), and the composite index that a query
-/// ordered by `createdMs` then `id` needs on Cosmos DB (it serves the
-/// descending order as well).
-pub(super) fn listing_indexing() -> IndexingPolicy {
+/// The status container's indexing: only the fields a listing filters and
+/// sorts on (the rest of a document, most of its bytes, is not indexed,
+/// which keeps a write's charge down), and the composite indexes a query
+/// ordered by `createdMs` then `id` needs on Cosmos DB, alone and after the
+/// owner or the principal it is filtered by (each serves the descending
+/// order as well).
+pub(super) fn status_indexing() -> IndexingPolicy {
     let mut policy = IndexingPolicy::default()
         .with_indexing_mode(IndexingMode::Consistent)
         .with_excluded_path("/*");
     policy.automatic = true;
-    for path in ["/scope/?", "/createdMs/?", "/state/?", "/ownerId/?"] {
+    for path in ["/ownerId/?", "/principal/?", "/state/?", "/createdMs/?"] {
         policy = policy.with_included_path(path);
     }
-    policy.with_composite_index(
-        CompositeIndex::default()
-            .with_property(CompositeIndexProperty::new(
-                "/createdMs",
-                CompositeIndexOrder::Descending,
-            ))
-            .with_property(CompositeIndexProperty::new(
-                "/id",
-                CompositeIndexOrder::Descending,
-            )),
-    )
+    for first in [None, Some("/ownerId"), Some("/principal")] {
+        let mut composite = CompositeIndex::default();
+        if let Some(path) = first {
+            composite = composite.with_property(CompositeIndexProperty::new(
+                path,
+                CompositeIndexOrder::Ascending,
+            ));
+        }
+        policy = policy.with_composite_index(
+            composite
+                .with_property(CompositeIndexProperty::new(
+                    "/createdMs",
+                    CompositeIndexOrder::Descending,
+                ))
+                .with_property(CompositeIndexProperty::new(
+                    "/id",
+                    CompositeIndexOrder::Descending,
+                )),
+        );
+    }
+    policy
+}
+
+/// Whether `found` has every composite index `wanted` asks for.
+fn has_composites(found: Option<&IndexingPolicy>, wanted: &IndexingPolicy) -> bool {
+    wanted
+        .composite_indexes
+        .iter()
+        .all(|composite| found.is_some_and(|found| found.composite_indexes.contains(composite)))
 }
 
 /// The container `expiring` names, created with its default time to live on
@@ -187,7 +194,7 @@ async fn expiring(
         expiring.name,
         expiring.partition_key,
         Some(TimeToLive::NoDefault),
-        expiring.indexing,
+        expiring.indexing.clone(),
     )
     .await?;
     let connect = |e: azure_data_cosmos::CosmosError| CosmosOpenError::Connect(Box::new(e));
@@ -197,7 +204,12 @@ async fn expiring(
         .map_err(connect)?
         .into_model()
         .map_err(connect)?;
-    if !properties.default_ttl.is_forever() {
+    let ttl_off = properties.default_ttl.is_forever();
+    let unindexed = expiring
+        .indexing
+        .filter(|wanted| !has_composites(properties.indexing_policy.as_ref(), wanted));
+    let indexed_now = unindexed.is_some();
+    if !ttl_off && unindexed.is_none() {
         return Ok(container);
     }
     let what = format!(
@@ -205,25 +217,38 @@ async fn expiring(
         expiring.name, settings.database
     );
     if !settings.create_if_missing {
-        return Err(CosmosOpenError::NoDefaultTtl {
-            key: expiring.key,
-            what,
-            retention: expiring.retention,
+        return Err(if ttl_off {
+            CosmosOpenError::NoDefaultTtl {
+                key: expiring.key,
+                what,
+                retention: expiring.retention,
+            }
+        } else {
+            CosmosOpenError::NotIndexed {
+                key: expiring.key,
+                what,
+            }
         });
     }
-    // What was read is written back whole, so only the default TTL changes.
+    // What was read is written back whole, with only these changed.
     properties.default_ttl = TimeToLive::NoDefault;
+    if let Some(wanted) = unindexed {
+        properties.indexing_policy = Some(wanted);
+    }
     container
         .replace(properties, None)
         .await
-        .map_err(|e| CosmosOpenError::EnableTtl {
+        .map_err(|e| CosmosOpenError::Reconfigure {
             key: expiring.key,
             what,
             source: Box::new(e),
         })?;
     tracing::info!(
         container = %expiring.name,
-        "Turned on the default time to live of a Cosmos DB container (-1: each item its own)."
+        default_ttl_turned_on = ttl_off,
+        indexed_for_listing = indexed_now,
+        "Reconfigured a Cosmos DB container (a default time to live of -1: each item its own; \
+         the indexing its queries need)."
     );
     Ok(container)
 }

@@ -22,19 +22,15 @@ pub enum Operation {
     /// A read of the change feed (a page, or an estimate's probe) or of its
     /// feed ranges.
     ChangeFeed,
-    /// An upsert or a delete of the listing view's items, kept apart from
-    /// the status writes so that what the view costs shows on its own.
-    ListingWrite,
 }
 
 impl Operation {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 5] = [
         Self::Read,
         Self::Write,
         Self::Query,
         Self::Delete,
         Self::ChangeFeed,
-        Self::ListingWrite,
     ];
 
     fn name(self) -> &'static str {
@@ -44,7 +40,6 @@ impl Operation {
             Self::Query => "query",
             Self::Delete => "delete",
             Self::ChangeFeed => "change_feed",
-            Self::ListingWrite => "listing_write",
         }
     }
 }
@@ -65,7 +60,7 @@ pub enum Spend {
     DeadLetters,
     /// Reads of the status container's change feed.
     ChangeFeed,
-    /// The listing view: its writes, and the pages clients read.
+    /// Listing: the pages clients read.
     Listing,
     /// The global throughput control groups' own items.
     ThroughputControl,
@@ -84,11 +79,11 @@ impl Spend {
     ];
 
     /// What a request of `work`'s throughput group doing `operation` is for.
-    /// The listing view's writes run as change-feed work and its pages as
-    /// status reads (a status read's only query), so both count as listing.
+    /// A listing's pages run as status reads (a status read's only query),
+    /// so they count as listing.
     pub fn of(work: Work, operation: Operation) -> Self {
         match (work, operation) {
-            (_, Operation::ListingWrite) | (Work::StatusReads, Operation::Query) => Self::Listing,
+            (Work::StatusReads, Operation::Query) => Self::Listing,
             (Work::StatusWrites, _) => Self::StatusWrites,
             (Work::StatusReads, _) => Self::StatusReads,
             (Work::Reservations, _) => Self::Reservations,
@@ -290,11 +285,7 @@ mod tests {
     }
 
     #[test]
-    fn the_listing_views_writes_and_pages_count_as_listing() {
-        assert_eq!(
-            Spend::of(Work::ChangeFeed, Operation::ListingWrite),
-            Spend::Listing
-        );
+    fn a_listings_pages_count_as_listing() {
         assert_eq!(
             Spend::of(Work::StatusReads, Operation::Query),
             Spend::Listing

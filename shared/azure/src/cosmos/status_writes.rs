@@ -27,6 +27,7 @@ use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
 use super::bulk::Executor;
+use super::listing::created_ms;
 use super::request_units::Operation;
 use super::throttle::Requests;
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
@@ -39,12 +40,15 @@ pub(super) struct StatusWrite {
     pub(super) condition: Precondition,
 }
 
-/// A status document as stored: with a `ttl` (seconds after this write)
-/// once it is settled.
+/// A status document as stored: with its `createdMs`, which listing filters
+/// and sorts on ([`super::listing`]), and a `ttl` (seconds after this
+/// write) once it is settled.
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 struct Item<'a> {
     #[serde(flatten)]
     document: &'a StatusDocument,
+    created_ms: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     ttl: Option<u64>,
 }
@@ -57,6 +61,7 @@ impl<'a> Item<'a> {
     fn new(document: &'a StatusDocument, settled_ttl: u64, now: OffsetDateTime) -> Self {
         Self {
             document,
+            created_ms: created_ms(document.created_at),
             ttl: ttl_of(document, settled_ttl, now),
         }
     }
@@ -65,16 +70,12 @@ impl<'a> Item<'a> {
 /// The longest `ttl` Cosmos DB takes, in seconds (about 68 years).
 const MAX_TTL: u64 = i32::MAX as u64;
 
-/// The `ttl` `document` is stored with when written at `now` (and so are its
-/// listing view items, which expire with it): none before it is settled;
+/// The `ttl` `document` is stored with when written at `now`: none before it
+/// is settled;
 /// once it is, `settled_ttl` counted from when it settles ([`StatusDocument::settled_at`]:
 /// a Scheduled delivery's deadline, when that is later), in whole seconds
 /// rounded up, at most [`MAX_TTL`].
-pub(super) fn ttl_of(
-    document: &StatusDocument,
-    settled_ttl: u64,
-    now: OffsetDateTime,
-) -> Option<u64> {
+fn ttl_of(document: &StatusDocument, settled_ttl: u64, now: OffsetDateTime) -> Option<u64> {
     let settled = document.settled_at(now)?;
     let wait = settled - now;
     let wait_s = u64::try_from(wait.whole_seconds())
@@ -256,6 +257,13 @@ mod tests {
     }
 
     #[test]
+    fn every_document_is_stored_with_its_creation_time_in_milliseconds() {
+        let mut document = document(DeliveryState::Processing, None);
+        document.created_at = datetime!(2030-01-01 00:00:01.5 UTC);
+        assert_eq!(stored(&document)["createdMs"], 1_893_456_001_500_i64);
+    }
+
+    #[test]
     fn a_terminal_document_whose_callback_is_done_is_stored_with_a_ttl() {
         for done in [CallbackState::Delivered, CallbackState::DeadLettered] {
             let item = stored(&document(DeliveryState::Failed, Some(done)));
@@ -280,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_document_reads_back_whole_past_its_ttl() {
+    fn a_stored_document_reads_back_whole_past_its_ttl_and_creation_time() {
         let document = document(DeliveryState::Scheduled, Some(CallbackState::Delivered));
         let read: StatusDocument = serde_json::from_value(stored(&document)).unwrap();
         assert_eq!(read, document);

@@ -1,6 +1,6 @@
 //! The Cosmos DB store: opening it, and the ports it implements directly
-//! (status, dead letters); reservations, leases and the listing view have
-//! files of their own.
+//! (status, dead letters); reservations, leases and listing have files of
+//! their own.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -39,11 +39,7 @@ pub struct CosmosStore {
     pub(crate) dead_letters: ContainerClient,
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
-    pub(crate) listing: ContainerClient,
     pub(crate) requests: Arc<Requests>,
-    /// `store.status_retention_s`: the `ttl` of a settled status document,
-    /// and of its listing view items.
-    pub(super) status_ttl: u64,
     /// `store.dead_letter_retention_s`: the `ttl` of every dead letter,
     /// counted by Cosmos DB from the letter's last write.
     pub(super) dead_letter_ttl: u64,
@@ -124,7 +120,6 @@ impl CosmosStore {
                     &containers.reservations,
                 ),
                 (settings.leases_container.as_str(), &containers.leases),
-                (settings.listing_container.as_str(), &containers.listing),
             ]
             .into(),
             control: containers.control.as_ref(),
@@ -156,9 +151,7 @@ impl CosmosStore {
             dead_letters: containers.dead_letters,
             leases: containers.leases,
             reservations: containers.reservations,
-            listing: containers.listing,
             requests,
-            status_ttl: store.status_retention_s.count(),
             dead_letter_ttl: store.dead_letter_retention_s.count(),
             writes,
             dispatcher: Mutex::new(Some(dispatcher)),
@@ -384,8 +377,8 @@ impl StatusStore for CosmosStore {
             .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))?
     }
 
-    /// From the listing view ([`CosmosStore::update_listing`]), which
-    /// follows the status container by the listing processor's lag.
+    /// A query on the status container: a delivery is listed as soon as its
+    /// status is written.
     async fn list(&self, query: &ListQuery) -> Result<ListPage, StatusStoreError> {
         self.list_documents(query).await
     }

@@ -42,10 +42,10 @@ pub struct CosmosSettings {
     pub dead_letter_container: String,
     /// Idempotency reservations (partition key `/id`, per-item TTL).
     pub reservations_container: String,
-    /// The listing view: status documents by owner and by principal, newest
-    /// first (partition key `/scope`, per-item TTL), kept from the status
-    /// container's change feed.
-    pub listing_container: String,
+    /// Not a key any more: refused with a message saying that listing
+    /// queries the status container.
+    #[cfg_attr(test, schemars(skip))]
+    pub listing_container: Option<String>,
     /// Create the database and containers when missing; when false, fail naming what is missing.
     pub create_if_missing: bool,
     /// Manual RU/s of containers created here; unset: the account's default (serverless or shared).
@@ -76,7 +76,7 @@ impl Default for CosmosSettings {
             leases_container: "leases".into(),
             dead_letter_container: "deadletters".into(),
             reservations_container: "reservations".into(),
-            listing_container: "listing".into(),
+            listing_container: None,
             create_if_missing: true,
             throughput: None,
             bulk_max_items: 100,
@@ -112,9 +112,16 @@ impl CosmosSettings {
             ("leases_container", &self.leases_container),
             ("dead_letter_container", &self.dead_letter_container),
             ("reservations_container", &self.reservations_container),
-            ("listing_container", &self.listing_container),
         ] {
             checks.check(!name.trim().is_empty(), key, "must not be empty");
+        }
+        if self.listing_container.is_some() {
+            checks.fail(
+                "listing_container",
+                "is gone: listing queries the status container, which is indexed for it, and \
+                 no view is kept any more; remove the key, and delete the old container once \
+                 this version runs (docs/operations.md, Upgrading)",
+            );
         }
         checks.at_least(self.bulk_max_items, 1, "bulk_max_items");
         checks.at_least(self.bulk_max_in_flight, 1, "bulk_max_in_flight");
@@ -128,13 +135,12 @@ impl CosmosSettings {
     }
 
     /// The containers Skyport keeps its data in, as configured.
-    pub fn containers(&self) -> [&str; 5] {
+    pub fn containers(&self) -> [&str; 4] {
         [
             &self.status_container,
             &self.dead_letter_container,
             &self.reservations_container,
             &self.leases_container,
-            &self.listing_container,
         ]
     }
 

@@ -898,6 +898,13 @@ fn the_worker_s_latency_goal_is_refused_naming_the_gateway_s_objective() {
 }
 
 #[test]
+fn the_listing_container_is_refused_saying_that_listing_queries_the_status_container() {
+    let errors = Settings::load(&cli(&["cosmos.listing_container=listing"])).expect_err("no view");
+    let gone = named(&errors, "cosmos.listing_container");
+    assert!(gone.message.contains("status container"), "{gone}");
+}
+
+#[test]
 fn a_listen_backlog_of_none_is_refused() {
     let errors = Settings::load(&cli(&["gateway.listen_backlog=0"])).expect_err("no room");
     assert_named(&errors, "gateway.listen_backlog");

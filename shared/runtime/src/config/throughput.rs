@@ -28,9 +28,9 @@ pub enum Work {
     Reservations,
     /// The Event Hubs consumer's ownership and checkpoint leases.
     Leases,
-    /// The change-feed processors' reads of the status container's change
+    /// The change-feed processor's reads of the status container's change
     /// feed (its feed ranges, its pages and its estimates of what is
-    /// pending), and the listing processor's writes of the listing view.
+    /// pending).
     ChangeFeed,
 }
 

@@ -1,21 +1,21 @@
-//! What the listing view keeps on Cosmos DB, on the SDK's in-memory emulator:
-//! its items' `ttl`, and what it costs. What every store's listing answers is
-//! the listing contract (`tests/src/listing_contract.rs`), run against this
-//! view in the system tests.
+//! Listing on Cosmos DB, on the SDK's in-memory emulator: a write is listed
+//! at once and costs nothing more; documents of an earlier version are
+//! listed once backfilled. What every store's listing answers is the listing
+//! contract (`tests/src/listing_contract.rs`), run in the system tests.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use skyport_core::ports::{ListQuery, Precondition, StatusStore};
-use skyport_core::status::{DeliveryState, StatusDocument, Step, StepOutcome, StepResult};
+use skyport_core::status::{DeliveryState, StatusDocument};
 use skyport_runtime::config::{CosmosSettings, Millis, Seconds, StoreSettings};
 use time::OffsetDateTime;
 
 use crate::cosmos::CosmosStore;
-use crate::cosmos::emulator::{Emulator, ListingView};
-use crate::cosmos::request_units::Operation;
+use crate::cosmos::emulator::Emulator;
+use crate::cosmos::request_units::{Operation, Spend};
 
 const STATUS_TTL: u64 = 3_600;
 
@@ -45,10 +45,10 @@ fn document(n: usize, at: OffsetDateTime) -> StatusDocument {
     }
 }
 
-fn query() -> ListQuery {
+fn owners(owner: Option<&str>) -> ListQuery {
     ListQuery {
         principal: None,
-        owner: None,
+        owner: owner.map(str::to_owned),
         state: None,
         since: None,
         until: None,
@@ -63,107 +63,81 @@ async fn put(store: &CosmosStore, document: &StatusDocument) {
         .unwrap();
 }
 
-/// The view item of delivery `id` under `scope`, as Cosmos DB keeps it.
-async fn item(store: &CosmosStore, scope: &str, id: &str) -> Value {
-    store
-        .listing
-        .read_item(scope.to_owned(), id, None)
+async fn listed(store: &CosmosStore, query: &ListQuery) -> Vec<String> {
+    StatusStore::list(store, query)
         .await
         .unwrap()
-        .into_model()
-        .unwrap()
+        .items
+        .into_iter()
+        .map(|document| document.id)
+        .collect()
 }
 
 #[tokio::test]
-async fn a_settled_documents_view_items_carry_its_ttl() {
+async fn a_delivery_is_listed_as_its_status_is_written_for_no_more_than_the_write() {
     let store = open().await;
-    let mut view = ListingView::default();
-    let mut document = document(0, OffsetDateTime::now_utc());
-    document.state = DeliveryState::Processing;
-    put(&store, &document).await;
-    view.catch_up(&store).await.unwrap();
-    for scope in ["o:owner-0", "p:client-0"] {
-        let item = item(&store, scope, "d-000").await;
-        assert!(item.get("ttl").is_none(), "{item}");
-        assert_eq!(item["state"], "Processing");
+    let at = OffsetDateTime::now_utc();
+    put(&store, &document(0, at)).await;
+    let (writes, units) = store.request_units().spent_on(Spend::StatusWrites);
+    assert_eq!(writes, 1, "one write, no view to keep");
+    assert_eq!(listed(&store, &owners(Some("owner-0"))).await, ["d-000"]);
+    for n in 1..50 {
+        put(&store, &document(n, at)).await;
     }
-    let etag = StatusStore::get(&*store, "d-000")
-        .await
-        .unwrap()
-        .unwrap()
-        .etag;
-    document.state = DeliveryState::Scheduled;
-    StatusStore::put(&*store, &document, Precondition::IfMatch(etag))
-        .await
-        .unwrap();
-    view.catch_up(&store).await.unwrap();
-    for scope in ["o:owner-0", "p:client-0"] {
-        let item = item(&store, scope, "d-000").await;
-        assert_eq!(item["ttl"], STATUS_TTL, "{item}");
-        assert_eq!(item["state"], "Scheduled");
-        assert_eq!(item["scope"], scope);
-        assert_eq!(item["ownerId"], "owner-0");
-        assert_eq!(item["principal"], "client-0");
-        let listed: StatusDocument = serde_json::from_value(item["document"].clone()).unwrap();
-        assert_eq!(listed, document);
-    }
+    let (pages, paged) = store.request_units().spent_on(Spend::Listing);
+    assert_eq!(listed(&store, &owners(None)).await.len(), 50);
+    let (all_pages, all_paged) = store.request_units().spent_on(Spend::Listing);
+    println!(
+        "listing on the status container: {units:.1} RU a write, with createdMs; a page of one \
+         owner's {:.1} RU, of all 50 deliveries {:.1} RU on the emulator",
+        paged / pages as f64,
+        (all_paged - paged) / (all_pages - pages) as f64
+    );
     store.close().await;
 }
 
-/// A delivery as it ends: five steps, a drone, a callback, a trace.
-fn scheduled(n: usize, at: OffsetDateTime) -> StatusDocument {
-    let steps = Step::ALL
-        .into_iter()
-        .map(|step| StepOutcome {
-            step,
-            result: StepResult::Succeeded,
-            at,
-            calls: 1,
-            detail: None,
-        })
-        .collect();
-    StatusDocument {
-        state: DeliveryState::Scheduled,
-        steps,
-        drone_id: Some(format!("drone-{n}")),
-        third_party_required: Some(false),
-        package_id: Some(format!("package-{n}")),
-        attempt: 1,
-        callback_url: Some("https://receiver.example.com/deliveries/done".into()),
-        traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
-        ..document(n, at)
-    }
-}
-
 #[tokio::test]
-async fn the_view_costs_one_upsert_per_scope_of_each_change_read() {
+async fn documents_of_an_earlier_version_are_listed_once_backfilled_and_expire_as_they_would() {
     let store = open().await;
-    let mut view = ListingView::default();
     let at = OffsetDateTime::now_utc();
-    for n in 0..50 {
-        put(&store, &scheduled(n, at)).await;
+    put(&store, &document(0, at)).await;
+    // As a version that kept a listing view wrote them: no createdMs.
+    for n in 1..4 {
+        let mut old = serde_json::to_value(document(n, at)).unwrap();
+        old["ttl"] = json!(STATUS_TTL);
+        let id = old["id"].as_str().unwrap().to_owned();
+        store
+            .status
+            .create_item(id.clone(), &id, &old, None)
+            .await
+            .unwrap();
     }
-    view.catch_up(&store).await.unwrap();
-    let (writes, units) = store.request_units().spent(Operation::ListingWrite);
-    assert_eq!(writes, 100, "an owner's and a principal's item each");
-    // Handed over again (at least once), each item is written over.
-    view.forget();
-    view.catch_up(&store).await.unwrap();
-    let (rewrites, reunits) = store.request_units().spent(Operation::ListingWrite);
-    assert_eq!(rewrites, 200);
-    let all = StatusStore::list(&*store, &query()).await.unwrap();
-    assert_eq!(all.items.len(), 50);
-    let mut stored = item(&store, "o:owner-0", "d-000").await;
-    if let Value::Object(fields) = &mut stored {
-        fields.retain(|key, _| !key.starts_with('_'));
-    }
-    let size = serde_json::to_vec(&stored).unwrap().len();
-    println!(
-        "listing view: {size} bytes an item; {:.1} RU an upsert that creates it, {:.1} RU one \
-         that replaces it ({:.1} RU a status change of an owned delivery with a principal)",
-        units / writes as f64,
-        (reunits - units) / (rewrites - writes) as f64,
-        2.0 * (reunits - units) / (rewrites - writes) as f64
+    assert_eq!(listed(&store, &owners(None)).await, ["d-000"]);
+    assert_eq!(store.backfill_created_ms().await.unwrap(), 3);
+    assert_eq!(
+        listed(&store, &owners(None)).await,
+        ["d-003", "d-002", "d-001", "d-000"],
+        "newest first, by createdMs then id"
     );
+    assert_eq!(listed(&store, &owners(Some("owner-1"))).await, ["d-001"]);
+    let stored: Value = store
+        .status
+        .read_item("d-002".to_owned(), "d-002", None)
+        .await
+        .unwrap()
+        .into_model()
+        .unwrap();
+    let ttl = stored["ttl"].as_u64().unwrap();
+    assert!((STATUS_TTL - 5..=STATUS_TTL).contains(&ttl), "{stored}");
+    let read = StatusStore::get(&*store, "d-002").await.unwrap().unwrap();
+    assert_eq!(read.document, document(2, at));
+    let queries = store
+        .request_units()
+        .spent_doing(Spend::StatusWrites, Operation::Query);
+    assert_eq!(store.backfill_created_ms().await.unwrap(), 0, "done");
+    let again = store
+        .request_units()
+        .spent_doing(Spend::StatusWrites, Operation::Query);
+    assert_eq!(again.0 - queries.0, 1, "one query that finds nothing");
     store.close().await;
 }

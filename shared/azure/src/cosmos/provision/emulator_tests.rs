@@ -1,5 +1,6 @@
 //! Provisioning on the SDK's in-memory emulator: the containers whose items
-//! carry a `ttl` have their default time to live on (-1). The emulator keeps
+//! carry a `ttl` have their default time to live on (-1), and the status
+//! container is indexed for listing. The emulator keeps
 //! a container's `defaultTtl` as Cosmos DB does, but never expires an item,
 //! so these tests read the containers' properties back.
 
@@ -14,6 +15,7 @@ use skyport_runtime::config::{CosmosSettings, Millis};
 
 use crate::cosmos::CosmosOpenError;
 use crate::cosmos::emulator::Emulator;
+use crate::cosmos::provision::status_indexing;
 
 fn settings() -> CosmosSettings {
     CosmosSettings {
@@ -26,10 +28,14 @@ async fn properties(container: &ContainerClient) -> ContainerProperties {
     container.read(None).await.unwrap().into_model().unwrap()
 }
 
-/// Creates the database and the status container without a default time
-/// to live (and with an indexing and a unique key policy of its own), and
-/// the other containers as the store would.
-async fn provisioned_without_ttl(emulator: &Emulator) -> ContainerClient {
+/// Creates the database and the status container with a unique key policy
+/// of its own, with a default time to live or without, and indexed by
+/// `indexing`; and the other containers as the store would.
+async fn provisioned(
+    emulator: &Emulator,
+    ttl: Option<TimeToLive>,
+    indexing: IndexingPolicy,
+) -> ContainerClient {
     let client = emulator.client().await.unwrap();
     let settings = settings();
     client
@@ -37,16 +43,18 @@ async fn provisioned_without_ttl(emulator: &Emulator) -> ContainerClient {
         .await
         .unwrap();
     let database = client.database_client(&settings.database);
-    let status = ContainerProperties::new(settings.status_container.clone(), "/id".into())
-        .with_indexing_policy(IndexingPolicy::default().with_included_path("/state/?"))
+    let mut status = ContainerProperties::new(settings.status_container.clone(), "/id".into())
+        .with_indexing_policy(indexing)
         .with_unique_key_policy(
             UniqueKeyPolicy::default().with_unique_key(UniqueKey::default().with_path("/ownerId")),
         );
+    if let Some(ttl) = ttl {
+        status = status.with_default_ttl(ttl);
+    }
     let others = [
         (settings.dead_letter_container, "/id"),
         (settings.reservations_container, "/id"),
         (settings.leases_container, "/partitionKey"),
-        (settings.listing_container, "/scope"),
     ]
     .map(|(name, key)| {
         ContainerProperties::new(name, key.into()).with_default_ttl(TimeToLive::NoDefault)
@@ -67,12 +75,7 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
         .store(&settings())
         .await
         .unwrap();
-    for container in [
-        &store.status,
-        &store.dead_letters,
-        &store.reservations,
-        &store.listing,
-    ] {
+    for container in [&store.status, &store.dead_letters, &store.reservations] {
         let properties = properties(container).await;
         assert_eq!(
             properties.default_ttl,
@@ -88,40 +91,98 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
     store.close().await;
 }
 
+/// The composite indexes of `indexing`, as (path, order) lists.
+fn composites(indexing: &IndexingPolicy) -> Vec<Vec<(&str, CompositeIndexOrder)>> {
+    indexing
+        .composite_indexes
+        .iter()
+        .map(|composite| {
+            composite
+                .properties
+                .iter()
+                .map(|p| (p.path.as_str(), p.order.clone()))
+                .collect()
+        })
+        .collect()
+}
+
 #[tokio::test]
-async fn the_listing_container_is_keyed_by_scope_and_indexed_for_its_queries() {
+async fn the_status_container_is_keyed_by_id_and_indexed_for_listing_only() {
     let store = Emulator::new(false)
         .unwrap()
         .store(&settings())
         .await
         .unwrap();
-    let properties = properties(&store.listing).await;
-    assert_eq!(properties.id, "listing");
+    let properties = properties(&store.status).await;
     let key: Vec<&str> = properties
         .partition_key
         .paths()
         .iter()
         .map(|path| path.as_ref())
         .collect();
-    assert_eq!(key, ["/scope"]);
+    assert_eq!(key, ["/id"]);
     let indexing = properties.indexing_policy.unwrap();
     let excluded: Vec<&str> = indexing
         .excluded_paths
         .iter()
         .map(|p| p.path.as_str())
         .collect();
-    assert!(excluded.contains(&"/*"), "{excluded:?}");
-    let composite: Vec<(&str, CompositeIndexOrder)> = indexing.composite_indexes[0]
-        .properties
+    assert_eq!(excluded, ["/*"]);
+    let included: Vec<&str> = indexing
+        .included_paths
         .iter()
-        .map(|p| (p.path.as_str(), p.order.clone()))
+        .map(|p| p.path.as_str())
         .collect();
     assert_eq!(
-        composite,
-        [
-            ("/createdMs", CompositeIndexOrder::Descending),
-            ("/id", CompositeIndexOrder::Descending)
-        ]
+        included,
+        ["/ownerId/?", "/principal/?", "/state/?", "/createdMs/?"]
+    );
+    let newest = [
+        ("/createdMs", CompositeIndexOrder::Descending),
+        ("/id", CompositeIndexOrder::Descending),
+    ];
+    let after = |path| {
+        let mut composite = vec![(path, CompositeIndexOrder::Ascending)];
+        composite.extend(newest.clone());
+        composite
+    };
+    assert_eq!(
+        composites(&indexing),
+        [newest.to_vec(), after("/ownerId"), after("/principal")]
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_status_container_without_the_listings_indexes_is_given_them_or_refused() {
+    let emulator = Emulator::new(false).unwrap();
+    let indexed = IndexingPolicy::default().with_included_path("/state/?");
+    let status = provisioned(&emulator, Some(TimeToLive::NoDefault), indexed).await;
+    let error = emulator
+        .store(&CosmosSettings {
+            create_if_missing: false,
+            ..settings()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, CosmosOpenError::NotIndexed { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().starts_with(
+            "cosmos.status_container: container status in database skyport lacks the \
+             composite indexes a listing needs"
+        ),
+        "{error}"
+    );
+    assert!(composites(&properties(&status).await.indexing_policy.unwrap()).is_empty());
+    let store = emulator.store(&settings()).await.unwrap();
+    let properties = properties(&store.status).await;
+    assert_eq!(properties.indexing_policy.unwrap(), status_indexing());
+    assert_eq!(
+        properties.unique_key_policy.unwrap().unique_keys[0].paths,
+        ["/ownerId"]
     );
     store.close().await;
 }
@@ -129,16 +190,12 @@ async fn the_listing_container_is_keyed_by_scope_and_indexed_for_its_queries() {
 #[tokio::test]
 async fn a_container_without_default_ttl_has_it_turned_on_and_keeps_the_rest() {
     let emulator = Emulator::new(false).unwrap();
-    let status = provisioned_without_ttl(&emulator).await;
+    let status = provisioned(&emulator, None, status_indexing()).await;
     assert_eq!(properties(&status).await.default_ttl, TimeToLive::Forever);
     let store = emulator.store(&settings()).await.unwrap();
     let properties = properties(&store.status).await;
     assert_eq!(properties.default_ttl, TimeToLive::NoDefault);
-    let indexed = properties.indexing_policy.unwrap().included_paths;
-    assert!(
-        indexed.iter().any(|path| path.path == "/state/?"),
-        "{indexed:?}"
-    );
+    assert_eq!(properties.indexing_policy.unwrap(), status_indexing());
     let unique = properties.unique_key_policy.unwrap().unique_keys;
     assert_eq!(unique[0].paths, ["/ownerId"]);
     store.close().await;
@@ -147,7 +204,7 @@ async fn a_container_without_default_ttl_has_it_turned_on_and_keeps_the_rest() {
 #[tokio::test]
 async fn a_container_without_default_ttl_stops_the_open_when_it_may_not_be_changed() {
     let emulator = Emulator::new(false).unwrap();
-    let status = provisioned_without_ttl(&emulator).await;
+    let status = provisioned(&emulator, None, status_indexing()).await;
     let error = emulator
         .store(&CosmosSettings {
             create_if_missing: false,
