@@ -99,13 +99,10 @@ impl CosmosStore {
         let mut next = None;
         for row in rows.items.into_iter().take(query.limit) {
             let created = row.get("createdMs").and_then(Value::as_i64);
+            let id = row.get("id").and_then(Value::as_str).map(str::to_owned);
             let document: StatusDocument =
-                serde_json::from_value(row.clone()).map_err(|e| StatusStoreError::Corrupt {
-                    id: row
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
+                serde_json::from_value(row).map_err(|e| StatusStoreError::Corrupt {
+                    id: id.unwrap_or_default(),
                     source: Box::new(e),
                 })?;
             next = Some(ListCursor {
@@ -163,7 +160,11 @@ impl CosmosStore {
             let fresh: Vec<Value> = rows
                 .items
                 .into_iter()
-                .filter(|row| seen.insert(row.get("id").cloned()))
+                .filter(|row| {
+                    row.get("id")
+                        .and_then(Value::as_str)
+                        .is_some_and(|id| seen.insert(id.to_owned()))
+                })
                 .collect();
             if fresh.is_empty() {
                 return Ok(given);
