@@ -76,7 +76,7 @@ async fn the_plans_helm_values_render_over_the_azure_example_and_load() {
     );
     let workers = &groups["worker"];
     assert_eq!(workers.work, [Work::StatusWrites, Work::DeadLetters]);
-    assert_eq!(workers.target_fraction, Some(0.72));
+    assert_eq!(workers.target_fraction, Some(0.80));
     assert_eq!(workers.effective_priority(), Priority::Low);
     assert_eq!(workers.scope, GroupScope::Global);
     let clients = &groups["clients"];
