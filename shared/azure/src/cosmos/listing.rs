@@ -72,28 +72,9 @@ impl CosmosStore {
         query: &ListQuery,
     ) -> Result<ListPage, StatusStoreError> {
         let sql = listing_query(query).map_err(StatusStoreError::Unavailable)?;
-        let rows: Paged<Value> = self
-            .requests
-            .run(
-                Work::StatusReads,
-                Operation::Query,
-                READ_PATIENCE,
-                |options| async {
-                    let mut options = QueryOptions::default().with_operation_options(options);
-                    options.feed = options.feed.with_max_fan_out(u32::MAX);
-                    let rows = self
-                        .status
-                        .query_items::<Value>(
-                            sql.clone(),
-                            FeedScope::full_container(),
-                            Some(options),
-                        )
-                        .await?;
-                    Paged::read_all(rows).await
-                },
-            )
-            .await
-            .map_err(|e| unavailable(e.into_box()))?;
+        let rows = self
+            .query_status(&sql, Work::StatusReads, READ_PATIENCE)
+            .await?;
         let more = rows.items.len() > query.limit;
         let mut items = Vec::with_capacity(query.limit.min(rows.items.len()));
         let mut next = None;
@@ -135,28 +116,9 @@ impl CosmosStore {
         let mut seen = HashSet::new();
         let mut given = 0;
         loop {
-            let rows: Paged<Value> = self
-                .requests
-                .run(
-                    Work::StatusWrites,
-                    Operation::Query,
-                    u32::MAX,
-                    |options| async {
-                        let mut options = QueryOptions::default().with_operation_options(options);
-                        options.feed = options.feed.with_max_fan_out(u32::MAX);
-                        let rows = self
-                            .status
-                            .query_items::<Value>(
-                                sql.clone(),
-                                FeedScope::full_container(),
-                                Some(options),
-                            )
-                            .await?;
-                        Paged::read_all(rows).await
-                    },
-                )
-                .await
-                .map_err(|e| unavailable(e.into_box()))?;
+            let rows = self
+                .query_status(&sql, Work::StatusWrites, u32::MAX)
+                .await?;
             let fresh: Vec<Value> = rows
                 .items
                 .into_iter()
@@ -175,6 +137,30 @@ impl CosmosStore {
                 }
             }
         }
+    }
+
+    /// Every row `sql` finds in the status container, as `work` waiting out
+    /// `patience` 429s, accounted as [`Operation::Query`]. A query across
+    /// every physical partition by design: the SDK's guard on fan-out is
+    /// lifted.
+    async fn query_status(
+        &self,
+        sql: &Query,
+        work: Work,
+        patience: u32,
+    ) -> Result<Paged<Value>, StatusStoreError> {
+        self.requests
+            .run(work, Operation::Query, patience, |options| async {
+                let mut options = QueryOptions::default().with_operation_options(options);
+                options.feed = options.feed.with_max_fan_out(u32::MAX);
+                let rows = self
+                    .status
+                    .query_items::<Value>(sql.clone(), FeedScope::full_container(), Some(options))
+                    .await?;
+                Paged::read_all(rows).await
+            })
+            .await
+            .map_err(|e| unavailable(e.into_box()))
     }
 
     /// Writes `stored` back with its `createdMs`, on its ETag; `false` when

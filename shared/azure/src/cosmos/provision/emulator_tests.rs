@@ -91,6 +91,17 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
     store.close().await;
 }
 
+/// Why a store that may not change the containers did not open.
+async fn refused(emulator: &Emulator) -> CosmosOpenError {
+    emulator
+        .store(&CosmosSettings {
+            create_if_missing: false,
+            ..settings()
+        })
+        .await
+        .unwrap_err()
+}
+
 /// The composite indexes of `indexing`, as (path, order) lists.
 fn composites(indexing: &IndexingPolicy) -> Vec<Vec<(&str, CompositeIndexOrder)>> {
     indexing
@@ -158,13 +169,7 @@ async fn a_status_container_without_the_listings_indexes_is_given_them_or_refuse
     let emulator = Emulator::new(false).unwrap();
     let indexed = IndexingPolicy::default().with_included_path("/state/?");
     let status = provisioned(&emulator, Some(TimeToLive::NoDefault), indexed).await;
-    let error = emulator
-        .store(&CosmosSettings {
-            create_if_missing: false,
-            ..settings()
-        })
-        .await
-        .unwrap_err();
+    let error = refused(&emulator).await;
     assert!(
         matches!(error, CosmosOpenError::NotIndexed { .. }),
         "{error:?}"
@@ -205,13 +210,7 @@ async fn a_container_without_default_ttl_has_it_turned_on_and_keeps_the_rest() {
 async fn a_container_without_default_ttl_stops_the_open_when_it_may_not_be_changed() {
     let emulator = Emulator::new(false).unwrap();
     let status = provisioned(&emulator, None, status_indexing()).await;
-    let error = emulator
-        .store(&CosmosSettings {
-            create_if_missing: false,
-            ..settings()
-        })
-        .await
-        .unwrap_err();
+    let error = refused(&emulator).await;
     assert!(
         matches!(error, CosmosOpenError::NoDefaultTtl { .. }),
         "{error:?}"
