@@ -47,6 +47,8 @@ pub struct Received {
     pub signature: String,
     pub traceparent: Option<String>,
     pub body: String,
+    /// Whether the receiver answered it 2xx.
+    pub acknowledged: bool,
 }
 
 impl Received {
@@ -120,6 +122,11 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let acknowledged = match &shared.behaviour {
+        Behaviour::Accept => true,
+        Behaviour::UnavailableUntil(until) => Instant::now() >= *until,
+        Behaviour::Silent | Behaviour::Redirect(_) => false,
+    };
     shared
         .hits
         .lock()
@@ -130,10 +137,11 @@ async fn receive(
             signature: header_text(&headers, "webhook-signature").unwrap_or_default(),
             traceparent: header_text(&headers, "traceparent"),
             body: String::from_utf8_lossy(&body).into_owned(),
+            acknowledged,
         });
     match &shared.behaviour {
         Behaviour::Accept => StatusCode::NO_CONTENT.into_response(),
-        Behaviour::UnavailableUntil(until) if Instant::now() < *until => (
+        Behaviour::UnavailableUntil(_) if !acknowledged => (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::RETRY_AFTER, "1")],
             "down for maintenance",

@@ -2,12 +2,13 @@
 //! Gateway and worker in this process on the embedded stream with status on
 //! Cosmos DB (the SDK's emulator served over HTTP, a process of its own),
 //! the simulated services in theirs at 20 ms; every request named (an
-//! `Idempotency-Key`) and asking for a callback. Posted
-//! open loop at a rate the emulator sustains here, then drained and every
-//! callback's outcome written: the request units a
-//! delivery spent, by what they were for (`skyport_cosmos_request_units_total`'s
-//! `work`), against one status write's; and Skyport's CPU per workflow
-//! against the embedded store's, posted the same way at the same rate.
+//! `Idempotency-Key`). Two mixes, each on an emulator of its own: every
+//! request asking for a callback, and none. Posted open loop at a rate the
+//! emulator sustains here, then drained (and every callback received): the
+//! request units a delivery spent, by what they were for
+//! (`skyport_cosmos_request_units_total`'s `work`), against one status
+//! write's; and Skyport's CPU per workflow against the embedded store's,
+//! posted the same way (with callbacks) at the same rate.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,6 +54,33 @@ pub(crate) struct CosmosCost {
     pub(crate) embedded_cpu_us: f64,
     pub(crate) emulator_cpu_us: f64,
     pub(crate) failed: u64,
+    /// The same, named, with no callback URL (absent from runs before it).
+    #[serde(default)]
+    pub(crate) without_callbacks: Option<Mix>,
+}
+
+/// One mix posted to Cosmos DB.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Mix {
+    pub(crate) posted: Posted,
+    pub(crate) units: Vec<Spent>,
+    pub(crate) status_writes: u64,
+    pub(crate) one_write_ru: f64,
+    pub(crate) cpu_us: f64,
+    pub(crate) emulator_cpu_us: f64,
+    pub(crate) failed: u64,
+}
+
+impl Mix {
+    fn deliveries(&self) -> f64 {
+        self.posted.status("202").max(1) as f64
+    }
+
+    /// Request units a delivery, all kinds, and against one write.
+    fn per_delivery(&self) -> (f64, f64) {
+        let per = self.units.iter().map(|s| s.units).sum::<f64>() / self.deliveries();
+        (per, per / self.one_write_ru.max(f64::MIN_POSITIVE))
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -165,65 +193,110 @@ impl Bench {
             plan.cost_rate,
             plan.cost_duration.as_secs_f64()
         );
+        let with = self.on_cosmos("cosmos-cost", schedule, true).await?;
+        eprintln!("cosmos cost: the same with no callback URL");
+        let without = self.on_cosmos("cosmos-cost-quiet", schedule, false).await?;
+        eprintln!("cosmos cost: the same, with callbacks, on the embedded store");
+        let (on_embedded, embedded_cpu_us, embedded_failed, _) = self
+            .posted_and_settled("cosmos-cost-embedded", schedule, Vec::new(), true)
+            .await?;
+        Ok(CosmosCost {
+            rate: plan.cost_rate,
+            seconds: plan.cost_duration.as_secs_f64(),
+            units: with.units,
+            status_writes: with.status_writes,
+            one_write_ru: with.one_write_ru,
+            cosmos_cpu_us: with.cpu_us,
+            embedded_cpu_us,
+            emulator_cpu_us: with.emulator_cpu_us,
+            failed: with.failed + without.failed + embedded_failed,
+            on_cosmos: with.posted,
+            on_embedded,
+            without_callbacks: Some(without),
+        })
+    }
+
+    /// Posts `schedule` to a system with status on an emulator of its own,
+    /// each request asking for a callback when `calling_back`.
+    async fn on_cosmos(
+        &self,
+        phase: &str,
+        schedule: Schedule,
+        calling_back: bool,
+    ) -> anyhow::Result<Mix> {
         let cosmos = Server::start(&["cosmos"]).await;
         let mut keys = cosmos_keys(&cosmos.address);
         keys.extend(change_feed_timings());
         let emulator_before = CpuTime::of(cosmos.pid())?;
-        let (on_cosmos, cpu_us, failed, store) = self
-            .posted_and_settled("cosmos-cost", schedule, keys)
+        let (posted, cpu_us, failed, store) = self
+            .posted_and_settled(phase, schedule, keys, calling_back)
             .await?;
         let emulator_s = CpuTime::of(cosmos.pid())?.since(emulator_before).own_s;
         cosmos.stop().await;
         let store = store.context("status was not on Cosmos DB")?;
         let units = store.request_units();
-        eprintln!("cosmos cost: the same on the embedded store");
-        let (on_embedded, embedded_cpu_us, embedded_failed, _) = self
-            .posted_and_settled("cosmos-cost-embedded", schedule, Vec::new())
-            .await?;
         let (writes, write_units) = units.spent_doing(Spend::StatusWrites, Operation::Write);
-        Ok(CosmosCost {
-            rate: plan.cost_rate,
-            seconds: plan.cost_duration.as_secs_f64(),
+        Ok(Mix {
             units: spent_by_work(units),
             status_writes: writes,
             one_write_ru: write_units / writes.max(1) as f64,
-            cosmos_cpu_us: cpu_us,
-            embedded_cpu_us,
-            emulator_cpu_us: emulator_s * 1e6 / on_cosmos.status("202").max(1) as f64,
-            failed: failed + embedded_failed,
-            on_cosmos,
-            on_embedded,
+            cpu_us,
+            emulator_cpu_us: emulator_s * 1e6 / posted.status("202").max(1) as f64,
+            failed,
+            posted,
         })
     }
 
-    /// Posts `schedule` (named, a callback each) to a system with `keys`,
-    /// drains it, waits for every callback and for its request units to
-    /// settle; what the poster got, this process's CPU a workflow over all
-    /// of it, the workflows Failed, and the Cosmos DB store's request units.
+    /// Posts `schedule` (named; a callback each when `calling_back`) to a
+    /// system with `keys`, drains it, waits for every callback and for its
+    /// request units to settle; what the poster got, this process's CPU a
+    /// workflow over all of it, the workflows Failed, and the Cosmos DB
+    /// store's request units.
     async fn posted_and_settled(
         &self,
         phase: &str,
         schedule: Schedule,
         mut keys: Vec<(&'static str, String)>,
+        calling_back: bool,
     ) -> anyhow::Result<(Posted, f64, u64, Option<Arc<CosmosStore>>)> {
         keys.push(("callbacks.allow", "[\"127.0.0.0/8\"]".to_owned()));
         keys.push(("callbacks.secrets", format!("[\"{CALLBACK_SECRET}\"]")));
         let settings = self.settings(phase, &keys)?;
         let (system, services) = self.system(phase, 0, &keys).await?;
         Self::await_partitions(phase, &system, settings.stream.partitions).await?;
-        let receiver = callbacks::Receiver::start().await?;
+        let receiver = if calling_back {
+            Some(callbacks::Receiver::start().await?)
+        } else {
+            None
+        };
         let before = CpuTime::this()?;
-        let posted = poster::post_calling_back(
-            &system.url,
-            schedule,
-            OPEN_LOOP_CONNECTIONS,
-            Naming::Keyed,
-            &receiver.url,
-        )
-        .await?;
+        let posted = match &receiver {
+            Some(receiver) => {
+                poster::post_calling_back(
+                    &system.url,
+                    schedule,
+                    OPEN_LOOP_CONNECTIONS,
+                    Naming::Keyed,
+                    &receiver.url,
+                )
+                .await?
+            }
+            None => {
+                poster::post(
+                    &system.url,
+                    schedule,
+                    OPEN_LOOP_CONNECTIONS,
+                    Naming::Keyed,
+                    0,
+                )
+                .await?
+            }
+        };
         let accepted = posted.status("202");
         self.drain(&system, accepted).await?;
-        Self::called_back(receiver, accepted).await?;
+        if let Some(receiver) = receiver {
+            Self::called_back(receiver, accepted).await?;
+        }
         let cosmos = match &system.app.backends.store {
             Store::Cosmos(cosmos) => Some(Arc::clone(cosmos)),
             Store::Embedded(_) => None,
@@ -305,6 +378,7 @@ impl CosmosCost {
                 target: "≤ 2 × one write of a status document (issue 51)",
                 met: Some(per <= 2.0 * self.one_write_ru),
             },
+            self.without_verdict(),
             Verdict {
                 what: "cosmos cost: Skyport's CPU a workflow, Cosmos DB against the embedded store at the same rate".into(),
                 measured: format!(
@@ -322,13 +396,54 @@ impl CosmosCost {
         ]
     }
 
+    /// The mix with no callback URL against its target.
+    fn without_verdict(&self) -> Verdict {
+        let what = "cosmos cost: request units a delivery with no callback URL, named".into();
+        let target = "≤ 1.25 × one write of a status document (issue 51)";
+        match &self.without_callbacks {
+            Some(mix) => {
+                let (per, ratio) = mix.per_delivery();
+                Verdict {
+                    what,
+                    measured: format!(
+                        "{} of {} → 202; {per:.1} RU, {ratio:.2} × one write ({:.2} RU, {:.2} such writes a delivery): {}; \
+                         Skyport's CPU {:.0} µs a workflow, the emulator's {:.0} µs",
+                        mix.posted.status("202"),
+                        mix.posted.requests,
+                        mix.one_write_ru,
+                        mix.status_writes as f64 / mix.deliveries(),
+                        per_delivery(&mix.units, mix.deliveries()),
+                        mix.cpu_us,
+                        mix.emulator_cpu_us
+                    ),
+                    target,
+                    met: Some(ratio <= 1.25),
+                }
+            }
+            None => Verdict {
+                what,
+                measured: "not measured in this run".into(),
+                target,
+                met: None,
+            },
+        }
+    }
+
     /// What fails the run: a delivery Failed; in a smoke run, nothing accepted.
     pub(crate) fn failures(&self, full: bool) -> Vec<String> {
         let mut failures = Vec::new();
         if self.failed > 0 {
             failures.push(format!("cosmos cost: {} deliveries Failed", self.failed));
         }
-        if !full && (self.on_cosmos.status("202") == 0 || self.on_embedded.status("202") == 0) {
+        let quiet = self
+            .without_callbacks
+            .as_ref()
+            .map_or(0, |mix| mix.posted.status("202"));
+        if !full
+            && (self.on_cosmos.status("202") == 0
+                || self.on_embedded.status("202") == 0
+                || quiet == 0)
+        {
             failures.push("cosmos cost: nothing accepted".into());
         }
         failures

@@ -1,7 +1,10 @@
 //! The notifier: a [`ChangeHandler`] of the change-feed processor that POSTs
 //! each delivery's terminal status (Scheduled, Failed, Cancelled) to its
-//! `callbackUrl`, signed as Standard Webhooks specifies, and records the
-//! outcome in the status document.
+//! `callbackUrl`, signed as Standard Webhooks specifies, and records in the
+//! status document a callback that is retried: Pending, then Delivered or
+//! DeadLettered. A callback delivered at its first attempt writes nothing
+//! back: on Cosmos DB that write and its read cost more than the terminal
+//! write that announced it.
 //!
 //! A message's `webhook-id` is a MAC of its delivery, announced state and
 //! attempt epoch under the first master secret ([`MasterSecrets::webhook_id`]):
@@ -95,6 +98,9 @@ struct Ended {
     attempts: u32,
     last_error: Option<String>,
     retrying_since: Option<OffsetDateTime>,
+    /// Whether the document holds an outcome of this message: written
+    /// before (a restart, a resend) or while it was retried.
+    on_document: bool,
 }
 
 impl Ended {
@@ -187,6 +193,9 @@ impl Notifier {
         );
         telemetry::continue_trace(&span, current.traceparent.as_deref());
         let ended = self.send(&current, &message, url).instrument(span).await?;
+        if ended.state == CallbackState::Delivered && !ended.on_document {
+            return Ok(());
+        }
         self.record(&current.id, current.state, ended).await
     }
 
@@ -207,6 +216,7 @@ impl Notifier {
             last_error: None,
             // Kept in the document, so a restart does not start the retry time over.
             retrying_since: earlier.and_then(|outcome| outcome.retrying_since),
+            on_document: earlier.is_some(),
         };
         let url = match Url::parse(url) {
             Ok(url) => url,
@@ -302,6 +312,7 @@ impl Notifier {
                 recorded = Some(Instant::now());
                 self.record(&document.id, document.state, ended.clone())
                     .await?;
+                ended.on_document = true;
             }
             tokio::time::sleep(wait).await;
         }

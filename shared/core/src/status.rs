@@ -147,7 +147,9 @@ pub struct StatusDocument {
     /// The W3C trace context of the request; the callback's span continues it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
-    /// How the callback announcing the terminal state went (with a `callbackUrl`).
+    /// How the callback announcing the terminal state went, once it had to
+    /// be retried: Pending while it is, then Delivered or DeadLettered. A
+    /// callback delivered at its first attempt leaves this absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<CallbackOutcome>,
     /// The request's `ownerId`.
@@ -294,8 +296,11 @@ pub struct CallbackOutcome {
 }
 
 impl StatusDocument {
-    /// Whether the terminal state this document is in still waits for its
-    /// callback: it has a `callbackUrl` and no final outcome for this state.
+    /// Whether the terminal state this document is in may still wait for
+    /// its callback: it has a `callbackUrl` and no final outcome for this
+    /// state. A callback delivered at its first attempt records no outcome,
+    /// so a later change of the document announces the state again, under
+    /// the same message id.
     pub fn awaits_callback(&self) -> bool {
         self.state.is_terminal()
             && self.callback_url.is_some()
@@ -306,15 +311,25 @@ impl StatusDocument {
 }
 
 impl StatusDocument {
+    /// Whether the callback announcing this document's state is being
+    /// retried: its outcome for this state is recorded Pending.
+    pub fn callback_retrying(&self) -> bool {
+        self.callback.as_ref().is_some_and(|outcome| {
+            outcome.announced == self.state && outcome.state == CallbackState::Pending
+        })
+    }
+
     /// When this document, written at `written`, is settled: `None` while
-    /// it is not terminal or owes a callback; a Scheduled delivery not
+    /// it is not terminal or its callback is being retried (a callback
+    /// delivered at its first attempt records nothing, so one not yet sent
+    /// does not hold the document back); a Scheduled delivery not
     /// before its deadline (the current one, a reschedule moves it), since
     /// until then it may still be cancelled or rescheduled and its bookings
     /// stand; anything else at `written`. Retention counts from then. A
     /// Scheduled document kept from before the request was recorded on it
     /// has no deadline to wait for: it is settled at `written`.
     pub fn settled_at(&self, written: OffsetDateTime) -> Option<OffsetDateTime> {
-        if !self.state.is_terminal() || self.awaits_callback() {
+        if !self.state.is_terminal() || self.callback_retrying() {
             return None;
         }
         let deadline = match (&self.state, &self.request) {
@@ -477,7 +492,30 @@ mod tests {
         );
         let mut awaiting = document(Failed);
         awaiting.callback_url = Some("https://example.com/hook".into());
-        assert_eq!(awaiting.settled_at(written), None, "a callback is owed");
+        assert_eq!(
+            awaiting.settled_at(written),
+            Some(written),
+            "a callback not yet tried holds nothing back"
+        );
+        let mut retrying = document(Cancelled);
+        retrying.callback_url = awaiting.callback_url.clone();
+        retrying.callback = Some(super::CallbackOutcome {
+            state: super::CallbackState::Pending,
+            announced: Cancelled,
+            attempts: 1,
+            last_error: Some("503".into()),
+            delivered_at: None,
+            retrying_since: Some(written),
+        });
+        assert_eq!(retrying.settled_at(written), None, "a callback is retried");
+        if let Some(outcome) = &mut retrying.callback {
+            outcome.announced = Scheduled;
+        }
+        assert_eq!(
+            retrying.settled_at(written),
+            Some(written),
+            "the retried callback announced an earlier state"
+        );
     }
 
     #[test]

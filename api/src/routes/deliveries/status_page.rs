@@ -142,6 +142,8 @@ fn page(status: &DeliveryStatus, refresh_s: Option<u32>) -> Markup {
                                 @if let Some(error) = &callback.last_error {
                                     p.reason { "Last error: " (error) }
                                 }
+                            } @else if document.state.is_terminal() {
+                                p { "Sent as the delivery ended. Only a callback that had to be retried is recorded here." }
                             } @else {
                                 p { "Sent once the delivery is over." }
                             }

@@ -126,7 +126,7 @@ fn the_payload_wraps_the_status_without_its_callback_outcome() {
 }
 
 #[tokio::test]
-async fn a_terminal_status_is_posted_signed_and_its_delivery_recorded() {
+async fn a_terminal_status_is_posted_signed_and_written_back_only_once_retried() {
     let fixture = Fixture::open();
     let store = Arc::clone(&fixture.store);
     let (url, received) = receiver().await;
@@ -149,11 +149,36 @@ async fn a_terminal_status_is_posted_signed_and_its_delivery_recorded() {
     );
     let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(sent["type"], "delivery.scheduled");
+    let before = StatusStore::get(&*store, "d-1").await.unwrap().unwrap();
+    assert!(
+        before.document.callback.is_none(),
+        "delivered at the first attempt: nothing written back"
+    );
+    // Marked pending again after a failure (as a resend does): once
+    // delivered, the outcome is written over the Pending one.
+    let mut resent = before.document;
+    resent.callback = Some(CallbackOutcome {
+        state: CallbackState::Pending,
+        announced: DeliveryState::Scheduled,
+        attempts: 1,
+        last_error: Some("the receiver answered 503".into()),
+        delivered_at: None,
+        retrying_since: Some(OffsetDateTime::UNIX_EPOCH),
+    });
+    StatusStore::put(&*store, &resent, Precondition::IfMatch(before.etag))
+        .await
+        .unwrap();
+    let change = Change {
+        id: resent.id.clone(),
+        document: serde_json::to_value(&resent).unwrap(),
+    };
+    notifier.handle(&[change]).await.unwrap();
+    assert_eq!(received.lock().unwrap().len(), 1, "sent again");
     let outcome = stored(&store, "d-1").await.callback.unwrap();
     assert_eq!(outcome.state, CallbackState::Delivered);
     assert_eq!(outcome.announced, DeliveryState::Scheduled);
-    assert_eq!(outcome.attempts, 1);
-    assert!(outcome.delivered_at.is_some());
+    assert_eq!(outcome.attempts, 2);
+    assert!(outcome.delivered_at.is_some() && outcome.last_error.is_none());
 }
 
 #[tokio::test]

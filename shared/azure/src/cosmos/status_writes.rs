@@ -243,9 +243,18 @@ mod tests {
         );
         let older = document(DeliveryState::Scheduled, None);
         assert_eq!(ttl(&older), Some(TTL), "no request: as before");
-        let mut owing = in_ten_days.clone();
-        owing.callback_url = Some("https://receiver.example/done".into());
-        assert_eq!(ttl(&owing), None, "a callback is owed");
+        let pending = document(DeliveryState::Scheduled, Some(CallbackState::Pending));
+        let retried = StatusDocument {
+            callback_url: pending.callback_url,
+            callback: pending.callback,
+            ..in_ten_days.clone()
+        };
+        assert_eq!(ttl(&retried), None, "its callback is retried");
+        let unsent = StatusDocument {
+            callback_url: retried.callback_url,
+            ..in_ten_days
+        };
+        assert_eq!(ttl(&unsent), Some(TTL + 10 * 86_400), "not yet sent");
     }
 
     #[test]
@@ -264,7 +273,11 @@ mod tests {
     }
 
     #[test]
-    fn a_terminal_document_whose_callback_is_done_is_stored_with_a_ttl() {
+    fn a_terminal_document_whose_callback_is_not_retried_is_stored_with_a_ttl() {
+        // Not yet sent, or delivered at its first attempt, it records nothing.
+        let mut unsent = document(DeliveryState::Cancelled, None);
+        unsent.callback_url = Some("https://receiver.example/done".into());
+        assert_eq!(stored(&unsent)["ttl"], TTL);
         for done in [CallbackState::Delivered, CallbackState::DeadLettered] {
             let item = stored(&document(DeliveryState::Failed, Some(done)));
             assert_eq!(item["ttl"], TTL, "{done:?}");
@@ -274,13 +287,10 @@ mod tests {
     #[test]
     fn a_document_that_is_not_settled_is_stored_without_a_ttl() {
         let pending = document(DeliveryState::Scheduled, Some(CallbackState::Pending));
-        let mut unsent = document(DeliveryState::Cancelled, None);
-        unsent.callback_url = Some("https://receiver.example/done".into());
         for document in [
             document(DeliveryState::Accepted, None),
             document(DeliveryState::Processing, None),
             pending,
-            unsent,
         ] {
             let item = stored(&document);
             assert!(item.get("ttl").is_none(), "{item}");

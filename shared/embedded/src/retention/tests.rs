@@ -63,6 +63,19 @@ fn delivered(mut document: StatusDocument) -> StatusDocument {
     document
 }
 
+/// `document` with its callback being retried.
+fn retried(mut document: StatusDocument) -> StatusDocument {
+    document.callback = Some(CallbackOutcome {
+        state: CallbackState::Pending,
+        announced: document.state,
+        attempts: 1,
+        last_error: Some("the receiver answered 503".into()),
+        delivered_at: None,
+        retrying_since: Some(OffsetDateTime::now_utc()),
+    });
+    document
+}
+
 async fn put(store: &EmbeddedStore, document: &StatusDocument) {
     let condition = match StatusStore::get(store, &document.id).await.unwrap() {
         Some(stored) => Precondition::IfMatch(stored.etag),
@@ -104,7 +117,10 @@ async fn settled_documents_go_with_their_changes_and_the_rest_stays() {
     put(&store, &document("scheduled", DeliveryState::Scheduled)).await;
     put(&store, &document("failed", DeliveryState::Failed)).await;
     put(&store, &document("processing", DeliveryState::Processing)).await;
-    put(&store, &owing_a_callback("owing")).await;
+    // A callback not yet sent holds nothing back: the sweep never passes a
+    // change the change-feed processor has not handled.
+    put(&store, &owing_a_callback("unsent")).await;
+    put(&store, &retried(owing_a_callback("retried"))).await;
     put(&store, &delivered(owing_a_callback("announced"))).await;
 
     let early = store
@@ -115,16 +131,16 @@ async fn settled_documents_go_with_their_changes_and_the_rest_stays() {
     assert!(early.oldest_status_ms.is_some());
 
     let swept = store.sweep(&retention(100), after(1)).await.unwrap();
-    assert_eq!(swept.statuses, 3);
+    assert_eq!(swept.statuses, 4);
     assert!(!swept.held_by_lease);
     assert_eq!(swept.oldest_status_ms, None, "no settled document is left");
-    for gone in ["scheduled", "failed", "announced"] {
+    for gone in ["scheduled", "failed", "unsent", "announced"] {
         assert!(
             StatusStore::get(&*store, gone).await.unwrap().is_none(),
             "{gone}"
         );
     }
-    for kept in ["processing", "owing"] {
+    for kept in ["processing", "retried"] {
         assert!(
             StatusStore::get(&*store, kept).await.unwrap().is_some(),
             "{kept}"
@@ -132,7 +148,7 @@ async fn settled_documents_go_with_their_changes_and_the_rest_stays() {
     }
     assert_eq!(
         ids(&store).await,
-        ["owing", "processing"],
+        ["processing", "retried"],
         "the change records went too"
     );
     assert_eq!(

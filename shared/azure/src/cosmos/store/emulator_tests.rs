@@ -88,14 +88,17 @@ async fn a_status_document_carries_the_retention_as_its_ttl_only_while_settled()
     let item = stored(&store.status, "d-1").await;
     assert!(item.get("ttl").is_none(), "{item}");
 
+    // Settled at its terminal write: a callback delivered at once writes nothing back.
     document.state = DeliveryState::Scheduled;
-    let etag = put(&store, &document, etag, None).await;
+    let etag = put(&store, &document, etag, Some(STATUS_TTL)).await;
     document.callback = callback(CallbackState::Pending, DeliveryState::Scheduled);
     let etag = put(&store, &document, etag, None).await;
     document.callback = callback(CallbackState::Delivered, DeliveryState::Scheduled);
     let etag = put(&store, &document, etag, Some(STATUS_TTL)).await;
-    // Cancelled after it was scheduled: a callback is owed again.
+    // Cancelled after it was scheduled: its callback, retried, holds it back again.
     document.state = DeliveryState::Cancelled;
+    let etag = put(&store, &document, etag, Some(STATUS_TTL)).await;
+    document.callback = callback(CallbackState::Pending, DeliveryState::Cancelled);
     let etag = put(&store, &document, etag, None).await;
     document.callback = callback(CallbackState::DeadLettered, DeliveryState::Cancelled);
     put(&store, &document, etag, Some(STATUS_TTL)).await;
