@@ -1,6 +1,6 @@
 //! Databases and containers: created when missing, or a clear error that
 //! names what is missing when creating is not allowed. A container whose
-//! items carry a `ttl` (status, dead letters, reservations, listing) has its
+//! items carry a `ttl` (status, dead letters, reservations) has its
 //! default time to live on (-1: no default, each item its own), without which
 //! Cosmos DB ignores the `ttl` and nothing expires; one found without it is
 //! turned on, or, when creating is not allowed, refused with the setting to
@@ -9,7 +9,8 @@
 //! The status container is indexed for listing ([`status_indexing`]): one
 //! found without the composite indexes the listing's order needs is given
 //! that policy, or, when creating is not allowed, refused with the setting
-//! to fix.
+//! to fix. The reservations container is created indexing nothing
+//! ([`point_reads_only`]).
 
 use azure_core::http::StatusCode;
 use azure_data_cosmos::models::{
@@ -99,7 +100,7 @@ pub(super) async fn ensure(
                 name: &settings.reservations_container,
                 partition_key: "/id",
                 retention: "gateway.idempotency_retention_s",
-                indexing: None,
+                indexing: Some(point_reads_only()),
             },
         )
         .await?,
@@ -169,6 +170,17 @@ pub(super) fn status_indexing() -> IndexingPolicy {
                 )),
         );
     }
+    policy
+}
+
+/// The indexing of a container read only by id (the reservations): no
+/// path, so a create pays no index work on Azure. A container created
+/// before keeps what it has: it works either way.
+pub(super) fn point_reads_only() -> IndexingPolicy {
+    let mut policy = IndexingPolicy::default()
+        .with_indexing_mode(IndexingMode::Consistent)
+        .with_excluded_path("/*");
+    policy.automatic = true;
     policy
 }
 

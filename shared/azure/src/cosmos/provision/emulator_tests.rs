@@ -15,7 +15,7 @@ use skyport_runtime::config::{CosmosSettings, Millis};
 
 use crate::cosmos::CosmosOpenError;
 use crate::cosmos::emulator::Emulator;
-use crate::cosmos::provision::status_indexing;
+use crate::cosmos::provision::{point_reads_only, status_indexing};
 
 fn settings() -> CosmosSettings {
     CosmosSettings {
@@ -87,6 +87,11 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
     assert_eq!(
         properties(&store.leases).await.default_ttl,
         TimeToLive::Forever
+    );
+    assert_eq!(
+        properties(&store.reservations).await.indexing_policy,
+        Some(point_reads_only()),
+        "reservations are read by id alone"
     );
     store.close().await;
 }
