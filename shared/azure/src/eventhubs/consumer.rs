@@ -26,6 +26,7 @@ use tracing::Instrument;
 use super::checkpoints::{Checkpoints, LeaseCheckpointStore};
 use super::namespace::{EventHubsOpenError, Namespace, sorted_partition_ids};
 use super::reader::{EventHubsPartitionReader, HubContext, Owners, pump};
+use super::tails::Tails;
 
 /// How long a failed processor or connection waits before it is tried again, at most.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -186,11 +187,24 @@ impl Processors {
         let mut hubs = Vec::with_capacity(opened.len());
         for (client, context) in opened {
             let span = tracing::info_span!("eventhubs_processor", hub = %context.hub);
+            let tails = Arc::new(Tails::default());
+            loops.spawn_local({
+                let (tails, namespace, context, stop) = (
+                    Arc::clone(&tails),
+                    namespace.clone(),
+                    context.clone(),
+                    self.stop.clone(),
+                );
+                async move { tails.run(&namespace, &context, &stop).await }.instrument(span.clone())
+            });
             loops.spawn_local(
                 supervise(
                     client,
                     namespace.clone(),
-                    context.clone(),
+                    Hub {
+                        context: context.clone(),
+                        tails,
+                    },
                     self.settings.clone(),
                     Arc::clone(&self.store),
                     self.readers.clone(),
@@ -270,12 +284,13 @@ impl Processors {
 async fn supervise(
     first: ConsumerClient,
     namespace: Namespace,
-    context: HubContext,
+    hub: Hub,
     settings: EventHubsSettings,
     store: Checkpoints,
     readers: mpsc::Sender<EventHubsPartitionReader>,
     stop: CancellationToken,
 ) {
+    let context = &hub.context;
     let mut pumps = tokio::task::JoinSet::new();
     let mut client = Some(first);
     let mut delay = RestartDelay::default();
@@ -290,7 +305,7 @@ async fn supervise(
                 match built {
                     Ok(processor) => {
                         let ended = run_processor(
-                            &processor, &context, &settings, &store, &readers, &mut pumps, &stop,
+                            &processor, &hub, &settings, &store, &readers, &mut pumps, &stop,
                         )
                         .await;
                         if let Err(e) = processor.shutdown().await {
@@ -365,16 +380,39 @@ enum Ended {
     Failed(String),
 }
 
+/// One hub as its processor runs it: where it is, and its partitions' ends.
+struct Hub {
+    context: HubContext,
+    tails: Arc<Tails>,
+}
+
+/// The sequence number of `partition_id`'s checkpoint, when the store
+/// answers and holds one.
+async fn checkpoint_of(
+    store: &dyn CheckpointStore,
+    context: &HubContext,
+    partition_id: &str,
+) -> Option<i64> {
+    store
+        .list_checkpoints(&context.namespace, &context.hub, &context.consumer_group)
+        .await
+        .ok()?
+        .into_iter()
+        .find(|checkpoint| checkpoint.partition_id == partition_id)?
+        .sequence_number
+}
+
 /// Runs `processor` and hands out the partitions it wins until it fails or the consumer stops.
 async fn run_processor(
     processor: &EventProcessor,
-    context: &HubContext,
+    hub: &Hub,
     settings: &EventHubsSettings,
     store: &Checkpoints,
     readers: &mpsc::Sender<EventHubsPartitionReader>,
     pumps: &mut tokio::task::JoinSet<()>,
     stop: &CancellationToken,
 ) -> Ended {
+    let context = &hub.context;
     let owners = Owners::new(
         Arc::clone(store),
         context.clone(),
@@ -391,11 +429,13 @@ async fn run_processor(
                 Err(e) => return Ended::Failed(format!("no partition handed out: {e}")),
             };
             let partition_id = client.get_partition_id().to_owned();
+            let start = checkpoint_of(store.as_ref(), context, &partition_id).await;
             let (reader, fed) = EventHubsPartitionReader::new(
                 context,
                 &partition_id,
                 Arc::clone(store),
                 settings.prefetch,
+                (hub.tails.watch(&partition_id), start),
             );
             let ownership = owners.watch(partition_id);
             let span = tracing::info_span!("eventhubs_partition", partition = reader.partition);

@@ -27,7 +27,11 @@
 //!   whose stream ends (taken over: `ConsumerDisconnected`, or a broken link),
 //!   or whose ownership record names another processor (an idle receiver
 //!   would only notice at its next event), is reported to the worker as
-//!   revoked.
+//!   revoked. A task per hub reads the ends of the partitions this instance
+//!   reads from their properties (`tails.rs`), so each reader tells what is
+//!   unread (the worker's `skyport_consumer_lag_events`); each instance
+//!   reports only the partitions it owns, so the lag adds up once across a
+//!   fleet.
 //!
 //! The envelope travels as AMQP properties: content type
 //! [`content_type`](skyport_core::event::content_type), and the application properties
@@ -45,6 +49,7 @@ mod namespace;
 mod publisher;
 mod reader;
 mod sas;
+mod tails;
 
 pub use self::checkpoints::LeaseCheckpointStore;
 pub use self::consumer::EventHubsConsumer;

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoints::Checkpoints;
+use super::tails::Ends;
 
 /// How long closing a partition's receiver may take (a dead connection never answers).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -275,6 +276,13 @@ pub(crate) struct EventHubsPartitionReader {
     /// write replaces the record, so a lower one would move it back.
     checkpointed: Option<u64>,
     ended: bool,
+    /// The partition's ends, read now and again, for [`PartitionReader::unread`].
+    ends: Arc<Ends>,
+    /// The sequence number of the checkpoint the partition was won at: the
+    /// processor starts after it (at the partition's first event without one).
+    start: Option<i64>,
+    /// The highest sequence number handed out.
+    last_handed: Option<i64>,
 }
 
 impl std::fmt::Debug for EventHubsPartitionReader {
@@ -293,6 +301,7 @@ impl EventHubsPartitionReader {
         partition_id: &str,
         store: Checkpoints,
         prefetch: u32,
+        (ends, start): (Arc<Ends>, Option<i64>),
     ) -> (Self, Feed) {
         let index = context
             .partition_ids
@@ -314,6 +323,9 @@ impl EventHubsPartitionReader {
                 store,
                 checkpointed: None,
                 ended: false,
+                ends,
+                start,
+                last_handed: None,
             },
             Feed { events: tx, taken },
         )
@@ -322,6 +334,8 @@ impl EventHubsPartitionReader {
     fn take(&mut self, fed: Fed, batch: &mut Vec<StreamEvent>) {
         match fed {
             Fed::Event(event, offset) => {
+                let sequence_number = i64::try_from(event.offset).unwrap_or(i64::MAX);
+                self.last_handed = self.last_handed.max(Some(sequence_number));
                 self.handed.insert(event.offset, (event.clone(), offset));
                 batch.push(event);
             }
@@ -372,6 +386,22 @@ impl PartitionReader for EventHubsPartitionReader {
         } else {
             Ok(batch)
         }
+    }
+
+    /// The partition's last enqueued sequence number past the next one this
+    /// reader hands out: after the last it handed out, else after the
+    /// checkpoint it started from, else the partition's first. 0 until the
+    /// partition's ends are first read (a second or so).
+    fn unread(&self) -> Option<u64> {
+        let Some((first, last)) = self.ends.read() else {
+            return Some(0);
+        };
+        let next = match (self.last_handed, self.start) {
+            (Some(handed), _) => handed.saturating_add(1),
+            (None, Some(checkpoint)) => checkpoint.saturating_add(1),
+            (None, None) => first,
+        };
+        Some(u64::try_from(last.saturating_add(1).saturating_sub(next)).unwrap_or(0))
     }
 
     async fn rewind(&mut self, offset: u64) -> Result<(), ConsumeError> {

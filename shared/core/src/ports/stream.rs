@@ -147,8 +147,9 @@ pub trait PartitionReader: std::fmt::Debug + Send + 'static {
     /// the partition is assigned, whether the stream tells. The embedded
     /// log knows it exactly; Kafka learns the partition's watermarks and
     /// committed offset from the client's statistics, so it lags by up to a
-    /// second (and says 0 before their first report); Event Hubs does not
-    /// tell (`None`).
+    /// second (and says 0 before their first report); Event Hubs reads the
+    /// partition's last enqueued sequence number from its properties every
+    /// 5 s (and says 0 before the first reading).
     fn unread(&self) -> Option<u64> {
         None
     }
