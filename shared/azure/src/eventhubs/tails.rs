@@ -115,9 +115,12 @@ impl Tails {
                 continue;
             }
             if client.is_none() {
+                // Named apart from the processor's connection, which claims
+                // partitions under the owner's name.
+                let name = format!("{}-ends", context.owner);
                 let opened = tokio::time::timeout(
                     ANSWER_TIMEOUT,
-                    namespace.consumer(&context.hub, &context.consumer_group, &context.owner),
+                    namespace.consumer(&context.hub, &context.consumer_group, &name),
                 )
                 .await;
                 match opened {
