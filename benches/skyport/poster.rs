@@ -176,14 +176,14 @@ pub(crate) async fn post_with_key(
     .await
 }
 
-/// As [`post`], named as `naming` says, each request asking for a
-/// callback at `callback` (then `/bench-N`).
+/// As [`post`] from 0, named as `naming` says, each request asking for a
+/// callback at `callback` (then `/bench-N`) when there is one.
 pub(crate) async fn post_calling_back(
     url: &str,
     schedule: Schedule,
     connections: u32,
     naming: Naming,
-    callback: &str,
+    callback: Option<&str>,
 ) -> anyhow::Result<Posted> {
     run_job(Job {
         url: url.to_owned(),
@@ -191,7 +191,7 @@ pub(crate) async fn post_calling_back(
         connections,
         naming,
         first: 0,
-        callback: Some(callback.to_owned()),
+        callback: callback.map(str::to_owned),
         api_key: None,
         opened: false,
     })

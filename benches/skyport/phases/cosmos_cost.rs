@@ -270,28 +270,14 @@ impl Bench {
             None
         };
         let before = CpuTime::this()?;
-        let posted = match &receiver {
-            Some(receiver) => {
-                poster::post_calling_back(
-                    &system.url,
-                    schedule,
-                    OPEN_LOOP_CONNECTIONS,
-                    Naming::Keyed,
-                    &receiver.url,
-                )
-                .await?
-            }
-            None => {
-                poster::post(
-                    &system.url,
-                    schedule,
-                    OPEN_LOOP_CONNECTIONS,
-                    Naming::Keyed,
-                    0,
-                )
-                .await?
-            }
-        };
+        let posted = poster::post_calling_back(
+            &system.url,
+            schedule,
+            OPEN_LOOP_CONNECTIONS,
+            Naming::Keyed,
+            receiver.as_ref().map(|r| r.url.as_str()),
+        )
+        .await?;
         let accepted = posted.status("202");
         self.drain(&system, accepted).await?;
         if let Some(receiver) = receiver {

@@ -74,28 +74,14 @@ impl Bench {
                 per_s: rate,
                 duration: plan.terminal_duration,
             };
-            let posted = match &receiver {
-                Some(receiver) => {
-                    poster::post_calling_back(
-                        &system.url,
-                        schedule,
-                        OPEN_LOOP_CONNECTIONS,
-                        Naming::Unnamed,
-                        &receiver.url,
-                    )
-                    .await?
-                }
-                None => {
-                    poster::post(
-                        &system.url,
-                        schedule,
-                        OPEN_LOOP_CONNECTIONS,
-                        Naming::Unnamed,
-                        0,
-                    )
-                    .await?
-                }
-            };
+            let posted = poster::post_calling_back(
+                &system.url,
+                schedule,
+                OPEN_LOOP_CONNECTIONS,
+                Naming::Unnamed,
+                receiver.as_ref().map(|r| r.url.as_str()),
+            )
+            .await?;
             let accepted = posted.status("202");
             self.drain(&system, accepted).await?;
             let mut micros = terminal_times(&system).await?;

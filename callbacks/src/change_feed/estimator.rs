@@ -77,12 +77,15 @@ impl Estimator {
         Ok(estimates)
     }
 
-    /// Estimates every `interval` until `shutdown`: into the lag gauge (a
-    /// lease that is gone loses its series) and `report`.
+    /// Estimates every `interval` until `shutdown`: every live lease into
+    /// `report`, and the leases `instance` owns into the lag gauge (a lease
+    /// it no longer owns loses its series), so that the gauge summed over
+    /// a fleet counts each lease once. A lease between owners is counted by
+    /// none until one takes it (within the acquire interval).
     pub(super) async fn run_every(
         &self,
         interval: Duration,
-        processor: &str,
+        (processor, instance): (&str, &str),
         report: &Mutex<ProcessorReport>,
         shutdown: CancellationToken,
     ) {
@@ -91,22 +94,26 @@ impl Estimator {
             match self.estimate().await {
                 Ok(estimates) => {
                     let lag = &metrics::global().change_feed_lag;
+                    let owned: Vec<&LeaseEstimate> = estimates
+                        .iter()
+                        .filter(|e| e.owner.as_deref() == Some(instance))
+                        .collect();
                     for name in &known {
-                        if !estimates.iter().any(|e| e.lease == *name) {
+                        if !owned.iter().any(|e| e.lease == *name) {
                             lag.remove(&LeaseLabels {
                                 lease: name.clone(),
                                 processor: processor.to_owned(),
                             });
                         }
                     }
-                    for estimate in &estimates {
+                    for estimate in &owned {
                         lag.get_or_create(&LeaseLabels {
                             lease: estimate.lease.clone(),
                             processor: processor.to_owned(),
                         })
                         .set(i64::try_from(estimate.pending).unwrap_or(i64::MAX));
                     }
-                    known = estimates.iter().map(|e| e.lease.clone()).collect();
+                    known = owned.iter().map(|e| e.lease.clone()).collect();
                     let mut report = report.lock().unwrap_or_else(PoisonError::into_inner);
                     report.pending = estimates.iter().map(|e| e.pending).sum();
                     report.leases = estimates;
@@ -241,7 +248,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let running = estimator.run_every(
             Duration::from_millis(10),
-            PROCESSOR,
+            (PROCESSOR, "pod-0"),
             &report,
             shutdown.clone(),
         );
@@ -255,5 +262,49 @@ mod tests {
         };
         tokio::join!(running, watching);
         assert_eq!(report.lock().unwrap().leases[0].lease, "range.-FF");
+    }
+
+    /// The lag gauge of `lease` of `processor`, when it has a series.
+    fn lag(processor: &str, lease: &str) -> Option<i64> {
+        crate::metrics::global()
+            .change_feed_lag
+            .get(&crate::metrics::LeaseLabels {
+                lease: lease.to_owned(),
+                processor: processor.to_owned(),
+            })
+            .map(|gauge| gauge.get())
+    }
+
+    #[tokio::test]
+    async fn only_the_owner_of_a_lease_exports_its_lag() {
+        const OWNED_ELSEWHERE: &str = "estimator-test-owned-elsewhere";
+        let fixture = Fixture::open();
+        for id in ["a", "b"] {
+            fixture.write(id).await;
+        }
+        fixture.acquired("pod-0").await;
+        let estimator = estimator(&fixture, StartFrom::Beginning);
+        for (processor, instance, exported) in [
+            (OWNED_ELSEWHERE, "pod-1", None),
+            ("estimator-test-owned-here", "pod-0", Some(2)),
+        ] {
+            let report = Mutex::new(ProcessorReport::default());
+            let shutdown = CancellationToken::new();
+            let running = estimator.run_every(
+                Duration::from_millis(10),
+                (processor, instance),
+                &report,
+                shutdown.clone(),
+            );
+            let watching = async {
+                eventually("the report holds the lease", || async {
+                    (report.lock().unwrap().pending == 2).then_some(())
+                })
+                .await;
+                shutdown.cancel();
+            };
+            tokio::join!(running, watching);
+            assert_eq!(lag(processor, "range.-FF"), exported, "{instance}");
+        }
     }
 }

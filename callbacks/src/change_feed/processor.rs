@@ -129,7 +129,10 @@ impl Processor {
                     .estimator()
                     .run_every(
                         processor.settings.estimate_interval,
-                        &processor.settings.processor,
+                        (
+                            processor.settings.processor.as_str(),
+                            processor.settings.instance.as_str(),
+                        ),
                         &processor.report,
                         shutdown,
                     )

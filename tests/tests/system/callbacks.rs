@@ -58,6 +58,36 @@ fn callback_settings(dir: &Path, allow: &[&str]) -> Settings {
     settings
 }
 
+/// Waits (at most `within` in all) until `done` holds for every status
+/// behind `urls`; their documents, in order.
+async fn wait_for_each(
+    client: &Client,
+    urls: &[String],
+    within: Duration,
+    done: impl Fn(&StatusDocument) -> bool,
+) -> Vec<StatusDocument> {
+    let deadline = Instant::now() + within;
+    let mut documents = Vec::with_capacity(urls.len());
+    for url in urls {
+        loop {
+            let document: StatusDocument = client.status(url).await.json().await.unwrap();
+            if done(&document) {
+                documents.push(document);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {:?}, callback {:?}, after {within:?}",
+                document.id,
+                document.state,
+                document.callback
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    documents
+}
+
 /// Waits until `receiver` has acknowledged the callback announcing the
 /// state of every status behind `urls`, and none is retried any more: one
 /// delivered at its first attempt records nothing on its document, one
@@ -68,37 +98,20 @@ async fn wait_for_delivered(
     urls: &[String],
     within: Duration,
 ) -> Vec<StatusDocument> {
-    let deadline = Instant::now() + within;
-    let mut documents = Vec::with_capacity(urls.len());
-    for url in urls {
-        loop {
-            let document: StatusDocument = client.status(url).await.json().await.unwrap();
-            let announced = message(&document.id, &state_name(document.state));
-            let acknowledged = receiver
+    wait_for_each(client, urls, within, |document| {
+        let announced = message(&document.id, &state_name(document.state));
+        document.state.is_terminal()
+            && receiver
                 .received()
                 .iter()
-                .any(|r| r.acknowledged && r.message() == announced);
-            let recorded = document
+                .any(|r| r.acknowledged && r.message() == announced)
+            && document
                 .callback
                 .as_ref()
-                .filter(|c| c.announced == document.state);
-            if document.state.is_terminal()
-                && acknowledged
-                && recorded.is_none_or(|c| c.state == CallbackState::Delivered)
-            {
-                documents.push(document);
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: {:?}, callback acknowledged {acknowledged}, recorded {recorded:?}, after {within:?}",
-                document.id,
-                document.state,
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    documents
+                .filter(|c| c.announced == document.state)
+                .is_none_or(|c| c.state == CallbackState::Delivered)
+    })
+    .await
 }
 
 /// Waits until every status behind `urls` records a callback in `state`.
@@ -108,29 +121,13 @@ async fn wait_for_callbacks(
     state: CallbackState,
     within: Duration,
 ) -> Vec<StatusDocument> {
-    let deadline = Instant::now() + within;
-    let mut documents = Vec::with_capacity(urls.len());
-    for url in urls {
-        loop {
-            let document: StatusDocument = client.status(url).await.json().await.unwrap();
-            if document
-                .callback
-                .as_ref()
-                .is_some_and(|c| c.state == state && c.announced == document.state)
-            {
-                documents.push(document);
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: callback {:?}, not {state:?}, after {within:?}",
-                document.id,
-                document.callback
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    documents
+    wait_for_each(client, urls, within, |document| {
+        document
+            .callback
+            .as_ref()
+            .is_some_and(|c| c.state == state && c.announced == document.state)
+    })
+    .await
 }
 
 /// A state as a callback's type names it (`scheduled`).
