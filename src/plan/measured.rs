@@ -52,11 +52,12 @@ impl SourcedRu {
     /// `BENCHMARKS.json`), when it has one.
     pub fn from_json(json: &Value) -> Option<Self> {
         let run = &json["cosmos_cost"];
-        let deliveries = run["on_cosmos"]["statuses"]["202"].as_f64()?;
+        let mix = &run["with_callbacks"];
+        let deliveries = mix["posted"]["statuses"]["202"].as_f64()?;
         if deliveries <= 0.0 {
             return None;
         }
-        let units = run["units"].as_array()?;
+        let units = mix["units"].as_array()?;
         let per_delivery = |kinds: &[&str]| {
             units
                 .iter()

@@ -433,13 +433,15 @@ fn a_fleet_gateways_cpu_while_posting_is_preferred_to_the_whole_runs() {
 
 #[test]
 fn measured_request_units_replace_the_modelled_status_writes_and_size_the_other_containers() {
-    let json = json!({"cosmos_cost": {"rate": 300, "on_cosmos": {"statuses": {"202": 1000}},
+    let json = json!({"cosmos_cost": {"rate": 300, "with_callbacks": {"posted": {"statuses": {"202": 1000}},
         "units": [{"work": "status_writes", "units": 40_000.0}, {"work": "reservations", "units": 8_000.0},
                   {"work": "listing", "units": 30.0}, {"work": "leases", "units": 1_500.0},
-                  {"work": "throughput_control", "units": 500.0}, {"work": "change_feed", "units": 100.0}]}});
+                  {"work": "throughput_control", "units": 500.0}, {"work": "change_feed", "units": 100.0}]}}});
     let ru = SourcedRu::from_json(&json).unwrap().value;
     assert_eq!((ru.status_writes, ru.reservations), (40.0, 8.0));
-    assert!(SourcedRu::from_json(&json!({"cosmos_cost": {"units": []}})).is_none());
+    assert!(
+        SourcedRu::from_json(&json!({"cosmos_cost": {"with_callbacks": {"units": []}}})).is_none()
+    );
     let target = Target::new(10_000.0, 100_000.0);
     let modelled = plan(&target, &costs(), &Limits::event_hubs())
         .unwrap()

@@ -40,32 +40,27 @@ pub(crate) struct CosmosCost {
     /// Deliveries due a second, and for how long.
     pub(crate) rate: u32,
     pub(crate) seconds: f64,
-    pub(crate) on_cosmos: Posted,
+    /// Every request named, each asking for a callback; and none asking.
+    pub(crate) with_callbacks: Mix,
+    pub(crate) without_callbacks: Mix,
+    /// The mix with callbacks on the embedded store, and Skyport's CPU a workflow there.
     pub(crate) on_embedded: Posted,
-    /// Request units by what they were for, over the whole run.
-    pub(crate) units: Vec<Spent>,
-    /// The writes of status documents (the status writes' reads apart),
-    /// and the mean charge of one.
-    pub(crate) status_writes: u64,
-    pub(crate) one_write_ru: f64,
-    /// Skyport's CPU a workflow on Cosmos DB and on the embedded store,
-    /// and the emulator's beside it.
-    pub(crate) cosmos_cpu_us: f64,
     pub(crate) embedded_cpu_us: f64,
-    pub(crate) emulator_cpu_us: f64,
+    /// Deliveries Failed, over the three runs.
     pub(crate) failed: u64,
-    /// The same, named, with no callback URL (absent from runs before it).
-    #[serde(default)]
-    pub(crate) without_callbacks: Option<Mix>,
 }
 
 /// One mix posted to Cosmos DB.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Mix {
     pub(crate) posted: Posted,
+    /// Request units by what they were for, over the whole run.
     pub(crate) units: Vec<Spent>,
+    /// The writes of status documents (the status writes' reads apart),
+    /// and the mean charge of one.
     pub(crate) status_writes: u64,
     pub(crate) one_write_ru: f64,
+    /// Skyport's CPU a workflow, and the emulator's beside it.
     pub(crate) cpu_us: f64,
     pub(crate) emulator_cpu_us: f64,
     pub(crate) failed: u64,
@@ -76,10 +71,27 @@ impl Mix {
         self.posted.status("202").max(1) as f64
     }
 
-    /// Request units a delivery, all kinds, and against one write.
-    fn per_delivery(&self) -> (f64, f64) {
+    /// The request units a delivery of this mix (`what`) against at most
+    /// `limit` × one write of its status document.
+    fn units_verdict(&self, what: &str, limit: f64, target: &'static str) -> Verdict {
         let per = self.units.iter().map(|s| s.units).sum::<f64>() / self.deliveries();
-        (per, per / self.one_write_ru.max(f64::MIN_POSITIVE))
+        let ratio = per / self.one_write_ru.max(f64::MIN_POSITIVE);
+        Verdict {
+            what: format!("cosmos cost: request units a delivery, {what}, by what they were for"),
+            measured: format!(
+                "{} of {} → 202; {per:.1} RU, {ratio:.2} × one write of a status document ({:.2} RU, \
+                 {:.2} such writes a delivery): {}; Skyport's CPU {:.0} µs a workflow, the emulator's {:.0} µs",
+                self.posted.status("202"),
+                self.posted.requests,
+                self.one_write_ru,
+                self.status_writes as f64 / self.deliveries(),
+                per_delivery(&self.units, self.deliveries()),
+                self.cpu_us,
+                self.emulator_cpu_us
+            ),
+            target,
+            met: Some(ratio <= limit),
+        }
     }
 }
 
@@ -170,17 +182,6 @@ pub(crate) fn cosmos_keys(endpoint: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-impl CosmosCost {
-    fn deliveries(&self) -> u64 {
-        self.on_cosmos.status("202").max(1)
-    }
-
-    /// Request units a delivery, all kinds.
-    pub(crate) fn per_delivery(&self) -> f64 {
-        self.units.iter().map(|s| s.units).sum::<f64>() / self.deliveries() as f64
-    }
-}
-
 impl Bench {
     pub(crate) async fn cosmos_cost(&self) -> anyhow::Result<CosmosCost> {
         let plan = &self.plan;
@@ -203,16 +204,11 @@ impl Bench {
         Ok(CosmosCost {
             rate: plan.cost_rate,
             seconds: plan.cost_duration.as_secs_f64(),
-            units: with.units,
-            status_writes: with.status_writes,
-            one_write_ru: with.one_write_ru,
-            cosmos_cpu_us: with.cpu_us,
-            embedded_cpu_us,
-            emulator_cpu_us: with.emulator_cpu_us,
             failed: with.failed + without.failed + embedded_failed,
-            on_cosmos: with.posted,
+            with_callbacks: with,
+            without_callbacks: without,
             on_embedded,
-            without_callbacks: Some(without),
+            embedded_cpu_us,
         })
     }
 
@@ -332,8 +328,7 @@ async fn settle(units: &RequestUnits) -> anyhow::Result<()> {
 
 impl CosmosCost {
     pub(crate) fn verdicts(&self) -> Vec<Verdict> {
-        let per = self.per_delivery();
-        let deliveries = self.deliveries() as f64;
+        let with = &self.with_callbacks;
         vec![
             Verdict {
                 what: format!(
@@ -343,76 +338,40 @@ impl CosmosCost {
                 ),
                 measured: format!(
                     "{} of {} → 202; {}; not 202: {}; {} Failed",
-                    self.on_cosmos.status("202"),
-                    self.on_cosmos.requests,
-                    latency(self.on_cosmos.latency.as_ref()),
-                    describe(&self.on_cosmos.other_than("202")),
+                    with.posted.status("202"),
+                    with.posted.requests,
+                    latency(with.posted.latency.as_ref()),
+                    describe(&with.posted.other_than("202")),
                     self.failed
                 ),
                 target: "(the mix issue 51 measures)",
                 met: None,
             },
-            Verdict {
-                what: "cosmos cost: request units a delivery, by what they were for".into(),
-                measured: format!(
-                    "{per:.1} RU, {:.2} × one write of a status document ({:.2} RU, {:.2} such writes a delivery): {}",
-                    per / self.one_write_ru.max(f64::MIN_POSITIVE),
-                    self.one_write_ru,
-                    self.status_writes as f64 / deliveries,
-                    per_delivery(&self.units, deliveries)
-                ),
-                target: "≤ 2 × one write of a status document (issue 51)",
-                met: Some(per <= 2.0 * self.one_write_ru),
-            },
-            self.without_verdict(),
+            with.units_verdict(
+                "a callback each",
+                2.0,
+                "≤ 2 × one write of a status document (issue 51)",
+            ),
+            self.without_callbacks.units_verdict(
+                "no callback URL",
+                1.25,
+                "≤ 1.25 × one write of a status document (issue 51)",
+            ),
             Verdict {
                 what: "cosmos cost: Skyport's CPU a workflow, Cosmos DB against the embedded store at the same rate".into(),
                 measured: format!(
                     "{:.0} against {:.0} µs: {:.2} × (the emulator's own {:.0} µs apart); the embedded run {} of {} → 202",
-                    self.cosmos_cpu_us,
+                    with.cpu_us,
                     self.embedded_cpu_us,
-                    self.cosmos_cpu_us / self.embedded_cpu_us.max(f64::MIN_POSITIVE),
-                    self.emulator_cpu_us,
+                    with.cpu_us / self.embedded_cpu_us.max(f64::MIN_POSITIVE),
+                    with.emulator_cpu_us,
                     self.on_embedded.status("202"),
                     self.on_embedded.requests
                 ),
                 target: "≤ 1.5 × (issue 51)",
-                met: Some(self.cosmos_cpu_us <= 1.5 * self.embedded_cpu_us),
+                met: Some(with.cpu_us <= 1.5 * self.embedded_cpu_us),
             },
         ]
-    }
-
-    /// The mix with no callback URL against its target.
-    fn without_verdict(&self) -> Verdict {
-        let what = "cosmos cost: request units a delivery with no callback URL, named".into();
-        let target = "≤ 1.25 × one write of a status document (issue 51)";
-        match &self.without_callbacks {
-            Some(mix) => {
-                let (per, ratio) = mix.per_delivery();
-                Verdict {
-                    what,
-                    measured: format!(
-                        "{} of {} → 202; {per:.1} RU, {ratio:.2} × one write ({:.2} RU, {:.2} such writes a delivery): {}; \
-                         Skyport's CPU {:.0} µs a workflow, the emulator's {:.0} µs",
-                        mix.posted.status("202"),
-                        mix.posted.requests,
-                        mix.one_write_ru,
-                        mix.status_writes as f64 / mix.deliveries(),
-                        per_delivery(&mix.units, mix.deliveries()),
-                        mix.cpu_us,
-                        mix.emulator_cpu_us
-                    ),
-                    target,
-                    met: Some(ratio <= 1.25),
-                }
-            }
-            None => Verdict {
-                what,
-                measured: "not measured in this run".into(),
-                target,
-                met: None,
-            },
-        }
     }
 
     /// What fails the run: a delivery Failed; in a smoke run, nothing accepted.
@@ -421,14 +380,14 @@ impl CosmosCost {
         if self.failed > 0 {
             failures.push(format!("cosmos cost: {} deliveries Failed", self.failed));
         }
-        let quiet = self
-            .without_callbacks
-            .as_ref()
-            .map_or(0, |mix| mix.posted.status("202"));
         if !full
-            && (self.on_cosmos.status("202") == 0
-                || self.on_embedded.status("202") == 0
-                || quiet == 0)
+            && [
+                &self.with_callbacks.posted,
+                &self.without_callbacks.posted,
+                &self.on_embedded,
+            ]
+            .iter()
+            .any(|posted| posted.status("202") == 0)
         {
             failures.push("cosmos cost: nothing accepted".into());
         }
