@@ -129,6 +129,7 @@ fn check_metrics(families: &Families) {
         "skyport_consumer_lag_events",
         "skyport_events_in_flight",
         "skyport_checkpoint_age_seconds",
+        "skyport_consumer_oldest_event_age_seconds",
         "skyport_step_call_duration_seconds",
         "skyport_breaker_state",
         "skyport_workflow_events",

@@ -7,6 +7,7 @@
 //! every outcome) start at 0.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -19,6 +20,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use skyport_core::status::Step;
 use skyport_runtime::metrics::{self, Histograms, latency};
+use time::OffsetDateTime;
 
 /// The worker's series, registered once per process.
 pub fn global() -> &'static WorkerMetrics {
@@ -249,6 +251,7 @@ impl WorkerMetrics {
         let read = partitions.entry(labels.partition).or_insert(Read {
             lane: labels.lane,
             at: Instant::now(),
+            oldest_accepted_ms: Arc::new(AtomicI64::new(NONE_IN_FLIGHT)),
             loops: 0,
         });
         read.loops += 1;
@@ -256,6 +259,7 @@ impl WorkerMetrics {
         PartitionSeries {
             metrics: self,
             labels: labels.clone(),
+            oldest_accepted_ms: Arc::clone(&read.oldest_accepted_ms),
         }
     }
 
@@ -280,7 +284,26 @@ impl WorkerMetrics {
 pub struct PartitionSeries<'a> {
     metrics: &'a WorkerMetrics,
     labels: PartitionLabels,
+    /// The partition's [`Read::oldest_accepted_ms`].
+    oldest_accepted_ms: Arc<AtomicI64>,
 }
+
+impl PartitionSeries<'_> {
+    /// When the gateway accepted the oldest event of the partition read
+    /// and not completed (Unix milliseconds), or `None` when there is none.
+    pub fn oldest_accepted(&self, unix_ms: Option<i64>) {
+        self.oldest_accepted_ms
+            .store(unix_ms.unwrap_or(NONE_IN_FLIGHT), Ordering::Relaxed);
+    }
+}
+
+/// `at` in Unix milliseconds, as [`PartitionSeries::oldest_accepted`] takes it.
+pub fn unix_ms(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// [`Read::oldest_accepted_ms`] when no event is in flight.
+const NONE_IN_FLIGHT: i64 = i64::MIN;
 
 impl Drop for PartitionSeries<'_> {
     /// The partition's last loop here ended: its series go.
@@ -299,16 +322,32 @@ impl Drop for PartitionSeries<'_> {
 }
 
 /// A partition read here: its lane, when it last checkpointed (or began),
-/// and how many of its loops run here.
+/// when the oldest event it holds was accepted, and how many of its loops
+/// run here.
 #[derive(Debug)]
 struct Read {
     lane: &'static str,
     at: Instant,
+    /// Unix milliseconds, or [`NONE_IN_FLIGHT`]; set by the partition's
+    /// loop as events come and go, read at scrape time.
+    oldest_accepted_ms: Arc<AtomicI64>,
     loops: usize,
 }
 
-/// When each partition read here last checkpointed; its age is taken at scrape time, so a
-/// partition whose checkpoints have stopped shows a growing age.
+impl Read {
+    /// The age of the oldest event read and not completed, at `now_ms`
+    /// (Unix milliseconds): 0 when there is none.
+    fn oldest_event_age(&self, now_ms: i64) -> f64 {
+        match self.oldest_accepted_ms.load(Ordering::Relaxed) {
+            NONE_IN_FLIGHT => 0.0,
+            accepted => (now_ms.saturating_sub(accepted).max(0) as f64) / 1_000.0,
+        }
+    }
+}
+
+/// When each partition read here last checkpointed, and when its oldest event in flight was
+/// accepted; both ages are taken at scrape time, so a partition whose checkpoints have stopped,
+/// or whose oldest event is stuck, shows a growing age.
 #[derive(Debug, Default)]
 struct CheckpointAges(Mutex<BTreeMap<u32, Read>>);
 
@@ -320,7 +359,8 @@ impl CheckpointAges {
 
 impl Collector for CheckpointAges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let ages: Vec<(PartitionLabels, f64)> = self
+        let now_ms = unix_ms(OffsetDateTime::now_utc());
+        let ages: Vec<(PartitionLabels, f64, f64)> = self
             .lock()
             .iter()
             .map(|(partition, read)| {
@@ -328,7 +368,11 @@ impl Collector for CheckpointAges {
                     lane: read.lane,
                     partition: *partition,
                 };
-                (labels, read.at.elapsed().as_secs_f64())
+                (
+                    labels,
+                    read.at.elapsed().as_secs_f64(),
+                    read.oldest_event_age(now_ms),
+                )
             })
             .collect();
         let mut metric = encoder.encode_descriptor(
@@ -337,8 +381,17 @@ impl Collector for CheckpointAges {
             None,
             MetricType::Gauge,
         )?;
-        for (labels, age) in ages {
-            ConstGauge::new(age).encode(metric.encode_family(&labels)?)?;
+        for (labels, age, _) in &ages {
+            ConstGauge::new(*age).encode(metric.encode_family(labels)?)?;
+        }
+        let mut metric = encoder.encode_descriptor(
+            "consumer_oldest_event_age_seconds",
+            "Age, from its acceptance at the gateway, of the oldest event of a partition read and not yet completed (0 when none)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, _, age) in &ages {
+            ConstGauge::new(*age).encode(metric.encode_family(labels)?)?;
         }
         Ok(())
     }
@@ -386,6 +439,39 @@ mod tests {
         );
         drop(read);
         assert!(!exposition.render().contains("partition=\"3\""));
+    }
+
+    /// The value of the one sample of `series` in `text`.
+    fn sample(text: &str, series: &str) -> f64 {
+        let line = text
+            .lines()
+            .find(|line| line.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series} in {text}"));
+        line[series.len()..]
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+    }
+
+    #[test]
+    fn the_oldest_events_age_runs_from_its_acceptance_until_none_is_in_flight() {
+        let exposition = metrics::Metrics::new();
+        let worker = WorkerMetrics::registered_in(&exposition);
+        let read = worker.partition_read(&PartitionLabels {
+            lane: "expedited",
+            partition: 5,
+        });
+        let series =
+            "skyport_consumer_oldest_event_age_seconds{lane=\"expedited\",partition=\"5\"}";
+        assert_eq!(sample(&exposition.render(), series), 0.0);
+        let now_ms = unix_ms(OffsetDateTime::now_utc());
+        read.oldest_accepted(Some(now_ms - 90_000));
+        let age = sample(&exposition.render(), series);
+        assert!((90.0..100.0).contains(&age), "{age}");
+        read.oldest_accepted(Some(now_ms + 60_000));
+        assert_eq!(sample(&exposition.render(), series), 0.0, "a clock ahead");
+        read.oldest_accepted(None);
+        assert_eq!(sample(&exposition.render(), series), 0.0);
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub async fn run(
         lane: lane.as_str(),
         partition: id,
     };
-    let _series = metrics.partition_read(&labels);
+    let series = metrics.partition_read(&labels);
     let backlog = context.intake.track();
     let in_flight = metrics.events_in_flight.get_or_create(&labels).clone();
     // A stream that cannot tell what is unread shows no lag rather than a wrong one.
@@ -91,6 +91,7 @@ pub async fn run(
     loop {
         let pending = partition.tracker.in_flight();
         backlog.report(pending, partition.tracker.oldest_in_flight());
+        series.oldest_accepted(partition.tracker.oldest_accepted_ms());
         in_flight.set(i64::try_from(pending).unwrap_or(i64::MAX));
         if let (Some(lag), Some(unread)) = (&lag, partition.reader.unread()) {
             let events = unread.saturating_add(pending as u64);
@@ -186,6 +187,9 @@ impl Partition {
     ) {
         // In the partition's order, before any of the events read runs.
         let admitted = self.context.workflow.admit(&event, self.lane);
+        if let Some(accepted) = admitted.accepted_ms() {
+            self.tracker.accepted(event.offset, accepted);
+        }
         let waiting = Waiting {
             event,
             admitted,

@@ -25,10 +25,19 @@ pub enum Begin {
     Skip,
 }
 
+/// An event begun and not yet completed.
+#[derive(Debug, Clone, Copy)]
+struct Began {
+    /// When it first began.
+    at: Instant,
+    /// When the gateway accepted it (Unix milliseconds), once it is decoded.
+    accepted_ms: Option<i64>,
+}
+
 #[derive(Debug, Default)]
 pub struct Tracker {
-    /// Begun, not yet completed, with when they first began.
-    in_flight: BTreeMap<u64, Instant>,
+    /// Begun, not yet completed.
+    in_flight: BTreeMap<u64, Began>,
     highest_begun: Option<u64>,
     /// The last checkpoint made durable.
     committed: Option<u64>,
@@ -49,9 +58,19 @@ impl Tracker {
         } else {
             self.highest_begun = Some(offset);
         }
-        self.in_flight.entry(offset).or_insert(now);
+        self.in_flight.entry(offset).or_insert(Began {
+            at: now,
+            accepted_ms: None,
+        });
         Begin::Run {
             panics: self.panics.get(&offset).copied().unwrap_or(0),
+        }
+    }
+
+    /// Records when the gateway accepted `offset`, begun and decoded.
+    pub fn accepted(&mut self, offset: u64, unix_ms: i64) {
+        if let Some(began) = self.in_flight.get_mut(&offset) {
+            began.accepted_ms = Some(unix_ms);
         }
     }
 
@@ -105,7 +124,17 @@ impl Tracker {
 
     /// When the oldest event still in flight began (events begin in offset order).
     pub fn oldest_in_flight(&self) -> Option<Instant> {
-        self.in_flight.first_key_value().map(|(_, began)| *began)
+        self.in_flight.first_key_value().map(|(_, began)| began.at)
+    }
+
+    /// When the gateway accepted the oldest event in flight (Unix
+    /// milliseconds): the first in offset order, as a partition holds
+    /// them in the order they were accepted. `None` when none is in
+    /// flight, or the oldest is not decoded yet or carries no time.
+    pub fn oldest_accepted_ms(&self) -> Option<i64> {
+        self.in_flight
+            .first_key_value()
+            .and_then(|(_, began)| began.accepted_ms)
     }
 }
 
@@ -132,6 +161,27 @@ mod tests {
         tracker.complete(3);
         tracker.complete(4);
         assert_eq!(tracker.safe_offset(), Some(7));
+    }
+
+    #[test]
+    fn the_oldest_accepted_is_the_first_in_flight_once_decoded() {
+        let mut tracker = begun(4..=6);
+        assert_eq!(tracker.oldest_accepted_ms(), None, "nothing decoded yet");
+        tracker.accepted(5, 2_000);
+        tracker.accepted(6, 3_000);
+        assert_eq!(tracker.oldest_accepted_ms(), None, "4 is not decoded yet");
+        tracker.accepted(4, 1_000);
+        tracker.accepted(9, 500);
+        assert_eq!(
+            tracker.oldest_accepted_ms(),
+            Some(1_000),
+            "9 was never begun"
+        );
+        tracker.complete(4);
+        assert_eq!(tracker.oldest_accepted_ms(), Some(2_000));
+        tracker.complete(5);
+        tracker.complete(6);
+        assert_eq!(tracker.oldest_accepted_ms(), None);
     }
 
     #[test]

@@ -85,6 +85,19 @@ impl Admitted {
         }
     }
 
+    /// When the gateway accepted the event (a delivery request, a
+    /// reschedule or a cancellation), in Unix milliseconds; `None` for one
+    /// that does not decode.
+    pub fn accepted_ms(&self) -> Option<i64> {
+        let at = match &self.event {
+            Ok(Event::DeliveryRequested(request)) => request.accepted_at,
+            Ok(Event::DeliveryRescheduled(reschedule)) => reschedule.requested_at,
+            Ok(Event::CancellationRequested(cancel)) => cancel.requested_at,
+            Err(_) => return None,
+        };
+        Some(crate::metrics::unix_ms(at))
+    }
+
     /// An event that does not decode, read from the normal lane.
     #[cfg(test)]
     pub(crate) fn unreadable(event: &StreamEvent) -> Self {
