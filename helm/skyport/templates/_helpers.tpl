@@ -376,7 +376,7 @@ metadata:
     {{- if and $secretEntries (not $root.Values.existingSecret) }}
     checksum/secret: {{ include "skyport.secretData" $role | sha256sum }}
     {{- end }}
-    {{- if $root.Values.metrics.podAnnotations }}
+    {{- if and $root.Values.metrics.podAnnotations (eq $root.Values.metrics.monitor.kind "none") }}
     prometheus.io/scrape: "true"
     prometheus.io/port: "9090"
     prometheus.io/path: /metrics

@@ -3,6 +3,7 @@
 //! in-process on 127.0.0.1 port 0 over a temporary directory, or a tool
 //! against it, and stops what it started.
 
+mod alerts;
 mod auth;
 mod bad_input;
 mod browser;
@@ -31,6 +32,7 @@ mod listing;
 mod load_shedding;
 mod long_running;
 mod markdown_links;
+mod monitors;
 mod native_libraries;
 mod openapi_clients;
 mod plan;
