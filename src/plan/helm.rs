@@ -6,9 +6,11 @@ use std::fmt::{Display, Write as _};
 use serde_json::Value;
 
 use super::format::thousands;
-use super::limits::{GATEWAY_UTILIZATION, WINDOW_MARGIN};
+use super::limits::{GATEWAY_UTILIZATION, WINDOW_MARGIN, WORKER_HEADROOM};
 use super::model::{StreamKind, Target};
-use super::sizing::{CosmosPlan, Deployment, GatewayPlan, Namespace, StreamPlan, Tier, WorkerPlan};
+use super::sizing::{
+    CosmosPlan, Deployment, GatewayPlan, Namespace, StreamPlan, Tier, WorkerPlan, whole,
+};
 
 /// YAML written by hand: nested maps, scalars and flow lists.
 struct Yaml {
@@ -90,8 +92,23 @@ pub fn helm_values(target: &Target, deployment: &Deployment, command: &str) -> S
     header(&mut y, target, stream, namespace, cosmos, command);
     config(&mut y, target, stream, workers, cosmos);
     gateway(&mut y, target, gateways);
-    worker(&mut y, target, workers);
+    worker(&mut y, target, stream, workers);
+    alerts(&mut y, target);
     y.out
+}
+
+/// The workflows per second one worker completes: the plan's capacity
+/// shared among its replicas, whole. KEDA's demand trigger divides the
+/// demand by it.
+pub(super) fn workflows_per_worker(workers: &WorkerPlan) -> u32 {
+    whole((workers.capacity.workflows_per_s / f64::from(workers.replicas)).floor()).max(1)
+}
+
+/// The fewest workers for the sustained rate with the plan's headroom:
+/// KEDA's floor, from which it scales for a spike's backlog.
+fn sustained_replicas(target: &Target, workers: &WorkerPlan) -> u32 {
+    whole(target.sustained_per_s * WORKER_HEADROOM / f64::from(workflows_per_worker(workers)))
+        .clamp(1, workers.replicas)
 }
 
 /// The values' opening comments: the command that wrote them, the target,
@@ -221,8 +238,8 @@ fn gateway(y: &mut Yaml, target: &Target, gateways: &GatewayPlan) {
     y.close();
 }
 
-/// `worker`: the replicas and the pods' resources.
-fn worker(y: &mut Yaml, target: &Target, workers: &WorkerPlan) {
+/// `worker`: the replicas, KEDA's numbers and the pods' resources.
+fn worker(y: &mut Yaml, target: &Target, stream: &StreamPlan, workers: &WorkerPlan) {
     y.open("worker");
     y.comment(&format!(
         "{}/s in all, bound by {}.",
@@ -233,7 +250,31 @@ fn worker(y: &mut Yaml, target: &Target, workers: &WorkerPlan) {
     y.open("autoscaling");
     y.plain("enabled", false);
     y.close();
+    y.open("keda");
+    y.comment("With KEDA installed: keda.enabled true, prometheus.serverAddress set (docs/operations.md).");
+    y.comment(&format!(
+        "The sustained rate × {WORKER_HEADROOM} at {} a worker; at most a worker a partition.",
+        workflows_per_worker(workers)
+    ));
+    y.plain("minReplicas", sustained_replicas(target, workers));
+    y.plain("maxReplicas", stream.partitions);
+    y.plain("partitions", stream.partitions);
+    y.plain("workflowsPerWorker", workflows_per_worker(workers));
+    y.plain("drainSeconds", drain_seconds(target));
+    y.close();
     resources(y, target.cores_per_worker, workers.memory_mib);
+    y.close();
+}
+
+/// The drain goal, in whole seconds.
+fn drain_seconds(target: &Target) -> u32 {
+    whole(target.drain_minutes * 60.0)
+}
+
+/// `alerts`: a backlog older than the drain goal pages.
+fn alerts(y: &mut Yaml, target: &Target) {
+    y.open("alerts");
+    y.plain("backlogAgeSeconds", drain_seconds(target));
     y.close();
 }
 

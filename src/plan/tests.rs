@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 use skyport_runtime::config::EXIT_CONFIG;
 
-use super::helm::cpu_quantity;
+use super::helm::{cpu_quantity, workflows_per_worker};
 use super::sizing::memory_request;
 use super::*;
 
@@ -585,6 +585,28 @@ fn the_helm_values_carry_the_plan_in_the_charts_keys() {
     let values = helm_values(&kafka, &deployment, "skyport plan …");
     assert!(values.contains("  kafka:\n"), "{values}");
     assert!(values.contains("    topics: [\"deliveries-0\""), "{values}");
+}
+
+#[test]
+fn kedas_threshold_is_the_plans_workflows_per_worker() {
+    let target = Target::new(10_000.0, 100_000.0);
+    let deployment = plan(&target, &costs(), &Limits::event_hubs()).unwrap();
+    let workers = &deployment.workers;
+    let per_worker = (workers.capacity.workflows_per_s / f64::from(workers.replicas)).floor();
+    assert_eq!(f64::from(workflows_per_worker(workers)), per_worker);
+    // 10,000/s × 1.25 at that rate a worker, rounded up: KEDA's floor.
+    let floor = (12_500.0 / per_worker).ceil();
+    let values = helm_values(&target, &deployment, "skyport plan …");
+    let keda = format!(
+        "  keda:\n    # With KEDA installed: keda.enabled true, prometheus.serverAddress set (docs/operations.md).\n    # The sustained rate × 1.25 at {per_worker} a worker; at most a worker a partition.\n    minReplicas: {floor}\n    maxReplicas: {partitions}\n    partitions: {partitions}\n    workflowsPerWorker: {per_worker}\n    drainSeconds: 600\n",
+        partitions = deployment.stream.partitions
+    );
+    assert!(values.contains(&keda), "no {keda:?} in\n{values}");
+    assert!(
+        values.ends_with("alerts:\n  backlogAgeSeconds: 600\n"),
+        "{values}"
+    );
+    assert!(floor >= 1.0 && floor <= f64::from(workers.replicas));
 }
 
 #[test]

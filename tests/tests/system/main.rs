@@ -27,6 +27,7 @@ mod images;
 mod kafka;
 #[cfg(feature = "live")]
 mod kafka_live;
+mod keda;
 mod lanes;
 mod listing;
 mod load_shedding;
@@ -41,6 +42,7 @@ mod redrive;
 mod reschedule;
 mod retention;
 mod rolling_upgrade;
+mod scraped;
 mod slow_clients;
 mod stream_contract;
 mod structure;

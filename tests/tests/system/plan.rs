@@ -3,7 +3,9 @@
 //! renders them (`helm template`, `kubernetes-validate --strict`), the
 //! workloads and the autoscaler carry the plan's replicas, and the rendered
 //! `skyport.toml` loads in the binaries' own loader with the plan's hubs,
-//! windows and throughput groups.
+//! windows and throughput groups. With KEDA and the alerts turned on, the
+//! `ScaledObject`'s demand threshold is the plan's workflows per worker and
+//! the backlog alert fires past the plan's drain goal.
 
 #![allow(clippy::unwrap_used)]
 
@@ -84,4 +86,41 @@ async fn the_plans_helm_values_render_over_the_azure_example_and_load() {
     assert_eq!(clients.target_fraction, Some(0.10));
     assert_eq!(clients.target_ru_per_s, None);
     assert_eq!(clients.effective_priority(), Priority::High);
+
+    let kit = render(
+        &[&base, &values],
+        &[
+            "worker.keda.enabled=true",
+            "worker.keda.prometheus.serverAddress=http://prometheus-operated.monitoring:9090",
+            "alerts.prometheusRule.enabled=true",
+        ],
+        work.path(),
+    )
+    .await;
+    let workers = &deployment.workers;
+    let per_worker = (workers.capacity.workflows_per_s / f64::from(workers.replicas)).floor();
+    let scaled = kit.get("ScaledObject", "skyport-worker");
+    let demand = scaled["spec"]["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|trigger| trigger["name"] == "demand")
+        .unwrap();
+    assert_eq!(demand["metadata"]["threshold"], per_worker.to_string());
+    assert_eq!(
+        scaled["spec"]["maxReplicaCount"],
+        deployment.stream.partitions
+    );
+    let rules = kit.get("PrometheusRule", "skyport");
+    let backlog = rules["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|group| group["rules"].as_array().unwrap())
+        .find(|rule| rule["alert"] == "SkyportBacklogOld")
+        .unwrap();
+    assert!(
+        backlog["expr"].as_str().unwrap().ends_with("> 600"),
+        "{backlog}"
+    );
 }
