@@ -45,6 +45,22 @@ pub fn azure_values() -> PathBuf {
     chart().join("ci/azure-values.yaml")
 }
 
+/// The API key the all-in-one's values are given (`secrets.apiKeys.portal`).
+pub const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
+
+/// The chart's own values and the one they cannot do without: a credential
+/// ([`PORTAL_KEY`]), as an overlay written in `dir`. Rendered alone, the
+/// all-in-one.
+pub fn default_values(dir: &Path) -> Vec<PathBuf> {
+    let overlay = dir.join("api-key-values.yaml");
+    std::fs::write(
+        &overlay,
+        format!("secrets:\n  apiKeys:\n    portal: {PORTAL_KEY}\n"),
+    )
+    .unwrap();
+    vec![overlay]
+}
+
 /// `ci/kafka-values.yaml`: gateway and worker on Event Hubs' Kafka endpoint.
 pub fn kafka_values() -> PathBuf {
     chart().join("ci/kafka-values.yaml")

@@ -42,7 +42,6 @@ static KAFKA: OnceCell<SharedRendering> = OnceCell::const_new();
 const RECEIPT_KEY: &str = "receipt-key-from-values-0123456789abcdef";
 /// The receipt key a rotation keeps verifying with, after [`RECEIPT_KEY`].
 const OLD_RECEIPT_KEY: &str = "old-receipt-key-from-values-0123456789abcdef";
-const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
 const TRACKER_KEY: &str = "tracker-key-from-values-0123456789abcdef";
 const COSMOS_KEY: &str = "Y29zbW9zLWtleS1mcm9tLXZhbHVlcw==";
 const JWT_SECRET: &str = "jwt-secret-from-values-0123456789abcdef";
@@ -62,17 +61,6 @@ const JWT_SECRET_VAR: &str = "SKYPORT__GATEWAY__AUTH__JWT__HS256_SECRET";
 const CALLBACK_SECRETS_VAR: &str = "SKYPORT__CALLBACKS__SECRETS";
 const PORTAL_VAR: &str = "SKYPORT__GATEWAY__AUTH__API_KEYS__PORTAL__KEY";
 const TRACKER_VAR: &str = "SKYPORT__GATEWAY__AUTH__API_KEYS__TRACKER__KEY";
-
-/// The chart's own values and the one they cannot do without: a credential (an API key).
-fn default_values(dir: &Path) -> Vec<PathBuf> {
-    let overlay = dir.join("api-key-values.yaml");
-    std::fs::write(
-        &overlay,
-        format!("secrets:\n  apiKeys:\n    portal: {PORTAL_KEY}\n"),
-    )
-    .unwrap();
-    vec![overlay]
-}
 
 /// `ci/azure-values.yaml`: gateway and worker on Azure.
 fn azure(_: &Path) -> Vec<PathBuf> {

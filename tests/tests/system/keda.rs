@@ -183,15 +183,8 @@ async fn keda_refuses_what_cannot_work_naming_the_values() {
             "{extra:?}: {expected} in {printed}"
         );
     }
-    let printed = render_fails(
-        &[],
-        &[
-            "secrets.apiKeys.portal=portal-key-from-values-0123456789abcdef",
-            "worker.keda.enabled=true",
-        ],
-        dir,
-    )
-    .await;
+    let api_key = format!("secrets.apiKeys.portal={PORTAL_KEY}");
+    let printed = render_fails(&[], &[&api_key, "worker.keda.enabled=true"], dir).await;
     assert!(
         printed.contains("profile embedded runs one all-in-one pod"),
         "{printed}"

@@ -22,7 +22,6 @@ use skyport_tests::helm::*;
 use skyport_tests::workspace;
 
 /// A credential, which every install needs.
-const PORTAL_KEY: &str = "portal-key-from-values-0123456789abcdef";
 /// The label kube-prometheus-stack's Prometheus selects monitors by.
 const RELEASE_LABEL: &str = "kube-prometheus-stack";
 const MONITOR_KINDS: [&str; 2] = ["PodMonitor", "ServiceMonitor"];
@@ -33,17 +32,6 @@ const AZURE_LIMITS: [(&str, u64); 3] = [
     ("labelNameLengthLimit", 511),
     ("labelValueLengthLimit", 1023),
 ];
-
-/// The chart's default values with an API key: the all-in-one.
-fn all_in_one(dir: &Path) -> Vec<PathBuf> {
-    let overlay = dir.join("api-key-values.yaml");
-    std::fs::write(
-        &overlay,
-        format!("secrets:\n  apiKeys:\n    portal: {PORTAL_KEY}\n"),
-    )
-    .unwrap();
-    vec![overlay]
-}
 
 /// The objects no bundled Kubernetes schema covers: those of a group outside Kubernetes' own.
 fn custom_objects(rendering: &Rendering) -> Vec<&Value> {
@@ -276,7 +264,7 @@ fn check_scraper_admitted(rendering: &Rendering, what: &str) {
 
 #[tokio::test]
 async fn every_monitor_of_the_all_in_one_validates_and_scrapes_it() {
-    check_shape(all_in_one, &["all-in-one"]).await;
+    check_shape(default_values, &["all-in-one"]).await;
 }
 
 #[tokio::test]
@@ -293,7 +281,7 @@ async fn every_monitor_of_the_kafka_install_validates_and_scrapes_every_pod() {
 async fn without_a_monitor_the_pods_keep_their_scrape_annotations_unless_told() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let files = all_in_one(dir);
+    let files = default_values(dir);
     let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     for (set, annotated) in [(None, true), (Some("metrics.podAnnotations=false"), false)] {
         let set: Vec<&str> = set.into_iter().collect();
@@ -314,7 +302,7 @@ async fn without_a_monitor_the_pods_keep_their_scrape_annotations_unless_told() 
 async fn monitor_values_outside_the_schema_fail_the_render() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let files = all_in_one(dir);
+    let files = default_values(dir);
     let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     for (set, names) in [
         ("metrics.monitor.kind=Probe", "kind"),
@@ -454,7 +442,7 @@ async fn the_dashboard_passes_grafanas_schema_and_filters_every_query_by_namespa
 async fn the_dashboard_configmap_carries_the_sidecars_label_and_the_dashboard() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let files = all_in_one(dir);
+    let files = default_values(dir);
     let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let on = "metrics.grafanaDashboard.enabled=true";
     for (set, label, value) in [
@@ -490,7 +478,7 @@ async fn the_dashboard_configmap_carries_the_sidecars_label_and_the_dashboard() 
 async fn the_checker_refuses_broken_objects_and_dashboards() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let files = all_in_one(dir);
+    let files = default_values(dir);
     let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let rendering = render(&files, &["metrics.monitor.kind=PodMonitor"], dir).await;
     let monitor = rendering.get("PodMonitor", RELEASE);
