@@ -2,11 +2,13 @@
 //! [`Ports`] that the gateway and the worker run on. The only place besides
 //! the binaries that knows the adapter crates.
 //!
-//! The stream is the embedded log, Event Hubs or Kafka; status, dead letters and
-//! reservations live together in the embedded store or Cosmos DB, and so do
-//! the Event Hubs processor's leases. The embedded store opens when the
-//! stream or the store is embedded, and then also keeps the receipt key
-//! unless one is configured; as the store, it runs its retention sweeper.
+//! The stream is the embedded log, Event Hubs or Kafka (with an Entra ID
+//! token on Event Hubs' Kafka endpoint, [`crate::kafka_entra`]); status,
+//! dead letters and reservations live together in the embedded store or
+//! Cosmos DB, and so do the Event Hubs processor's leases. The embedded
+//! store opens when the stream or the store is embedded, and then also keeps
+//! the receipt key unless one is configured; as the store, it runs its
+//! retention sweeper.
 
 use std::sync::Arc;
 
@@ -20,6 +22,8 @@ use skyport_core::ports::{
 use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError, Retention};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
 use skyport_runtime::config::{ConfigError, Settings, StoreBackend, StreamBackend};
+
+use crate::kafka_entra::bearer_token;
 
 /// Why a backend did not open.
 #[derive(Debug, thiserror::Error)]
@@ -114,10 +118,14 @@ impl Backends {
                     Arc::clone(embedded) as Arc<dyn Publisher>,
                     Arc::new(EmbeddedConsumer::new(Arc::clone(embedded), group)),
                 ),
-                (StreamBackend::Kafka, _) => (
-                    Arc::new(KafkaPublisher::open(&settings.kafka).await?),
-                    Arc::new(KafkaConsumer::new(&settings.kafka, group)),
-                ),
+                (StreamBackend::Kafka, _) => {
+                    // Before any client: the first connection never waits for a token.
+                    let token = bearer_token(&settings.kafka).await?;
+                    (
+                        Arc::new(KafkaPublisher::open_with(&settings.kafka, token.clone()).await?),
+                        Arc::new(KafkaConsumer::new_with(&settings.kafka, group, token)),
+                    )
+                }
                 _ => (
                     Arc::new(EventHubsPublisher::open(&settings.eventhubs).await?),
                     Arc::new(EventHubsConsumer::new(

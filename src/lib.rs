@@ -9,6 +9,7 @@ pub mod backends;
 pub mod callback_secret;
 pub mod callbacks;
 pub mod gateway;
+pub mod kafka_entra;
 pub mod listing;
 pub mod plan;
 pub mod worker;

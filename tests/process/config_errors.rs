@@ -113,17 +113,45 @@ fn an_otel_variable_asking_for_what_skyport_does_not_do_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
     let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
-    assert_names(
-        &run(
-            &["--data-dir", data],
-            &[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")],
+    let metrics = ("OTEL_METRICS_EXPORTER", "otlp");
+    for (env, variable) in [
+        (
+            vec![endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
         ),
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    );
-    assert_names(
-        &run(&["--data-dir", data], &[("OTEL_TRACES_EXPORTER", "zipkin")]),
-        "OTEL_TRACES_EXPORTER",
-    );
+        (
+            vec![endpoint, ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http")],
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ),
+        (
+            vec![("OTEL_TRACES_EXPORTER", "zipkin")],
+            "OTEL_TRACES_EXPORTER",
+        ),
+        (
+            vec![("OTEL_METRICS_EXPORTER", "statsd")],
+            "OTEL_METRICS_EXPORTER",
+        ),
+        (
+            vec![
+                metrics,
+                ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json"),
+            ],
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        ),
+        (
+            vec![metrics, ("OTEL_METRIC_EXPORT_INTERVAL", "1m")],
+            "OTEL_METRIC_EXPORT_INTERVAL",
+        ),
+        (
+            vec![
+                metrics,
+                ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "collector:4317"),
+            ],
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        ),
+    ] {
+        assert_names(&run(&["--data-dir", data], &env), variable);
+    }
     assert_names(
         &run(
             &["--data-dir", data, "--set", "telemetry.log_format=xml"],

@@ -1,6 +1,6 @@
 //! The tests of the `skyport` package's binaries as processes (killed,
-//! misconfigured, traced, fed bombs, searched for secrets, calling over TLS,
-//! watched in a browser),
+//! misconfigured, traced and their metrics sent over OTLP, fed bombs,
+//! searched for secrets, calling over TLS, watched in a browser),
 //! and of the worker's admin listener. No test here runs a system in this
 //! process but the admin listener's, so the metrics registry it scrapes is
 //! its own.
@@ -14,6 +14,7 @@ mod dashboard;
 mod operability;
 mod secrets;
 mod telemetry;
+mod telemetry_otlp;
 mod tls;
 
 use skyport_tests::ChildApp;

@@ -17,6 +17,7 @@ pub mod fleet;
 pub mod helm;
 pub mod idempotency_contract;
 pub mod kafka;
+pub mod kafka_sasl;
 pub mod leases_contract;
 pub mod listing_contract;
 pub mod otlp;

@@ -170,6 +170,7 @@ the form the binaries read a list from one variable in.
   (list "callbackSecrets" "callback-secrets" "SKYPORT__CALLBACKS__SECRETS" $worker) }}
 {{- $split := eq (include "skyport.shape" $root) "split" }}
 {{- $callbacksOn := eq (include "skyport.callbacksOn" $root) "true" }}
+{{- $kafkaEntra := eq (include "skyport.kafkaEntra" $root) "true" }}
 {{- $entries := list }}
 {{- range $known }}
 {{- $key := index . 1 }}
@@ -181,6 +182,9 @@ the form the binaries read a list from one variable in.
 {{- if and $split (eq $key "callback-secrets") }}
 {{- $required = $callbacksOn }}
 {{- $read = $callbacksOn }}
+{{- end }}
+{{- if and $kafkaEntra (has $key (list "kafka-connection-string" "kafka-sasl-password")) }}
+{{- $read = false }}
 {{- end }}
 {{- if $read }}
 {{- $entries = append $entries (dict "key" $key "env" $env "value" "" "optional" (not $required)) }}
@@ -242,6 +246,12 @@ all-in-one's gateway and worker drain in turn at worst). Unset: that plus 15 s.
 {{- end }}
 {{- end }}
 
+{{/* "true" when Kafka authenticates with Entra (config.kafka.auth: entra): no Kafka secret is read. */}}
+{{- define "skyport.kafkaEntra" -}}
+{{- $kafka := get (.Values.config | default dict) "kafka" | default dict }}
+{{- eq (toString (get $kafka "auth")) "entra" }}
+{{- end }}
+
 {{/*
 Checks what the schema cannot; included by the ConfigMap, which every install renders.
 */}}
@@ -285,6 +295,9 @@ Checks what the schema cannot; included by the ConfigMap, which every install re
 {{- end }}
 {{- if hasKey $kafka "connection_string" }}
 {{- fail "config.kafka.connection_string is a secret and would land in the ConfigMap: set secrets.kafkaConnectionString or existingSecret (key kafka-connection-string) instead" }}
+{{- end }}
+{{- if and (eq (include "skyport.kafkaEntra" .) "true") (or .Values.secrets.kafkaConnectionString .Values.secrets.kafkaSaslPassword) }}
+{{- fail "config.kafka.auth = entra authenticates to Kafka with workload identity, so secrets.kafkaConnectionString and secrets.kafkaSaslPassword would be ignored: remove them" }}
 {{- end }}
 {{- if hasKey $kafka "sasl_password" }}
 {{- fail "config.kafka.sasl_password is a secret and would land in the ConfigMap: set secrets.kafkaSaslPassword or existingSecret (key kafka-sasl-password) instead" }}
@@ -465,6 +478,12 @@ spec:
               fieldPath: metadata.namespace
         - name: OTEL_EXPORTER_OTLP_ENDPOINT
           value: {{ .endpoint | quote }}
+        - name: OTEL_EXPORTER_OTLP_PROTOCOL
+          value: {{ .protocol | quote }}
+        {{- if .metrics }}
+        - name: OTEL_METRICS_EXPORTER
+          value: otlp
+        {{- end }}
         - name: OTEL_SERVICE_NAME
           value: {{ $.binary | quote }}
         {{- $attributes := list (printf "service.version=%s" $root.Chart.AppVersion) "k8s.namespace.name=$(POD_NAMESPACE)" "k8s.pod.name=$(POD_NAME)" }}

@@ -15,7 +15,7 @@ use rdkafka::client::{Client, ClientContext};
 use rdkafka::error::KafkaError;
 use secrecy::ExposeSecret;
 use skyport_core::ports::Lane;
-use skyport_runtime::config::{ConfigError, KafkaSettings};
+use skyport_runtime::config::{ConfigError, KafkaAuth, KafkaSaslMechanism, KafkaSettings};
 
 use crate::KafkaOpenError;
 
@@ -32,17 +32,26 @@ pub fn client_config(settings: &KafkaSettings) -> ClientConfig {
     config
         .set("bootstrap.servers", settings.brokers.join(","))
         .set("client.id", &settings.client_id)
-        .set("security.protocol", settings.security.as_str())
+        .set("security.protocol", settings.security_protocol().as_str())
         // Topics are created by their operators, with the partitions they
         // choose; a missing one is a configuration error, not a new topic.
         .set("allow.auto.create.topics", "false");
-    if let Some((user, password)) = settings.sasl_credentials() {
-        config
-            .set("sasl.mechanism", settings.sasl_mechanism.as_str())
-            .set("sasl.username", user)
-            .set("sasl.password", password.expose_secret());
+    match settings.auth {
+        // The token comes from the client's context (`token::Login`).
+        KafkaAuth::Entra => {
+            config.set("sasl.mechanism", KafkaSaslMechanism::OAuthBearer.as_str());
+        }
+        KafkaAuth::Password => {
+            if let Some((user, password)) = settings.sasl_credentials() {
+                let mechanism = settings.sasl_mechanism.unwrap_or_default();
+                config
+                    .set("sasl.mechanism", mechanism.as_str())
+                    .set("sasl.username", user)
+                    .set("sasl.password", password.expose_secret());
+            }
+        }
     }
-    if settings.security.uses_tls()
+    if settings.security_protocol().uses_tls()
         && !CA_PROPERTIES
             .iter()
             .any(|key| settings.properties.contains_key(*key))
@@ -199,7 +208,7 @@ mod tests {
     #[test]
     fn tls_trusts_the_certificates_the_probe_finds_unless_the_properties_choose() {
         let mut settings = KafkaSettings {
-            security: KafkaSecurity::SaslSsl,
+            security: Some(KafkaSecurity::SaslSsl),
             ..KafkaSettings::default()
         };
         let probed = ca_location(&openssl_probe::probe());
@@ -222,9 +231,30 @@ mod tests {
             Some("/etc/kafka/ca.pem")
         );
 
-        settings.security = KafkaSecurity::SaslPlaintext;
+        settings.security = Some(KafkaSecurity::SaslPlaintext);
         settings.properties.clear();
         assert_eq!(property(&client_config(&settings), "ssl.ca.location"), None);
+    }
+
+    #[test]
+    fn entra_is_oauthbearer_over_tls_without_a_user_or_password() {
+        let settings = KafkaSettings {
+            auth: KafkaAuth::Entra,
+            brokers: vec!["ns.servicebus.windows.net:9093".into()],
+            ..KafkaSettings::default()
+        };
+        let config = client_config(&settings);
+        assert_eq!(
+            property(&config, "security.protocol").as_deref(),
+            Some("sasl_ssl")
+        );
+        assert_eq!(
+            property(&config, "sasl.mechanism").as_deref(),
+            Some("OAUTHBEARER")
+        );
+        assert_eq!(property(&config, "sasl.username"), None);
+        assert_eq!(property(&config, "sasl.password"), None);
+        assert!(property(&config, "ssl.ca.location").is_some());
     }
 
     #[test]

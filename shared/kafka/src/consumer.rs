@@ -24,12 +24,13 @@
 //! so a process that only publishes never becomes a member.
 
 use std::collections::HashMap;
+use std::error::Error;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak, mpsc as std_mpsc};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rdkafka::client::ClientContext;
+use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
 };
@@ -46,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::KafkaOpenError;
 use crate::client::{Topics, client_config, creation_error};
 use crate::reader::{KafkaPartitionReader, Marks, Place};
+use crate::token::{BearerToken, Login};
 
 /// How often the poll thread polls the consumer when nothing wakes it, and
 /// how often librdkafka reports the partitions' high watermarks.
@@ -93,9 +95,16 @@ struct Membership {
 #[derive(Debug, Clone)]
 struct Context {
     shared: Arc<Membership>,
+    login: Login,
 }
 
 impl ClientContext for Context {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<OAuthToken, Box<dyn Error>> {
+        self.login.oauth_token()
+    }
+
     fn stats(&self, statistics: Statistics) {
         let assigned = self
             .shared
@@ -283,15 +292,22 @@ impl std::fmt::Debug for Member {
 pub struct KafkaConsumer {
     settings: KafkaSettings,
     group: String,
+    token: Option<BearerToken>,
     member: tokio::sync::OnceCell<Member>,
 }
 
 impl KafkaConsumer {
     /// A consumer for `group`; it joins on the first `next_partition`.
     pub fn new(settings: &KafkaSettings, group: &str) -> Self {
+        Self::new_with(settings, group, None)
+    }
+
+    /// [`KafkaConsumer::new`] presenting `token` (`kafka.auth = "entra"`).
+    pub fn new_with(settings: &KafkaSettings, group: &str, token: Option<BearerToken>) -> Self {
         Self {
             settings: settings.clone(),
             group: group.to_owned(),
+            token,
             member: tokio::sync::OnceCell::new(),
         }
     }
@@ -330,6 +346,7 @@ impl KafkaConsumer {
 
     async fn join(&self) -> Result<Member, KafkaOpenError> {
         let settings = &self.settings;
+        let login = Login::new(settings, self.token.clone())?;
         let mut config = client_config(settings);
         config
             .set("group.id", &self.group)
@@ -362,14 +379,18 @@ impl KafkaConsumer {
             config.set("auto.offset.reset", "earliest");
         }
         let (readers_tx, readers_rx) = mpsc::unbounded_channel();
-        let probe: BaseProducer = client_config(settings)
-            .create()
+        let probe: BaseProducer<Login> = client_config(settings)
+            .create_with_context(login.clone())
             .map_err(|e| creation_error(settings, e))?;
         let names = settings.lane_topics();
         let timeout = settings.delivery_timeout_ms.duration();
-        let topics =
-            tokio::task::spawn_blocking(move || Topics::fetch(probe.client(), &names, timeout))
-                .await??;
+        let topics = tokio::task::spawn_blocking(move || {
+            // Nothing else polls the probe: this serves the OAUTHBEARER
+            // token request librdkafka queued as it created the client.
+            probe.poll(Duration::ZERO);
+            Topics::fetch(probe.client(), &names, timeout)
+        })
+        .await??;
         let shared = Arc::new(Membership {
             topics,
             consumer: OnceLock::new(),
@@ -385,6 +406,7 @@ impl KafkaConsumer {
         let consumer: GroupConsumer = config
             .create_with_context(Context {
                 shared: Arc::clone(&shared),
+                login,
             })
             .map_err(|e| creation_error(settings, e))?;
         let consumer = Arc::new(consumer);

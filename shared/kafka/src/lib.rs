@@ -3,16 +3,20 @@
 //! [`KafkaPublisher`] is an idempotent producer that answers once the
 //! brokers have acknowledged a record; the [`KafkaConsumer`] is a member of
 //! the worker's consumer group that hands each assigned partition to the
-//! worker's partition loop and commits what it acknowledges.
+//! worker's partition loop and commits what it acknowledges. With
+//! `kafka.auth = "entra"` both present a [`BearerToken`] that a task keeps
+//! fresh.
 
 mod client;
 mod consumer;
 mod publisher;
 mod reader;
+pub mod token;
 
 pub use self::client::client_config;
 pub use self::consumer::KafkaConsumer;
 pub use self::publisher::KafkaPublisher;
+pub use self::token::BearerToken;
 
 use skyport_runtime::config::ConfigError;
 
@@ -31,6 +35,9 @@ pub enum KafkaOpenError {
     /// [`ConfigError`] is this error's source, where the binaries look for it).
     #[error("{0}")]
     Config(#[from] ConfigError),
+    /// No OAUTHBEARER token could be had for `kafka.auth = "entra"`.
+    #[error("cannot get an Entra ID token for Kafka (kafka.auth = \"entra\")")]
+    Token(#[source] token::TokenError),
     #[error("cannot create the Kafka client")]
     Client(#[source] rdkafka::error::KafkaError),
     #[error("cannot read the metadata of Kafka topic {topic} (are kafka.brokers reachable?)")]

@@ -19,13 +19,14 @@
 //! per-record persistence status for exactly this (`rd_kafka_message_status`),
 //! but rdkafka 0.39 exposes it only through its unsafe FFI.
 
+use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::ClientConfig;
-use rdkafka::client::ClientContext;
+use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -36,6 +37,7 @@ use skyport_core::ports::{Lane, OutboundEvent, Position, PublishError, Publisher
 use skyport_runtime::config::KafkaSettings;
 
 use crate::client::{Topic, Topics, client_config, creation_error};
+use crate::token::{BearerToken, Login};
 use crate::{KafkaOpenError, headers};
 
 /// How often the producer reports its brokers' states.
@@ -52,9 +54,16 @@ struct Health {
 #[derive(Debug, Clone)]
 struct ProducerContext {
     health: Arc<Health>,
+    login: Login,
 }
 
 impl ClientContext for ProducerContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<OAuthToken, Box<dyn Error>> {
+        self.login.oauth_token()
+    }
+
     fn stats(&self, statistics: Statistics) {
         // librdkafka's own internal and logical brokers are always "UP".
         let up = statistics.brokers.values().any(|broker| {
@@ -105,6 +114,19 @@ impl KafkaPublisher {
     /// topic that does not exist, or brokers that do not answer within
     /// `kafka.delivery_timeout_ms`.
     pub async fn open(settings: &KafkaSettings) -> Result<Self, KafkaOpenError> {
+        Self::open_with(settings, None).await
+    }
+
+    /// [`KafkaPublisher::open`] presenting `token` (`kafka.auth = "entra"`).
+    ///
+    /// # Errors
+    /// As [`KafkaPublisher::open`], and `kafka.auth` when it is entra and
+    /// `token` is `None`.
+    pub async fn open_with(
+        settings: &KafkaSettings,
+        token: Option<BearerToken>,
+    ) -> Result<Self, KafkaOpenError> {
+        let login = Login::new(settings, token)?;
         let mut config = client_config(settings);
         config
             .set("enable.idempotence", "true")
@@ -121,6 +143,7 @@ impl KafkaPublisher {
             );
         let context = ProducerContext {
             health: Arc::new(Health::default()),
+            login,
         };
         let producer: KafkaProducer = config
             .create_with_context(context.clone())

@@ -1,8 +1,8 @@
 //! What every Skyport process shares besides the domain: its configuration,
-//! telemetry (logs and traces), metrics, the shutdown signal, the process
-//! runner every binary's `main` is, the HTTP server every listener runs, the
-//! admin routes every server mounts, and how a retry waits ([`backoff`]) and
-//! a failure is told ([`error_chain`]).
+//! telemetry (logs, traces, and metrics over OTLP), metrics, the shutdown
+//! signal, the process runner every binary's `main` is, the HTTP server every
+//! listener runs, the admin routes every server mounts, and how a retry waits
+//! ([`backoff`]) and a failure is told ([`error_chain`]).
 //!
 //! No storage engine and no cloud SDK: adapters depend on this crate, never
 //! the other way round.
@@ -17,6 +17,7 @@ pub mod foreground;
 pub mod http;
 pub mod locks;
 pub mod metrics;
+mod otlp;
 pub mod priority;
 pub mod problem;
 pub mod process;

@@ -1,7 +1,8 @@
 //! What a Skyport process tells its operator, besides `/metrics`: log lines on
 //! stderr (human-readable or JSON, filtered by `RUST_LOG`, default `info`),
-//! and spans exported over OTLP/gRPC when the standard `OTEL_*` variables ask
-//! for it.
+//! spans exported over OTLP (gRPC or `http/protobuf`) when the standard
+//! `OTEL_*` variables ask for it, and the `/metrics` registry over OTLP too
+//! when `OTEL_METRICS_EXPORTER=otlp` does (the `otlp` module).
 //!
 //! One trace covers a delivery end to end: the gateway's request span takes
 //! the caller's W3C `traceparent` as its parent, the event carries the
@@ -33,6 +34,11 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
 use crate::config::LogFormat;
+pub use crate::otlp::TelemetryError;
+use crate::otlp::{
+    MetricsExport, MetricsExporter, Protocol, RuntimeClient, Signal, SignalSettings, Vars,
+    process_env,
+};
 
 /// The W3C header (and event property) that carries a trace's context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -58,44 +64,40 @@ macro_rules! trace_span {
     };
 }
 
-/// An `OTEL_*` variable Skyport cannot honour, named with the reason.
-#[derive(Debug, thiserror::Error)]
-#[error("{variable}: {message}")]
-pub struct TelemetryError {
-    pub variable: &'static str,
-    pub message: String,
-}
-
-impl TelemetryError {
-    fn new(variable: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            variable,
-            message: message.into(),
-        }
-    }
-}
-
-/// The installed logging and tracing; [`Telemetry::shutdown`] sends the spans still buffered.
+/// The installed logging, tracing and metrics export; [`Telemetry::shutdown`]
+/// sends the spans still buffered and the last reading of the metrics.
 #[derive(Debug)]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    metrics: Option<MetricsExporter>,
 }
 
 impl Telemetry {
-    /// Installs the global subscriber: logs in `format`, and spans exported
-    /// as `service` (unless `OTEL_SERVICE_NAME` names it) when the `OTEL_*`
-    /// variables ask for it. Must run inside the Tokio runtime (the gRPC
-    /// exporter's connection lives there). A second call (as in tests) leaves
-    /// the first subscriber in place and exports nothing.
+    /// Installs the global subscriber: logs in `format`, and spans and
+    /// metrics exported as `service` (unless `OTEL_SERVICE_NAME` names it)
+    /// when the `OTEL_*` variables ask for them. Must run inside the Tokio
+    /// runtime (the exporters' connections live there). A second call (as in
+    /// tests) leaves the first subscriber in place and exports nothing.
     ///
     /// # Errors
     /// [`TelemetryError`] naming an `OTEL_*` variable that asks for what Skyport does not do.
     pub fn init(format: LogFormat, service: &'static str) -> Result<Self, TelemetryError> {
-        let provider = if otlp_requested()? {
-            Some(tracer_provider(service)?)
-        } else {
+        let vars: Vars<'_> = &process_env;
+        let disabled = vars("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let traces = if disabled {
             None
+        } else {
+            traces_requested(vars)?
         };
+        let metrics = if disabled {
+            None
+        } else {
+            MetricsExport::from_vars(vars)?
+        };
+        let resource = resource(vars, service);
+        let provider = traces
+            .map(|settings| tracer_provider(&settings, resource.clone()))
+            .transpose()?;
         let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
         let logs = match format {
             LogFormat::Human => fmt::layer()
@@ -123,7 +125,11 @@ impl Telemetry {
             .is_ok();
         let provider = provider.filter(|_| installed);
         EXPORTING.store(provider.is_some(), Ordering::Relaxed);
-        Ok(Self { provider })
+        let metrics = metrics
+            .filter(|_| installed)
+            .map(|export| MetricsExporter::start(export, &resource, crate::metrics::global()))
+            .transpose()?;
+        Ok(Self { provider, metrics })
     }
 
     /// Logs every panic once, as an error in the span it happened in (a
@@ -138,36 +144,38 @@ impl Telemetry {
         }));
     }
 
-    /// Exports the spans still buffered (waiting at most the exporter's timeout) and stops exporting.
+    /// Exports the spans still buffered and the metrics' last reading (each
+    /// waiting at most its exporter's timeout) and stops exporting.
     pub async fn shutdown(self) {
-        let Some(provider) = self.provider else {
-            return;
+        let spans = async {
+            let Some(provider) = self.provider else {
+                return;
+            };
+            let flushed = tokio::task::spawn_blocking(move || {
+                provider.shutdown_with_timeout(Duration::from_secs(10))
+            })
+            .await;
+            if let Ok(Err(e)) = flushed {
+                eprintln!("could not export the last spans: {e}");
+            }
         };
-        let flushed = tokio::task::spawn_blocking(move || {
-            provider.shutdown_with_timeout(Duration::from_secs(10))
-        })
-        .await;
-        if let Ok(Err(e)) = flushed {
-            eprintln!("could not export the last spans: {e}");
-        }
+        let metrics = async {
+            if let Some(metrics) = self.metrics {
+                metrics.shutdown().await;
+            }
+        };
+        tokio::join!(spans, metrics);
     }
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// Whether the `OTEL_*` variables ask for spans: an OTLP endpoint is set (or
-/// `OTEL_TRACES_EXPORTER=otlp`), and neither `OTEL_SDK_DISABLED=true` nor
-/// `OTEL_TRACES_EXPORTER=none` says otherwise.
-fn otlp_requested() -> Result<bool, TelemetryError> {
-    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-        return Ok(false);
-    }
-    let exporter = var("OTEL_TRACES_EXPORTER");
+/// Where spans go, when the `OTEL_*` variables ask for them: an OTLP endpoint
+/// is set (or `OTEL_TRACES_EXPORTER=otlp`), and `OTEL_TRACES_EXPORTER=none`
+/// does not say otherwise.
+fn traces_requested(vars: Vars<'_>) -> Result<Option<SignalSettings>, TelemetryError> {
+    let exporter = vars("OTEL_TRACES_EXPORTER");
     match exporter.as_deref() {
         None | Some("otlp") => {}
-        Some("none") => return Ok(false),
+        Some("none") => return Ok(None),
         Some(other) => {
             return Err(TelemetryError::new(
                 "OTEL_TRACES_EXPORTER",
@@ -177,51 +185,60 @@ fn otlp_requested() -> Result<bool, TelemetryError> {
             ));
         }
     }
-    for variable in [
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ] {
-        if let Some(protocol) = var(variable) {
-            if protocol != "grpc" {
-                return Err(TelemetryError::new(
-                    variable,
-                    format!(
-                        "`{protocol}` is not supported: Skyport exports over `grpc` (port 4317 of a collector)"
-                    ),
-                ));
-            }
-            break;
-        }
-    }
-    Ok(exporter.is_some()
-        || var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
-        || var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some())
+    let settings = SignalSettings::from_vars(vars, Signal::Traces)?;
+    let requested = exporter.is_some()
+        || vars("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+        || vars("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    Ok(requested.then_some(settings))
 }
 
-/// Batches spans and sends them over OTLP/gRPC; the exporter reads its
-/// endpoint, headers, timeout and compression from `OTEL_EXPORTER_OTLP_*`,
-/// the sampler reads `OTEL_TRACES_SAMPLER*` and the batch `OTEL_BSP_*`.
-fn tracer_provider(service: &'static str) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .build()
-        .map_err(|e| {
-            let variable = if var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some() {
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-            } else {
-                "OTEL_EXPORTER_OTLP_ENDPOINT"
-            };
-            TelemetryError::new(variable, format!("cannot make the OTLP exporter: {e}"))
-        })?;
+/// What every span and metric is about: `service` (unless `OTEL_SERVICE_NAME`
+/// or `OTEL_RESOURCE_ATTRIBUTES` names it), with the attributes those
+/// variables add and the SDK's own.
+fn resource(vars: Vars<'_>, service: &'static str) -> Resource {
     let mut resource = Resource::builder();
-    let named = var("OTEL_SERVICE_NAME").is_some()
-        || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    let named = vars("OTEL_SERVICE_NAME").is_some()
+        || vars("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
     if !named {
         resource = resource.with_service_name(service);
     }
+    resource.build()
+}
+
+/// Batches spans and sends them over OTLP to `settings`' URL, over gRPC or
+/// as HTTP POSTs; the exporter reads its headers, timeout and compression
+/// from `OTEL_EXPORTER_OTLP_*`, the sampler reads `OTEL_TRACES_SAMPLER*` and
+/// the batch `OTEL_BSP_*`.
+fn tracer_provider(
+    settings: &SignalSettings,
+    resource: Resource,
+) -> Result<SdkTracerProvider, TelemetryError> {
+    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    let exporter = match settings.protocol {
+        Protocol::Grpc => builder
+            .with_tonic()
+            .with_endpoint(settings.url.clone())
+            .build(),
+        Protocol::HttpProtobuf => builder
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_endpoint(settings.url.clone())
+            .with_http_client(RuntimeClient::new(
+                settings.timeout,
+                settings.endpoint_variable,
+            )?)
+            .build(),
+    }
+    .map_err(|e| {
+        TelemetryError::new(
+            settings.endpoint_variable,
+            format!("cannot make the OTLP exporter: {e}"),
+        )
+    })?;
     Ok(SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(resource.build())
+        .with_resource(resource)
         .build())
 }
 

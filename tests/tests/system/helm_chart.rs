@@ -548,6 +548,28 @@ async fn the_azure_pods_use_workload_identity_and_name_themselves_in_traces() {
 }
 
 #[tokio::test]
+async fn otlp_over_http_with_metrics_sets_the_protocol_and_the_metrics_exporter() {
+    let work = tempfile::tempdir().unwrap();
+    let rendering = render(
+        &[&azure_values()],
+        &["otel.protocol=http/protobuf", "otel.metrics=true"],
+        work.path(),
+    )
+    .await;
+    for (name, kind) in [
+        ("skyport-gateway", "Deployment"),
+        ("skyport-worker", "StatefulSet"),
+    ] {
+        let workload = rendering.get(kind, name);
+        assert_eq!(
+            env_value(workload, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+            "http/protobuf"
+        );
+        assert_eq!(env_value(workload, "OTEL_METRICS_EXPORTER"), "otlp");
+    }
+}
+
+#[tokio::test]
 async fn the_azure_config_takes_its_secrets_from_the_existing_secret_and_loads() {
     let shared = shared(&AZURE, azure).await;
     // Each test's tools write to a directory of its own: tests run at once.

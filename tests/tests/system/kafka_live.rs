@@ -12,11 +12,17 @@
 //! at the topic's end when the test begins, so earlier runs' events are
 //! never read; status, dead letters and reservations stay in the embedded
 //! store of a temporary directory.
+//!
+//! `live_kafka_entra_two_thousand_requests_reach_scheduled` runs the end to
+//! end scenario with `kafka.auth = "entra"` instead of the key (which only
+//! sets up its consumer group): the environment's Entra ID credential (`az
+//! login`, a managed identity or workload identity) needs the roles Azure
+//! Event Hubs Data Sender and Data Receiver on the namespace.
 
 #![cfg(feature = "live")]
 #![allow(clippy::unwrap_used)]
 
-use skyport_runtime::config::{KafkaSecurity, Millis, Settings, StreamBackend};
+use skyport_runtime::config::{KafkaAuth, KafkaSecurity, Millis, Settings, StreamBackend};
 use skyport_tests::eventhubs::run_tag;
 use skyport_tests::kafka::start_group_at_the_end;
 use skyport_tests::test_settings;
@@ -45,7 +51,7 @@ async fn live_settings(dir: &tempfile::TempDir) -> Settings {
     settings.stream.backend = Some(StreamBackend::Kafka);
     settings.kafka.brokers = vec![format!("{namespace}:9093")];
     settings.kafka.topics = vec![env("SKYPORT_LIVE_KAFKA_TOPIC")];
-    settings.kafka.security = KafkaSecurity::SaslSsl;
+    settings.kafka.security = Some(KafkaSecurity::SaslSsl);
     settings.kafka.connection_string = Some(connection_string.into());
     settings.kafka.session_timeout_ms = Millis::new(30_000);
     settings.kafka.delivery_timeout_ms = Millis::new(30_000);
@@ -72,6 +78,19 @@ async fn live_kafka_keys_spread_evenly_and_keep_their_order() {
 async fn live_kafka_two_thousand_requests_reach_scheduled() {
     let dir = tempfile::tempdir().unwrap();
     two_thousand_requests_reach_scheduled(live_settings(&dir).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_kafka_entra_two_thousand_requests_reach_scheduled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = live_settings(&dir).await;
+    settings.kafka.auth = KafkaAuth::Entra;
+    settings.kafka.security = None;
+    settings.kafka.connection_string = None;
+    settings
+        .validate()
+        .expect("entra on the namespace's Kafka endpoint");
+    two_thousand_requests_reach_scheduled(settings).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

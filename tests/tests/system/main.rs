@@ -25,6 +25,7 @@ mod helm_chart;
 mod idempotency;
 mod images;
 mod kafka;
+mod kafka_entra;
 #[cfg(feature = "live")]
 mod kafka_live;
 mod keda;

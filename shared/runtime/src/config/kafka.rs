@@ -11,6 +11,27 @@ use skyport_core::ports::Lane;
 use super::checks::Checks;
 use super::duration::Millis;
 
+/// How the Kafka clients authenticate to the brokers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaAuth {
+    /// With a SASL `security` protocol, a user and password: `sasl_username`
+    /// and `sasl_password`, or `connection_string` (PLAIN or SCRAM).
+    #[default]
+    Password,
+    /// SASL OAUTHBEARER over TLS with an Entra ID token for the Event Hubs
+    /// namespace of `brokers`: workload identity on Kubernetes, managed
+    /// identity, or developer tools. No secret.
+    Entra,
+}
+
+/// The DNS suffix of an Event Hubs namespace (the public Azure cloud).
+const EVENT_HUBS_SUFFIX: &str = ".servicebus.windows.net";
+
+/// The port of Event Hubs' Kafka endpoint.
+const EVENT_HUBS_KAFKA_PORT: &str = "9093";
+
 /// How the Kafka clients reach the brokers (librdkafka's `security.protocol`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -60,6 +81,9 @@ pub enum KafkaSaslMechanism {
     ScramSha256,
     #[serde(rename = "SCRAM-SHA-512")]
     ScramSha512,
+    /// Refused: its one spelling is `kafka.auth = "entra"`, which sets it.
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
 }
 
 impl KafkaSaslMechanism {
@@ -69,6 +93,7 @@ impl KafkaSaslMechanism {
             Self::Plain => "PLAIN",
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
+            Self::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -120,8 +145,11 @@ pub struct KafkaSettings {
     pub expedited_topic: Option<String>,
     /// This client's name in the brokers' logs and quotas.
     pub client_id: String,
-    pub security: KafkaSecurity,
-    pub sasl_mechanism: KafkaSaslMechanism,
+    pub auth: KafkaAuth,
+    /// Unset: `sasl_ssl` with `auth = "entra"`, else `plaintext`.
+    pub security: Option<KafkaSecurity>,
+    /// Unset: `PLAIN` (with `auth = "password"` and a SASL protocol).
+    pub sasl_mechanism: Option<KafkaSaslMechanism>,
     /// SASL user; unset with a `connection_string`: `$ConnectionString`.
     pub sasl_username: Option<String>,
     #[cfg_attr(test, schemars(with = "Option<String>"))]
@@ -163,8 +191,9 @@ impl Default for KafkaSettings {
             topics: vec!["deliveries".into()],
             expedited_topic: None,
             client_id: "skyport".into(),
-            security: KafkaSecurity::Plaintext,
-            sasl_mechanism: KafkaSaslMechanism::Plain,
+            auth: KafkaAuth::Password,
+            security: None,
+            sasl_mechanism: None,
             sasl_username: None,
             sasl_password: None,
             connection_string: None,
@@ -232,9 +261,19 @@ impl KafkaSettings {
             .collect()
     }
 
-    /// The SASL user and password, when SASL is on and they are set.
+    /// librdkafka's `security.protocol`: `security`, else `sasl_ssl` with
+    /// `auth = "entra"` and `plaintext` without.
+    pub fn security_protocol(&self) -> KafkaSecurity {
+        self.security.unwrap_or(match self.auth {
+            KafkaAuth::Password => KafkaSecurity::Plaintext,
+            KafkaAuth::Entra => KafkaSecurity::SaslSsl,
+        })
+    }
+
+    /// The SASL user and password, when `auth = "password"`, SASL is on and
+    /// they are set.
     pub fn sasl_credentials(&self) -> Option<(String, SecretString)> {
-        if !self.security.uses_sasl() {
+        if self.auth != KafkaAuth::Password || !self.security_protocol().uses_sasl() {
             return None;
         }
         if let Some(connection_string) = &self.connection_string {
@@ -245,6 +284,27 @@ impl KafkaSettings {
             return Some((user, connection_string.clone()));
         }
         Some((self.sasl_username.clone()?, self.sasl_password.clone()?))
+    }
+
+    /// The host of the Event Hubs namespace, `NAMESPACE.servicebus.windows.net`,
+    /// when every broker is its Kafka endpoint (`…:9093`); `None` when they
+    /// name none, or several.
+    pub fn event_hubs_namespace(&self) -> Option<&str> {
+        let (first, rest) = self.brokers.split_first()?;
+        let (host, port) = first.rsplit_once(':')?;
+        let name = host.strip_suffix(EVENT_HUBS_SUFFIX)?;
+        let well_formed = port == EVENT_HUBS_KAFKA_PORT
+            && !name.is_empty()
+            && !name.starts_with('-')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        (well_formed && rest.iter().all(|broker| broker == first)).then_some(host)
+    }
+
+    /// The scope of the Entra ID token with `auth = "entra"`: the audience
+    /// `https://NAMESPACE.servicebus.windows.net` of the brokers' namespace.
+    pub fn entra_scope(&self) -> Option<String> {
+        self.event_hubs_namespace()
+            .map(|namespace| format!("https://{namespace}/.default"))
     }
 
     /// Checks the keys of a stream on Kafka.
@@ -298,38 +358,9 @@ impl KafkaSettings {
             .all(|(i, topic)| !self.topics[..i].contains(topic));
         checks.check(distinct, "topics", "must not list a topic twice");
         checks.check(!self.client_id.is_empty(), "client_id", "must not be empty");
-        if self.security.uses_sasl() {
-            let has_password = self.connection_string.is_some() || self.sasl_password.is_some();
-            checks.check(
-                has_password,
-                "sasl_password",
-                "must be set (or kafka.connection_string) with a SASL security protocol",
-            );
-            checks.check(
-                self.connection_string.is_some() || self.sasl_username.is_some(),
-                "sasl_username",
-                "must be set (or kafka.connection_string) with a SASL security protocol",
-            );
-            checks.check(
-                self.connection_string.is_none() || self.sasl_password.is_none(),
-                "connection_string",
-                "is the SASL password: set it or kafka.sasl_password, not both",
-            );
-        } else {
-            checks.check(
-                self.connection_string.is_none()
-                    && self.sasl_password.is_none()
-                    && self.sasl_username.is_none(),
-                "security",
-                "must be sasl_ssl or sasl_plaintext when SASL credentials are set",
-            );
-        }
-        if let Some(connection_string) = &self.connection_string {
-            checks.check(
-                connection_string.expose_secret().starts_with("Endpoint="),
-                "connection_string",
-                "must be an Event Hubs connection string (Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…)",
-            );
+        match self.auth {
+            KafkaAuth::Password => self.validate_password(checks),
+            KafkaAuth::Entra => self.validate_entra(checks),
         }
         checks.check(
             self.linger_ms.count() <= 1_000,
@@ -373,5 +404,171 @@ impl KafkaSettings {
                 "is set by Skyport itself (use the [kafka] key for it)",
             );
         }
+    }
+
+    /// The keys of `auth = "password"`: a SASL protocol needs a user and a
+    /// password, and only a SASL protocol takes them.
+    fn validate_password(&self, checks: &mut Checks<'_>) {
+        checks.check(
+            self.sasl_mechanism != Some(KafkaSaslMechanism::OAuthBearer),
+            "sasl_mechanism",
+            "OAUTHBEARER is spelled kafka.auth = \"entra\" (an Entra ID token for Event Hubs), with kafka.sasl_mechanism unset",
+        );
+        if self.security_protocol().uses_sasl() {
+            let has_password = self.connection_string.is_some() || self.sasl_password.is_some();
+            checks.check(
+                has_password,
+                "sasl_password",
+                "must be set (or kafka.connection_string) with a SASL security protocol",
+            );
+            checks.check(
+                self.connection_string.is_some() || self.sasl_username.is_some(),
+                "sasl_username",
+                "must be set (or kafka.connection_string) with a SASL security protocol",
+            );
+            checks.check(
+                self.connection_string.is_none() || self.sasl_password.is_none(),
+                "connection_string",
+                "is the SASL password: set it or kafka.sasl_password, not both",
+            );
+        } else {
+            checks.check(
+                self.connection_string.is_none()
+                    && self.sasl_password.is_none()
+                    && self.sasl_username.is_none(),
+                "security",
+                "must be sasl_ssl or sasl_plaintext when SASL credentials are set",
+            );
+        }
+        if let Some(connection_string) = &self.connection_string {
+            checks.check(
+                connection_string.expose_secret().starts_with("Endpoint="),
+                "connection_string",
+                "must be an Event Hubs connection string (Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…)",
+            );
+        }
+    }
+
+    /// The keys of `auth = "entra"`: SASL OAUTHBEARER over TLS to one Event
+    /// Hubs namespace, whose token replaces every credential.
+    fn validate_entra(&self, checks: &mut Checks<'_>) {
+        checks.check(
+            matches!(self.security, None | Some(KafkaSecurity::SaslSsl)),
+            "security",
+            "must be sasl_ssl or unset with kafka.auth = \"entra\": Event Hubs takes OAUTHBEARER over TLS only",
+        );
+        checks.check(
+            self.sasl_mechanism.is_none(),
+            "sasl_mechanism",
+            "must be unset with kafka.auth = \"entra\", which is OAUTHBEARER",
+        );
+        for (key, set) in [
+            ("connection_string", self.connection_string.is_some()),
+            ("sasl_username", self.sasl_username.is_some()),
+            ("sasl_password", self.sasl_password.is_some()),
+        ] {
+            checks.check(
+                !set,
+                key,
+                "must be unset with kafka.auth = \"entra\": the Entra ID token replaces it",
+            );
+        }
+        if !self.brokers.is_empty() {
+            checks.check(
+                self.event_hubs_namespace().is_some(),
+                "brokers",
+                "must all be one NAMESPACE.servicebus.windows.net:9093 with kafka.auth = \"entra\": the token's audience is that Event Hubs namespace",
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigErrors, Settings};
+
+    /// Settings on Kafka from `[kafka]` keys in TOML.
+    fn load(kafka: &str) -> Result<Settings, ConfigErrors> {
+        Settings::from_toml(&format!("[stream]\nbackend = \"kafka\"\n[kafka]\n{kafka}"))
+    }
+
+    const ENTRA: &str =
+        "auth = \"entra\"\nbrokers = [\"skyport-prod.servicebus.windows.net:9093\"]\n";
+
+    #[test]
+    fn entra_needs_only_the_namespace_and_takes_sasl_ssl_and_oauthbearer() {
+        for extra in ["", "security = \"sasl_ssl\"\n"] {
+            let settings = load(&format!("{ENTRA}{extra}")).expect("valid");
+            let kafka = &settings.kafka;
+            assert_eq!(kafka.auth, KafkaAuth::Entra);
+            assert_eq!(kafka.security_protocol(), KafkaSecurity::SaslSsl);
+            assert!(kafka.sasl_credentials().is_none());
+            assert_eq!(
+                kafka.entra_scope().as_deref(),
+                Some("https://skyport-prod.servicebus.windows.net/.default")
+            );
+        }
+        let password = load("brokers = [\"b:9092\"]").expect("valid");
+        assert_eq!(password.kafka.auth, KafkaAuth::Password);
+        assert_eq!(password.kafka.security_protocol(), KafkaSecurity::Plaintext);
+    }
+
+    #[test]
+    fn entra_refuses_every_other_credential_and_protocol_naming_the_key() {
+        let cases = [
+            (
+                "connection_string = \"Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=s\"",
+                "kafka.connection_string",
+            ),
+            (
+                "sasl_username = \"$ConnectionString\"",
+                "kafka.sasl_username",
+            ),
+            ("sasl_password = \"secret\"", "kafka.sasl_password"),
+            ("security = \"ssl\"", "kafka.security"),
+            ("security = \"sasl_plaintext\"", "kafka.security"),
+            ("sasl_mechanism = \"PLAIN\"", "kafka.sasl_mechanism"),
+            ("sasl_mechanism = \"OAUTHBEARER\"", "kafka.sasl_mechanism"),
+        ];
+        for (line, key) in cases {
+            let errors = load(&format!("{ENTRA}{line}\n")).expect_err(line);
+            let keys: Vec<&str> = errors.0.iter().map(|e| e.key.as_str()).collect();
+            assert_eq!(keys, [key], "{line}: {errors}");
+            assert!(
+                errors.0[0].message.contains("kafka.auth = \"entra\""),
+                "{errors}"
+            );
+        }
+    }
+
+    #[test]
+    fn entra_needs_every_broker_on_one_event_hubs_namespace() {
+        for brokers in [
+            "[\"kafka.contoso.com:9093\"]",
+            "[\"skyport-prod.servicebus.windows.net:9092\"]",
+            "[\"skyport-prod.servicebus.windows.net:9093\", \"other.servicebus.windows.net:9093\"]",
+            "[\"a.b.servicebus.windows.net:9093\"]",
+            "[\".servicebus.windows.net:9093\"]",
+        ] {
+            let errors =
+                load(&format!("auth = \"entra\"\nbrokers = {brokers}\n")).expect_err(brokers);
+            let keys: Vec<&str> = errors.0.iter().map(|e| e.key.as_str()).collect();
+            assert_eq!(keys, ["kafka.brokers"], "{brokers}: {errors}");
+        }
+        let twice = "auth = \"entra\"\nbrokers = [\"ns.servicebus.windows.net:9093\", \"ns.servicebus.windows.net:9093\"]\n";
+        assert!(load(twice).is_ok());
+    }
+
+    #[test]
+    fn oauthbearer_without_entra_is_refused_naming_the_mechanism() {
+        let errors = load(
+            "brokers = [\"b:9093\"]\nsecurity = \"sasl_ssl\"\nsasl_mechanism = \"OAUTHBEARER\"\n\
+             sasl_username = \"u\"\nsasl_password = \"p\"\n",
+        )
+        .expect_err("refused");
+        let keys: Vec<&str> = errors.0.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["kafka.sasl_mechanism"], "{errors}");
+        assert!(errors.0[0].message.contains("kafka.auth = \"entra\""));
     }
 }

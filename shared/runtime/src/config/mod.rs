@@ -47,7 +47,9 @@ pub use self::embedded::EmbeddedSettings;
 pub use self::eventhubs::{EventHubsAuth, EventHubsSettings};
 pub use self::gateway::{ClientQuota, GatewaySettings, QuotaSettings};
 pub use self::http::HttpSettings;
-pub use self::kafka::{KafkaSaslMechanism, KafkaSecurity, KafkaSettings, MANAGED_PROPERTIES};
+pub use self::kafka::{
+    KafkaAuth, KafkaSaslMechanism, KafkaSecurity, KafkaSettings, MANAGED_PROPERTIES,
+};
 pub use self::load::{Cli, ENV_PREFIX, EXIT_CONFIG};
 pub use self::profile::Profile;
 pub use self::services::{ServicesProtocol, ServicesSettings};
