@@ -17,6 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
+use skyport_tests::crds;
 use skyport_tests::helm::*;
 use skyport_tests::tools::promtool;
 use skyport_tests::workspace;
@@ -284,6 +285,7 @@ async fn the_prometheus_rule_renders_beside_the_charts_objects_and_passes_their_
     let rule = prometheus_rule().await;
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(name(rule), "skyport");
+    crds::validate(&[rule], dir.path()).await;
     let labels = &rule["metadata"]["labels"];
     assert_eq!(
         labels["release"], RELEASE_LABEL,
