@@ -38,16 +38,11 @@ use time::format_description::well_known::Rfc3339;
 
 use super::charge::Paged;
 use super::request_units::Operation;
+use super::status_writes::created_ms;
 use super::store::{CosmosStore, READ_PATIENCE};
 
 /// Documents a backfill reads at a time.
 const BACKFILL_PAGE: usize = 100;
-
-/// `at` in Unix milliseconds: a status document's `createdMs`, and what a
-/// [`ListCursor`] counts.
-pub(super) fn created_ms(at: OffsetDateTime) -> i64 {
-    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
-}
 
 fn unavailable(e: impl Into<BoxError>) -> StatusStoreError {
     StatusStoreError::Unavailable(e.into())

@@ -27,11 +27,16 @@ use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
 use super::bulk::Executor;
-use super::listing::created_ms;
 use super::request_units::Operation;
 use super::throttle::Requests;
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
+
+/// `at` in Unix milliseconds: a status document's `createdMs`, which the
+/// listing sorts on and its cursor counts.
+pub(super) fn created_ms(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
 
 /// One queued status write.
 #[derive(Debug)]

@@ -24,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::checkpoints::{Checkpoints, LeaseCheckpointStore};
+use super::hub::HubContext;
 use super::namespace::{EventHubsOpenError, Namespace, sorted_partition_ids};
-use super::reader::{EventHubsPartitionReader, HubContext, Owners, pump};
+use super::reader::{EventHubsPartitionReader, Owners, pump};
 use super::tails::Tails;
 
 /// How long a failed processor or connection waits before it is tried again, at most.

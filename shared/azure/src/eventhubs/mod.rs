@@ -45,6 +45,7 @@ mod batch;
 mod checkpoints;
 mod connection;
 mod consumer;
+mod hub;
 mod namespace;
 mod publisher;
 mod reader;

@@ -19,24 +19,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoints::Checkpoints;
+use super::hub::HubContext;
 use super::tails::Ends;
 
 /// How long closing a partition's receiver may take (a dead connection never answers).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where one hub's partitions are and who this instance is in its ownership records.
-#[derive(Debug, Clone)]
-pub(crate) struct HubContext {
-    pub(crate) namespace: String,
-    pub(crate) hub: String,
-    pub(crate) consumer_group: String,
-    pub(crate) owner: String,
-    /// The worker's number of this hub's first partition.
-    pub(crate) first: u32,
-    /// The partition ids, in the order the worker numbers them.
-    pub(crate) partition_ids: Vec<String>,
-    pub(crate) lane: Lane,
-}
 
 /// What a partition loop feeds its reader.
 #[derive(Debug)]

@@ -14,8 +14,8 @@ use azure_messaging_eventhubs::models::EventHubPartitionProperties;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::hub::HubContext;
 use super::namespace::Namespace;
-use super::reader::HubContext;
 
 /// How often the partitions' ends are read.
 pub(crate) const TAIL_INTERVAL: Duration = Duration::from_secs(5);
