@@ -13,13 +13,10 @@ they are raw strings here, so that Helm leaves their {{ }} alone.
 {{- $alerts := .Values.alerts }}
 {{- $namespace := .Release.Namespace }}
 {{- $in := printf "namespace=%q" $namespace }}
-{{- $config := .Values.config | default dict }}
-{{- $worker := get $config "worker" | default dict }}
-{{- $store := get $config "store" | default dict }}
-{{- $checkpointMs := ternary (get $worker "checkpoint_interval_ms") 5000 (hasKey $worker "checkpoint_interval_ms") | int64 }}
+{{- $checkpointMs := include "skyport.configNumber" (dict "root" . "key" "worker.checkpoint_interval_ms") | int64 }}
 {{- $checkpointLimit := divf (mul $checkpointMs $alerts.checkpointIntervals) 1000 }}
-{{- $statusRetention := ternary (get $store "status_retention_s") 604800 (hasKey $store "status_retention_s") | int64 }}
-{{- $deadLetterRetention := ternary (get $store "dead_letter_retention_s") 2592000 (hasKey $store "dead_letter_retention_s") | int64 }}
+{{- $statusRetention := include "skyport.configNumber" (dict "root" . "key" "store.status_retention_s") | int64 }}
+{{- $deadLetterRetention := include "skyport.configNumber" (dict "root" . "key" "store.dead_letter_retention_s") | int64 }}
 {{- $slack := $alerts.retentionSlackSeconds | int64 }}
 {{- $pods := printf "%s-(gateway-.+|worker-.+|[0-9]+)" (include "skyport.fullname" .) }}
 {{- $post := printf `%s,route="/api/deliveryrequests",method="POST"` $in }}

@@ -211,6 +211,22 @@ the form the binaries read a list from one variable in.
 {{- end }}
 
 {{/*
+A number the binaries read from config, as the chart renders it: the value
+under config.SECTION.KEY, else the binaries' default for it (the one list
+of those defaults the templates need). (dict "root" $ "key"
+"worker.checkpoint_interval_ms").
+*/}}
+{{- define "skyport.configNumber" -}}
+{{- $defaults := dict "gateway.shutdown_grace_period_ms" 10000 "worker.shutdown_grace_period_ms" 30000 "worker.checkpoint_interval_ms" 5000 "store.status_retention_s" 604800 "store.dead_letter_retention_s" 2592000 }}
+{{- if not (hasKey $defaults .key) }}
+{{- fail (printf "skyport.configNumber: no default for %s" .key) }}
+{{- end }}
+{{- $path := splitList "." .key }}
+{{- $section := get (.root.Values.config | default dict) (index $path 0) | default dict }}
+{{- ternary (get $section (index $path 1)) (get $defaults .key) (hasKey $section (index $path 1)) | int64 }}
+{{- end }}
+
+{{/*
 terminationGracePeriodSeconds of a component: (dict "root" $ "component"
 "gateway" "key" "gateway" "values" .Values.gateway), key naming its values.
 It must be longer than what the process may take once the pod is told to
@@ -218,11 +234,8 @@ stop: the preStop sleep, then its shutdown grace period(s) after SIGTERM (the
 all-in-one's gateway and worker drain in turn at worst). Unset: that plus 15 s.
 */}}
 {{- define "skyport.terminationGracePeriod" -}}
-{{- $config := .root.Values.config | default dict }}
-{{- $gatewayConfig := get $config "gateway" | default dict }}
-{{- $workerConfig := get $config "worker" | default dict }}
-{{- $gatewayGrace := ternary (get $gatewayConfig "shutdown_grace_period_ms") 10000 (hasKey $gatewayConfig "shutdown_grace_period_ms") | int64 }}
-{{- $workerGrace := ternary (get $workerConfig "shutdown_grace_period_ms") 30000 (hasKey $workerConfig "shutdown_grace_period_ms") | int64 }}
+{{- $gatewayGrace := include "skyport.configNumber" (dict "root" .root "key" "gateway.shutdown_grace_period_ms") | int64 }}
+{{- $workerGrace := include "skyport.configNumber" (dict "root" .root "key" "worker.shutdown_grace_period_ms") | int64 }}
 {{- $preStop := .values.preStopSleepSeconds | default 0 | int64 }}
 {{- $needMs := 0 }}
 {{- $what := "" }}
