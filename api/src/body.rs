@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -29,6 +29,7 @@ use tower::ServiceExt;
 use tower_http::decompression::{DecompressionBody, RequestDecompression};
 
 use crate::error::ApiError;
+use crate::routes::deliveries::batch::BATCH_ROUTE;
 
 /// The content codings decoded, as their `Content-Encoding` tokens.
 const DECODED: [&str; 4] = ["gzip", "br", "zstd", "deflate"];
@@ -38,10 +39,15 @@ const DECODED: [&str; 4] = ["gzip", "br", "zstd", "deflate"];
 pub struct BodyLimits {
     /// Most bytes after decoding.
     pub max_bytes: usize,
+    /// Most bytes after decoding of a batch ([`BATCH_ROUTE`]).
+    pub max_batch_bytes: usize,
     /// How long the whole body may take to arrive once the head has.
     pub timeout: Duration,
-    /// The bodies being read; one more than it holds is refused.
+    /// The bodies being read, `places` in all; one more than it holds is
+    /// refused. A batch's body takes one place for each `max_bytes` it may
+    /// hold, so that the memory bodies hold stays bounded.
     pub reading: Arc<Semaphore>,
+    pub places: u32,
     /// `Retry-After` of that refusal.
     pub retry_after_s: u32,
 }
@@ -53,14 +59,28 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
     if !has_body(&request) {
         return next.run(request).await;
     }
-    let Ok(reading) = Arc::clone(&limits.reading).try_acquire_owned() else {
+    let batch = request
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|route| route.as_str() == BATCH_ROUTE);
+    let (max_bytes, places) = if batch {
+        let places = limits.max_batch_bytes.div_ceil(limits.max_bytes.max(1));
+        let places = u32::try_from(places).unwrap_or(u32::MAX);
+        (
+            limits.max_batch_bytes,
+            places.clamp(1, limits.places.max(1)),
+        )
+    } else {
+        (limits.max_bytes, 1)
+    };
+    let Ok(reading) = Arc::clone(&limits.reading).try_acquire_many_owned(places) else {
         return ApiError::Overloaded {
             retry_after_s: limits.retry_after_s,
         }
         .into_response();
     };
     let Some(value) = request.headers().get(header::CONTENT_ENCODING) else {
-        return read_whole(request, next, limits, reading).await;
+        return read_whole(request, next, (max_bytes, limits.timeout), reading).await;
     };
     let token = value
         .to_str()
@@ -69,7 +89,7 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
         .to_ascii_lowercase();
     if token == "identity" {
         request.headers_mut().remove(header::CONTENT_ENCODING);
-        return read_whole(request, next, limits, reading).await;
+        return read_whole(request, next, (max_bytes, limits.timeout), reading).await;
     }
     let Some(known) = DECODED.iter().find(|known| **known == token) else {
         let shown = String::from_utf8_lossy(value.as_bytes()).into_owned();
@@ -83,7 +103,7 @@ pub async fn read(State(limits): State<BodyLimits>, mut request: Request, next: 
     let decoded = RequestDecompression::new(tower::service_fn(
         move |request: Request<DecompressionBody<Body>>| {
             let (next, reading) = taken.take().expect("a oneshot service is called once");
-            let limits = limits.clone();
+            let limits = (max_bytes, limits.timeout);
             async move {
                 Ok::<_, Infallible>(read_whole(request.map(Body::new), next, limits, reading).await)
             }
@@ -104,29 +124,22 @@ fn has_body(request: &Request) -> bool {
             .is_some_and(|length| length.as_bytes() != b"0")
 }
 
-/// Reads the (decoded) body whole within `limits`, then gives its place
+/// Reads the (decoded) body whole within `(max_bytes, timeout)`, then gives its place
 /// among the bodies being read back and passes the request on with the
 /// bytes as its body: 413 past `max_bytes`, 408 past `timeout`, 400 when it
 /// cannot be read or decoded.
 async fn read_whole(
     request: Request,
     next: Next,
-    limits: BodyLimits,
+    (max_bytes, timeout): (usize, Duration),
     reading: OwnedSemaphorePermit,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let collected = tokio::time::timeout(
-        limits.timeout,
-        Limited::new(body, limits.max_bytes).collect(),
-    )
-    .await;
+    let collected = tokio::time::timeout(timeout, Limited::new(body, max_bytes).collect()).await;
     let bytes = match collected {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(error)) if error.is::<LengthLimitError>() => {
-            return ApiError::PayloadTooLarge {
-                limit: limits.max_bytes,
-            }
-            .into_response();
+            return ApiError::PayloadTooLarge { limit: max_bytes }.into_response();
         }
         Ok(Err(error)) => {
             return ApiError::BadRequest(format!("the body could not be read or decoded: {error}"))
@@ -134,7 +147,7 @@ async fn read_whole(
         }
         Err(_elapsed) => {
             return ApiError::BodyTimeout {
-                timeout_ms: limits.timeout.as_millis(),
+                timeout_ms: timeout.as_millis(),
             }
             .into_response();
         }

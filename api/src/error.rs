@@ -167,10 +167,32 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The problem document of this error and the `Retry-After` it asks
+    /// for, its cause logged (a 5xx's, once, never shown to the client).
+    pub fn into_problem(self) -> (Problem, Option<u32>) {
         let (status, title, code) = self.parts();
-        match &self {
+        self.log();
+        let retry_after = match &self {
+            Self::Unavailable { retry_after_s, .. }
+            | Self::PublishUnknown { retry_after_s, .. }
+            | Self::Overloaded { retry_after_s }
+            | Self::TooManyRequests { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        };
+        let errors = match self {
+            Self::Validation(ref errors) => errors.clone(),
+            _ => Vec::new(),
+        };
+        let problem = Problem {
+            errors,
+            ..Problem::new(status, title, code, self.to_string())
+        };
+        (problem, retry_after)
+    }
+
+    fn log(&self) {
+        match self {
             Self::Unavailable {
                 source: Some(source),
                 ..
@@ -188,13 +210,11 @@ impl IntoResponse for ApiError {
             }
             _ => {}
         }
-        let retry_after = match &self {
-            Self::Unavailable { retry_after_s, .. }
-            | Self::PublishUnknown { retry_after_s, .. }
-            | Self::Overloaded { retry_after_s }
-            | Self::TooManyRequests { retry_after_s, .. } => Some(*retry_after_s),
-            _ => None,
-        };
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
         let header = match &self {
             Self::Unauthorized { challenge, .. } => Some((
                 header::WWW_AUTHENTICATE,
@@ -214,14 +234,7 @@ impl IntoResponse for ApiError {
             Self::TooManyRequests { headers, .. } => Some(headers.clone()),
             _ => None,
         };
-        let errors = match self {
-            Self::Validation(ref errors) => errors.clone(),
-            _ => Vec::new(),
-        };
-        let problem = Problem {
-            errors,
-            ..Problem::new(status, title, code, self.to_string())
-        };
+        let (problem, retry_after) = self.into_problem();
         let mut response = problem.respond(retry_after);
         if let Some((name, value)) = header {
             response.headers_mut().insert(name, value);

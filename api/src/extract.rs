@@ -31,6 +31,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// A body already read whole (`bytes`) as a JSON object of type `T`, after
+/// its `Content-Type` in `headers`.
+///
+/// # Errors
+/// 415 for a type that is not JSON, else as a [`JsonBody`] is refused.
+pub fn json_body<T: DeserializeOwned>(
+    headers: &header::HeaderMap,
+    bytes: &[u8],
+) -> Result<T, ApiError> {
+    check_content_type(headers.get(header::CONTENT_TYPE))?;
+    parse(bytes)
+}
+
 /// A [`DeliveryRequest`] that parsed and passed validation.
 #[derive(Debug)]
 pub struct ValidDeliveryRequest(pub DeliveryRequest);

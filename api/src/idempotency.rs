@@ -66,6 +66,13 @@ impl Name {
         }
     }
 
+    /// The name a batch sent with `key` by `client` reserves: the id `key`
+    /// would stand for were it followed by a line feed, which a header
+    /// cannot carry, so never a delivery's.
+    pub fn batch(client: &str, key: &str) -> String {
+        derived_id(client, &format!("{key}\n"))
+    }
+
     /// Why a request under this name is not a retry of the one that holds
     /// it: the name is taken, and nothing of whose it is or what it holds.
     pub fn conflict(&self) -> String {
@@ -94,6 +101,20 @@ fn derived_id(client: &str, key: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect();
     format!("{DERIVED_PREFIX}{hex}")
+}
+
+/// What the retry of a batch must repeat: the client, the key and the body,
+/// byte for byte.
+pub fn batch_fingerprint(client: &str, key: &str, body: &[u8]) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"skyport-batch-v1\0")
+        .chain_update(client.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(key.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(body)
+        .finalize();
+    URL_SAFE_NO_PAD.encode(digest)
 }
 
 /// What a retry must repeat: the client, the key and the body as sent.

@@ -22,8 +22,16 @@ pub fn generated() -> String {
     format!("{GENERATED_PREFIX}{}", uuid::Uuid::now_v7())
 }
 
+/// The last segment of the batch route, which no delivery may be named.
+const BATCH: &str = "batch";
+
 /// Why a client may not choose `id`, if it may not: the gateway's own shapes.
 pub fn refusal(id: &str) -> Option<String> {
+    if id == BATCH {
+        return Some(format!(
+            "must not be {BATCH:?}: /api/deliveryrequests/{BATCH} is the route of batches"
+        ));
+    }
     if id.starts_with(GENERATED_PREFIX) {
         return Some(format!(
             "must not start with {GENERATED_PREFIX:?}: the gateway names the deliveries of \

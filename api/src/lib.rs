@@ -49,7 +49,7 @@ use crate::auth::Auth;
 use crate::body::BodyLimits;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
-use crate::routes::deliveries::{cancel, create, list, reschedule, status};
+use crate::routes::deliveries::{batch, cancel, create, list, reschedule, status};
 use crate::routes::operations;
 pub use crate::state::AppState;
 use crate::waiting::Waiters;
@@ -60,6 +60,7 @@ use crate::waiting::Waiters;
 fn deliveries(operators: bool) -> OpenApiRouter<AppState> {
     let mut routes = OpenApiRouter::new()
         .routes(routes!(create::create))
+        .routes(routes!(batch::batch))
         .routes(routes!(cancel::cancel, reschedule::reschedule));
     if operators {
         routes = routes
@@ -126,8 +127,10 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
     );
     let limits = BodyLimits {
         max_bytes: settings.max_body_bytes,
+        max_batch_bytes: settings.max_batch_body_bytes,
         timeout: settings.http.body_read_timeout_ms.duration(),
         reading: Arc::new(Semaphore::new(settings.max_bodies_reading)),
+        places: u32::try_from(settings.max_bodies_reading).unwrap_or(u32::MAX),
         retry_after_s: state.retry_after_s,
     };
     if auth.is_none() && state.quotas.is_some() {
@@ -135,6 +138,7 @@ pub fn router(state: AppState, auth: Option<Auth>, settings: &GatewaySettings) -
             "Quotas are advisory while authentication is off: a request is metered by the ownerId it names, which any caller chooses."
         );
     }
+    skyport_runtime::metrics::global().gateway_started();
     let operators = auth.is_some() || settings.admin_without_auth;
     let dashboard = settings.dashboard == Some(true);
     let mut api = deliveries(operators);

@@ -71,6 +71,8 @@ pub struct GatewayParts {
     pub quotas: Option<Arc<Quotas>>,
     /// The status reads waiting for a change.
     pub waiters: Arc<Waiters>,
+    /// Most delivery requests in one batch (`gateway.max_batch`).
+    pub max_batch: usize,
 }
 
 impl FromRef<AppState> for Admin {
@@ -151,6 +153,7 @@ impl AppState {
             respond_async: settings.respond_async,
             quotas: Quotas::new(&settings.quotas).map(Arc::new),
             waiters: Arc::default(),
+            max_batch: settings.max_batch,
         }))
     }
 

@@ -1,5 +1,6 @@
-//! Status reads that wait for a change: `Prefer: wait=N` (RFC 7240) or
-//! `?wait=N`, N from 1 to 30 seconds.
+//! Status reads that wait for a change (`Prefer: wait=N`, RFC 7240, or
+//! `?wait=N`), and POSTs that wait for their delivery's outcome (`Prefer:
+//! wait=N`), N from 1 to 30 seconds.
 //!
 //! Admission ([`admit`]) gives such a read a place among
 //! `gateway.max_waiting` (and among its client's
@@ -38,21 +39,27 @@ const PAGE: u32 = 1000;
 /// The route whose reads may wait: a delivery's status.
 pub const STATUS_ROUTE: &str = "/api/deliveryrequests/{id}/status";
 
+/// The route whose POSTs may wait for their delivery's outcome.
+pub const CREATE_ROUTE: &str = "/api/deliveryrequests";
+
 /// How long `request` asks to be held: a GET of a status with `?wait=N`
-/// (which wins) or `Prefer: wait=N`. Any other request is admitted among
-/// those in flight, whatever it asks.
+/// (which wins) or `Prefer: wait=N`, or a POST of a delivery request with
+/// `Prefer: wait=N`. Any other request is admitted among those in flight,
+/// whatever it asks.
 fn requested_wait(request: &Request) -> Option<Duration> {
-    let status = request
-        .extensions()
-        .get::<MatchedPath>()
-        .is_some_and(|route| route.as_str() == STATUS_ROUTE);
-    if request.method() != Method::GET || !status {
-        return None;
+    let route = request.extensions().get::<MatchedPath>()?.as_str();
+    match (request.method(), route) {
+        (&Method::GET, STATUS_ROUTE) => {
+            if let Ok(Query(WaitParameter { wait: Some(wait) })) =
+                Query::try_from_uri(request.uri())
+            {
+                return prefer::wait_from_query(&wait);
+            }
+            prefer::wait(request.headers())
+        }
+        (&Method::POST, CREATE_ROUTE) => prefer::wait(request.headers()),
+        _ => None,
     }
-    if let Ok(Query(WaitParameter { wait: Some(wait) })) = Query::try_from_uri(request.uri()) {
-        return prefer::wait_from_query(&wait);
-    }
-    prefer::wait(request.headers())
 }
 
 /// The `wait` of a query, as it came.

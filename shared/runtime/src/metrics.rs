@@ -77,6 +77,19 @@ impl RouteLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AcceptedLabels {
+    /// How the deliveries came: [`AcceptedLabels::POST`] or [`AcceptedLabels::BATCH`].
+    pub via: &'static str,
+}
+
+impl AcceptedLabels {
+    /// A POST of one delivery request (answered 202, or 200 after a wait).
+    pub const POST: Self = Self { via: "post" };
+    /// An item of a batch.
+    pub const BATCH: Self = Self { via: "batch" };
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StreamLabels {
     /// `embedded` or `eventhubs`.
     pub stream: &'static str,
@@ -127,6 +140,7 @@ pub struct Metrics {
     pub http_connections: Gauge,
     pub http_held: Gauge,
     pub http_connections_closed: Family<ClosedLabels, Counter>,
+    pub deliveries_accepted: Family<AcceptedLabels, Counter>,
     pub publish_batch_events: Histograms<StreamLabels>,
     pub publish_duration: Histograms<StreamLabels>,
     pub publish_failures: Family<StreamLabels, Counter>,
@@ -164,7 +178,7 @@ impl Metrics {
         let http_held = Gauge::default();
         registry.register(
             "http_held_requests",
-            "Status reads held now waiting for a change of their delivery (Prefer: wait), at most gateway.max_waiting",
+            "Requests held now (Prefer: wait): status reads waiting for a change of their delivery and POSTs waiting for its outcome, at most gateway.max_waiting",
             http_held.clone(),
         );
         let http_connections_closed = Family::default();
@@ -172,6 +186,12 @@ impl Metrics {
             "http_connections_closed",
             "HTTP connections closed by the server for their client's silence: idle too long, or a request head too slow",
             http_connections_closed.clone(),
+        );
+        let deliveries_accepted = Family::default();
+        registry.register(
+            "deliveries_accepted",
+            "New deliveries made durable by the gateway (a retry that finds its delivery is not counted), by how they came: a POST or an item of a batch",
+            deliveries_accepted.clone(),
         );
         let publish_batch_events = Family::new_with_constructor(batch_size as fn() -> Histogram);
         registry.register(
@@ -205,6 +225,7 @@ impl Metrics {
             http_connections,
             http_held,
             http_connections_closed,
+            deliveries_accepted,
             publish_batch_events,
             publish_duration,
             publish_failures,
@@ -220,6 +241,14 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(registry);
+    }
+
+    /// The gateway's series, at 0 until its first delivery.
+    pub fn gateway_started(&self) {
+        self.deliveries_accepted
+            .get_or_create_owned(&AcceptedLabels::POST);
+        self.deliveries_accepted
+            .get_or_create_owned(&AcceptedLabels::BATCH);
     }
 
     /// A stream's write series, at 0 until its first write.

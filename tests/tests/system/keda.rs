@@ -75,7 +75,7 @@ async fn keda_scales_the_azure_workers_on_demand_and_backlog_age() {
     assert_eq!(demand["metadata"]["serverAddress"], PROMETHEUS);
     let query = demand["metadata"]["query"].as_str().unwrap();
     for part in [
-        r#"sum(rate(skyport_http_requests_total{namespace="skyport",route="/api/deliveryrequests",method="POST",status="202"}[2m]))"#,
+        r#"sum(rate(skyport_deliveries_accepted_total{namespace="skyport"}[2m]))"#,
         r#"(sum(skyport_consumer_lag_events{namespace="skyport"}) or vector(0)) / 900"#,
     ] {
         assert!(query.contains(part), "{part} in {query}");

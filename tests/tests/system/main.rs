@@ -6,6 +6,7 @@
 mod alerts;
 mod auth;
 mod bad_input;
+mod batch;
 mod browser;
 mod callbacks;
 mod cancellation;
@@ -38,6 +39,7 @@ mod monitors;
 mod native_libraries;
 mod openapi_clients;
 mod plan;
+mod post_wait;
 mod quotas;
 mod redrive;
 mod reschedule;

@@ -34,6 +34,7 @@ use crate::quotas::Charged;
 use crate::routes::access::unknown;
 use crate::state::AppState;
 
+pub mod batch;
 pub mod cancel;
 pub mod create;
 pub mod list;
@@ -105,6 +106,25 @@ pub(crate) struct Reply {
     pub(crate) principal: Option<String>,
 }
 
+impl Reply {
+    /// How a POST by `principal` with `headers` is answered.
+    ///
+    /// # Errors
+    /// [`ApiError::BadRequest`] when status URLs have no base (see
+    /// [`AppState::base_url`]).
+    pub(crate) fn to(
+        state: &AppState,
+        headers: &HeaderMap,
+        principal: Option<&Principal>,
+    ) -> Result<Self, ApiError> {
+        Ok(Self {
+            base: state.base_url(headers)?,
+            respond_async: state.respond_async || prefer::respond_async(headers),
+            principal: principal.map(|p| p.name.clone()),
+        })
+    }
+}
+
 /// The 202 of a request that is now durable in the stream.
 pub(crate) fn accepted(
     state: &AppState,
@@ -114,18 +134,15 @@ pub(crate) fn accepted(
     accepted_at: OffsetDateTime,
     lane: Lane,
 ) -> Result<Response, ApiError> {
-    let receipt = state
-        .receipts
-        .sign(&id, accepted_at, lane, reply.principal.as_deref());
-    let links = Links::new(&reply.base, &id, &receipt, status);
+    let body = accepted_body(state, reply, id, status, accepted_at, lane);
     let header_value =
         |url: &str| HeaderValue::from_str(url).map_err(|e| ApiError::Internal(Box::new(e)));
-    let location = header_value(&links.status)?;
+    let location = header_value(&body.status_url)?;
     let operation = if reply.respond_async {
         vec![
             (
                 HeaderName::from_static(OPERATION_LOCATION),
-                header_value(&format!("{}&respond=async", links.status))?,
+                header_value(&format!("{}&respond=async", body.status_url))?,
             ),
             (
                 HeaderName::from_static(prefer::PREFERENCE_APPLIED),
@@ -134,12 +151,6 @@ pub(crate) fn accepted(
         ]
     } else {
         Vec::new()
-    };
-    let body = Accepted {
-        delivery_id: id,
-        status,
-        status_url: links.status,
-        receipt,
     };
     let wait = state.pacing.wait(accepted_at, OffsetDateTime::now_utc());
     Ok((
@@ -150,6 +161,30 @@ pub(crate) fn accepted(
         Json(body),
     )
         .into_response())
+}
+
+/// What a 202 says of a request now durable in the stream: its delivery,
+/// where it is now and its status URL, with a receipt signed for the
+/// principal `reply` names.
+pub(crate) fn accepted_body(
+    state: &AppState,
+    reply: &Reply,
+    id: String,
+    status: DeliveryState,
+    accepted_at: OffsetDateTime,
+    lane: Lane,
+) -> Accepted {
+    let receipt = state
+        .receipts
+        .sign(&id, accepted_at, lane, reply.principal.as_deref());
+    let links = Links::new(&reply.base, &id, &receipt, status);
+    Accepted {
+        delivery_id: id,
+        status,
+        status_url: links.status,
+        receipt,
+        outcome: None,
+    }
 }
 
 /// The delivery a path names.

@@ -30,6 +30,12 @@ pub struct Accepted {
     /// principal it was signed for (none with authentication off), the
     /// capability to read, cancel or reschedule this delivery.
     pub receipt: String,
+    /// The delivery's status once it is over, as its status URL answers it:
+    /// present only on the 200 of a POST made with `Prefer: wait=N` whose
+    /// delivery reached its outcome within N.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub outcome: Option<Box<DeliveryStatus>>,
 }
 
 /// The status resource: the delivery's document, whether it is over, and where to go next.

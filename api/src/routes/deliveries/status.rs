@@ -7,6 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use skyport_core::status::StatusDocument;
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
@@ -156,21 +157,14 @@ pub async fn status(
         }
     };
     drop(held);
-    state.pacing.observe(&document);
     let receipt = query.receipt.unwrap_or_default();
-    let links = Links::new(&base, &id, &receipt, document.state);
-    let terminal = document.state.is_terminal();
+    let status = representation(&state, &base, &receipt, document);
+    let terminal = status.terminal;
     let wait = (!terminal).then(|| {
         state
             .pacing
-            .wait(document.created_at, OffsetDateTime::now_utc())
+            .wait(status.document.created_at, OffsetDateTime::now_utc())
     });
-    let status = DeliveryStatus {
-        status: document.state.into(),
-        document,
-        terminal,
-        links,
-    };
     // A long-running operation's poller reads a 202 as "still running".
     let running = if terminal || !(read.respond_async() || state.respond_async) {
         StatusCode::OK
@@ -191,6 +185,24 @@ pub async fn status(
         response_headers.extend(pacing::headers(wait));
     }
     Ok(response)
+}
+
+/// The status resource of `document`, its links with `receipt` under `base`
+/// (the delivery's time to its outcome observed for the pacing of polls).
+pub(crate) fn representation(
+    state: &AppState,
+    base: &str,
+    receipt: &str,
+    document: StatusDocument,
+) -> DeliveryStatus {
+    state.pacing.observe(&document);
+    let links = Links::new(base, &document.id, receipt, document.state);
+    DeliveryStatus {
+        status: document.state.into(),
+        terminal: document.state.is_terminal(),
+        document,
+        links,
+    }
 }
 
 /// How a status read is answered: how long it may wait for a change, and

@@ -12,6 +12,13 @@ use super::checks::Checks;
 use super::duration::{Millis, Seconds};
 use super::http::HttpSettings;
 
+/// The most requests a batch may be allowed to hold.
+const MAX_BATCH: usize = 10_000;
+
+/// The largest body a batch may be allowed: the body is held whole while its
+/// items are answered.
+const MAX_BATCH_BODY_BYTES: usize = 16 * 1024 * 1024;
+
 /// The HTTP gateway.
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -30,6 +37,11 @@ pub struct GatewaySettings {
     pub public_url: Option<Url>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Most delivery requests in one `POST /api/deliveryrequests/batch`.
+    pub max_batch: usize,
+    /// Largest body of a batch, in bytes once decoded (its own limit:
+    /// `max_body_bytes` stays the limit of every other request).
+    pub max_batch_body_bytes: usize,
     /// Request bodies read at once (each whole, up to `max_body_bytes`
     /// decoded), so that their memory stays bounded whatever the
     /// connections; one more is refused at once with 503 and `Retry-After`.
@@ -124,6 +136,8 @@ impl Default for GatewaySettings {
             listen_backlog: 4_096,
             public_url: None,
             max_body_bytes: 64 * 1024,
+            max_batch: 1_000,
+            max_batch_body_bytes: 1024 * 1024,
             max_bodies_reading: 1024,
             retry_after_s: 1,
             receipt_keys: Vec::new(),
@@ -154,6 +168,24 @@ impl GatewaySettings {
     /// `auth.enabled` decide together.
     pub(super) fn validate(&self, checks: &mut Checks<'_>, auth_enabled: bool) {
         checks.at_least(self.max_body_bytes, 1024, "max_body_bytes");
+        checks.check(
+            (1..=MAX_BATCH).contains(&self.max_batch),
+            "max_batch",
+            format!("must be from 1 to {MAX_BATCH}"),
+        );
+        checks.check(
+            self.max_batch_body_bytes >= self.max_body_bytes,
+            "max_batch_body_bytes",
+            format!(
+                "must be at least gateway.max_body_bytes ({}): a batch of one is a request",
+                self.max_body_bytes
+            ),
+        );
+        checks.check(
+            self.max_batch_body_bytes <= MAX_BATCH_BODY_BYTES,
+            "max_batch_body_bytes",
+            format!("must be at most {MAX_BATCH_BODY_BYTES} (16 MiB)"),
+        );
         checks.at_least(self.retry_after_s, 1, "retry_after_s");
         checks.check(
             (1..=30 * 24 * 60 * 60).contains(&self.idempotency_retention_s.count()),
