@@ -6,7 +6,8 @@ openapi/openapi.json by openapi-python-client (tests/tests/system/openapi_client
 
 Posts a delivery request, reads its status (getDeliveryStatus with the id and
 receipt of the 202, held with wait=10 and If-None-Match naming the copy it
-has) until it is terminal and Scheduled, reschedules it (PATCH with If-Match), cancels another one,
+has) until it is terminal and Scheduled, reschedules it (PATCH with If-Match),
+posts a batch and a request that waits for its outcome, cancels another one,
 and checks that a bad body (422) and a malformed receipt (404) come back as
 the client's typed Problem. SKYPORT_API_KEY, when set, is sent as X-API-Key
 (and a request without it must be a 401 Problem with WWW-Authenticate).
@@ -23,6 +24,7 @@ from skyport_client import AuthenticatedClient, Client
 from skyport_client.api.deliveries import (
     cancel_delivery_request,
     create_delivery_request,
+    create_delivery_request_batch,
     get_delivery_status,
     list_delivery_requests,
     reschedule_delivery_request,
@@ -33,6 +35,7 @@ from skyport_client.models import (
     ChangeOutcome,
     ConfirmationType,
     DeliveryRequest,
+    DeliveryRequestBatch,
     DeliveryState,
     DeliveryStatus,
     PackageInfo,
@@ -236,6 +239,37 @@ def main() -> int:
                 expect(accepted.delivery_id in listed, "the listing holds the delivery, newest first")
                 print("== the delivery rescheduled")
                 reschedule(client, accepted)
+
+        print("== a batch: two requests, the second invalid")
+        response = create_delivery_request_batch.sync_detailed(
+            client=client,
+            body=DeliveryRequestBatch(requests=[delivery_request(2.5), delivery_request(-1.0)]),
+            idempotency_key=f"py-batch-{uuid.uuid4()}",
+        )
+        print(f"POST batch -> {response.status_code.value} {response.content.decode()}")
+        expect(response.status_code == 200, "a batch is answered 200")
+        results = response.parsed.results if response.parsed else []
+        expect(len(results) == 2, "a batch answers each request")
+        if len(results) == 2:
+            first, second = results
+            expect(first.status == 202 and isinstance(first.accepted, Accepted), "the valid request is accepted")
+            expect(
+                second.status == 422 and isinstance(second.problem, Problem) and second.problem.code == "ValidationFailed",
+                "the invalid request is answered with its own 422 Problem",
+            )
+            if isinstance(first.accepted, Accepted):
+                status = poll_until_terminal(client, first.accepted)
+                expect(status is not None and status.state == DeliveryState.SCHEDULED, "the batch's delivery ends Scheduled")
+
+        print("== a POST that waits for its outcome")
+        response = create_delivery_request.sync_detailed(client=client, body=delivery_request(2.5), prefer="wait=10")
+        print(f"POST (Prefer: wait=10) -> {response.status_code.value} {response.content.decode()}")
+        answer = response.parsed
+        expect(response.status_code == 200, "a POST with Prefer: wait=10 is answered 200 once its delivery is over")
+        expect(
+            isinstance(answer, Accepted) and answer.status == DeliveryState.SCHEDULED and bool(answer.outcome) and answer.outcome.terminal,
+            "its body is the Accepted, Scheduled, with the outcome",
+        )
 
         print("== a cancelled delivery request")
         accepted = post(client, delivery_request(1.0))

@@ -5,7 +5,8 @@
 //
 // Posts a delivery request, reads its status (getDeliveryStatus with the id and
 // receipt of the 202, held with `Prefer: wait=10`) until it is terminal and Scheduled,
-// reschedules it (PATCH with If-Match), cancels another one,
+// reschedules it (PATCH with If-Match), posts a batch and a request that waits for
+// its outcome, cancels another one,
 // and checks that a bad body (422) and a malformed receipt (404) surface as the
 // client's ResponseError carrying a typed Problem. SKYPORT_API_KEY, when set,
 // is sent as X-API-Key (and a request without it must be a 401 Problem with
@@ -261,6 +262,41 @@ async function main(): Promise<number> {
       console.log("== the delivery rescheduled");
       await reschedule(api, accepted);
     }
+  }
+
+  console.log("== a batch: two requests, the second invalid");
+  try {
+    const answer = await api.createDeliveryRequestBatch({
+      deliveryRequestBatch: { requests: [deliveryRequest(2.5), deliveryRequest(-1)] },
+      idempotencyKey: `ts-batch-${randomUUID()}`,
+    });
+    console.log(`POST batch -> ${JSON.stringify(answer)}`);
+    expect(answer.results.length === 2, "a batch answers each request");
+    const [first, second] = answer.results;
+    expect(second?.status === 422 && second.problem?.code === "ValidationFailed", "the invalid request is answered with its own 422 Problem");
+    expect(first?.status === 202 && first.accepted !== undefined, "the valid request is accepted");
+    if (first?.accepted !== undefined) {
+      const status = await pollUntilTerminal(api, first.accepted);
+      expect(status?.state === DeliveryState.Scheduled, "the batch's delivery ends Scheduled");
+    }
+  } catch (error) {
+    await report("POST batch", error);
+    expect(false, "a batch is answered 200 with its results");
+  }
+
+  console.log("== a POST that waits for its outcome");
+  try {
+    const waited = await api.createDeliveryRequestRaw({ deliveryRequest: deliveryRequest(2.5), prefer: "wait=10" });
+    const answer = await waited.value();
+    console.log(`POST (Prefer: wait=10) -> ${waited.raw.status} ${JSON.stringify(answer)}`);
+    expect(waited.raw.status === 200, "a POST with Prefer: wait=10 is answered 200 once its delivery is over");
+    expect(
+      answer.status === DeliveryState.Scheduled && answer.outcome?.terminal === true,
+      "its body is the Accepted, Scheduled, with the outcome",
+    );
+  } catch (error) {
+    await report("POST (Prefer: wait=10)", error);
+    expect(false, "a POST with Prefer: wait=10 is answered");
   }
 
   console.log("== a cancelled delivery request");

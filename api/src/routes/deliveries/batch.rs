@@ -64,12 +64,14 @@ pub struct BatchResult {
     pub status: u16,
     /// The accepted delivery, as the 202 of a POST names it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub accepted: Option<Accepted>,
     /// Why the request was not accepted. It was not published, unless its
     /// `code` is `PublishOutcomeUnknown`: it may run then, and a retry of
     /// the batch (the same `Idempotency-Key` and body), or of the request
     /// under its `deliveryId`, learns its fate.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub problem: Option<Problem>,
 }
 

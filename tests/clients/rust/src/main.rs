@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Posts a delivery request, reads its status (getDeliveryStatus with the id and
-//! receipt of the 202, held with `wait`) until it is terminal and Scheduled, cancels another one,
+//! receipt of the 202, held with `wait`) until it is terminal and Scheduled,
+//! posts a batch and a request that waits for its outcome, cancels another one,
 //! and checks that a bad body (422) and a malformed receipt (404) fail with the
 //! client's typed error carrying a Problem. SKYPORT_API_KEY, when set, is sent
 //! as X-API-Key (and a request without it must fail with a 401 Problem). Prints
@@ -30,8 +31,8 @@ use skyport_client::apis::deliveries_api::{
 };
 use skyport_client::apis::{Error, ResponseContent};
 use skyport_client::models::{
-    Accepted, ChangeOutcome, ConfirmationType, DeliveryRequest, DeliveryState, DeliveryStatus,
-    PackageInfo, PackageSize, Problem, Reschedule,
+    Accepted, ChangeOutcome, ConfirmationType, DeliveryRequest, DeliveryRequestBatch,
+    DeliveryState, DeliveryStatus, PackageInfo, PackageSize, Problem, Reschedule,
 };
 
 const POLL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -372,6 +373,43 @@ fn expect_problem<T: Debug, E: TypedError>(
     Some(problem.clone())
 }
 
+/// Posts a batch of a valid and an invalid request: each answered on its own,
+/// the valid one runs to Scheduled.
+async fn batch(checks: &mut Checks, client: &Configuration) {
+    let batch = DeliveryRequestBatch::new(vec![delivery_request(2.5), delivery_request(-1.0)]);
+    let answer = match deliveries_api::create_delivery_request_batch(client, batch, None).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            report("POST batch", &error);
+            checks.expect(false, "a batch is answered 200 with its results");
+            return;
+        }
+    };
+    println!("POST batch -> {answer:?}");
+    checks.expect(answer.results.len() == 2, "a batch answers each request");
+    let [first, second] = answer.results.as_slice() else {
+        return;
+    };
+    checks.expect(
+        second.status == 422
+            && second
+                .problem
+                .as_ref()
+                .is_some_and(|problem| problem.code == "ValidationFailed"),
+        "the invalid request is answered with its own 422 Problem",
+    );
+    let accepted = first.accepted.as_deref().filter(|_| first.status == 202);
+    checks.expect(accepted.is_some(), "the valid request is accepted");
+    if let Some(accepted) = accepted
+        && let Some(status) = poll_until_terminal(checks, client, accepted, false).await
+    {
+        checks.expect(
+            status.state == DeliveryState::Scheduled,
+            "the batch's delivery ends Scheduled",
+        );
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> reqwest::Result<ExitCode> {
     let args: Vec<String> = std::env::args().collect();
@@ -432,6 +470,27 @@ async fn main() -> reqwest::Result<ExitCode> {
         println!("== the delivery rescheduled");
         reschedule(&mut checks, &client, &accepted).await;
     }
+
+    println!("== a batch: two requests, the second invalid");
+    batch(&mut checks, &client).await;
+
+    println!("== a POST that waits for its outcome");
+    let result =
+        deliveries_api::create_delivery_request(&client, delivery_request(2.5), None, Some("wait=10"))
+            .await;
+    match &result {
+        Ok(answer) => println!("POST (Prefer: wait=10) -> {answer:?}"),
+        Err(error) => report("POST (Prefer: wait=10)", error),
+    }
+    checks.expect(
+        result.is_ok_and(|answer| {
+            answer.status == DeliveryState::Scheduled
+                && answer
+                    .outcome
+                    .is_some_and(|outcome| outcome.terminal && outcome.drone_id.is_some())
+        }),
+        "a POST with Prefer: wait=10 is answered with its outcome, Scheduled",
+    );
 
     println!("== a cancelled delivery request");
     if let Some(accepted) = post(&mut checks, &client, delivery_request(1.0)).await {
