@@ -22,6 +22,27 @@ async fn post_preferring(client: &Client, prefer: &str, request: &Value) -> reqw
         .unwrap()
 }
 
+/// Posts deliveries `numbers`, each preferring `prefer`, and gives them
+/// 300 ms to take their places: their answers' statuses, to come.
+async fn held_posts(
+    client: &Client,
+    numbers: std::ops::Range<usize>,
+    prefer: &'static str,
+) -> Vec<tokio::task::JoinHandle<reqwest::StatusCode>> {
+    let posts = numbers
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                post_preferring(&client, prefer, &delivery_request(n))
+                    .await
+                    .status()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    posts
+}
+
 #[tokio::test]
 async fn a_fast_delivery_is_answered_with_its_outcome_in_one_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -90,17 +111,7 @@ async fn a_slow_delivery_is_answered_202_when_the_wait_ends_and_held_places_are_
 
     // Two held places: a third POST that asks to wait is answered at once,
     // as if it had not asked.
-    let held: Vec<_> = (10..12)
-        .map(|n| {
-            let client = app.client.clone();
-            tokio::spawn(async move {
-                post_preferring(&client, "wait=5", &delivery_request(n))
-                    .await
-                    .status()
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = held_posts(&app.client, 10..12, "wait=5").await;
     let started = Instant::now();
     let third = post_preferring(&app.client, "wait=5", &delivery_request(12)).await;
     assert_eq!(third.status(), 202);
@@ -116,17 +127,7 @@ async fn a_slow_delivery_is_answered_202_when_the_wait_ends_and_held_places_are_
         .wait_for_terminal(std::slice::from_ref(&url), Duration::from_secs(10))
         .await;
     let etag = app.client.status(&url).await.headers()["etag"].clone();
-    let waiting: Vec<_> = (20..22)
-        .map(|n| {
-            let client = app.client.clone();
-            tokio::spawn(async move {
-                post_preferring(&client, "wait=2", &delivery_request(n))
-                    .await
-                    .status()
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = held_posts(&app.client, 20..22, "wait=2").await;
     let started = Instant::now();
     let read = app
         .client
