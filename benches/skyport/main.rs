@@ -124,7 +124,8 @@ struct Plan {
     terminal_rates: [u32; 2],
     terminal_duration: Duration,
     /// Deliveries posted and read with waits in the held-reads phase, and
-    /// at what rate; then the reads held beside the POSTs.
+    /// at what rate (and posted with waits in the post-wait phase); then the
+    /// reads held beside the POSTs.
     held_deliveries: u64,
     held_rate: u32,
     held: u64,
@@ -240,7 +241,7 @@ impl Plan {
 struct Phases;
 
 impl Phases {
-    const ALL: [&'static str; 19] = [
+    const ALL: [&'static str; 21] = [
         "ingest",
         "store",
         "status-writes",
@@ -252,6 +253,8 @@ impl Phases {
         "all-in-one",
         "time-to-terminal",
         "held-reads",
+        "post-wait",
+        "batch",
         "quotas",
         "expedited",
         "noisy-neighbour",
@@ -355,6 +358,8 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "kafka" => results.kafka = serde_json::from_value(result)?,
             "time-to-terminal" => results.time_to_terminal = serde_json::from_value(result)?,
             "held-reads" => results.held_reads = serde_json::from_value(result)?,
+            "post-wait" => results.post_wait = serde_json::from_value(result)?,
+            "batch" => results.batch = serde_json::from_value(result)?,
             "quotas" => results.quotas = serde_json::from_value(result)?,
             "expedited" => results.expedited = serde_json::from_value(result)?,
             "noisy-neighbour" => results.noisy_neighbour = serde_json::from_value(result)?,
@@ -440,6 +445,8 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "kafka" => serde_json::to_value(bench.kafka().await?)?,
             "time-to-terminal" => serde_json::to_value(bench.time_to_terminal().await?)?,
             "held-reads" => serde_json::to_value(bench.held_reads().await?)?,
+            "post-wait" => serde_json::to_value(bench.post_wait().await?)?,
+            "batch" => serde_json::to_value(bench.batch().await?)?,
             "quotas" => serde_json::to_value(bench.quota_cost().await?)?,
             "expedited" => serde_json::to_value(bench.expedited().await?)?,
             "noisy-neighbour" => serde_json::to_value(bench.noisy_neighbour().await?)?,

@@ -128,6 +128,11 @@ struct Job {
     /// before the first request is due, rather than as the requests need them.
     #[serde(default)]
     opened: bool,
+    /// Requests posted together to `{url}/batch` in each of its requests;
+    /// `None`: each request alone to `url`. A batch's requests count one by
+    /// one, by the status of each one's result; its latency counts once.
+    #[serde(default)]
+    batch: Option<u32>,
 }
 
 /// Posts distinct delivery requests to `url` from another process, over at
@@ -151,6 +156,30 @@ pub(crate) async fn post(
         callback: None,
         api_key: None,
         opened: false,
+        batch: None,
+    })
+    .await
+}
+
+/// As [`post`], unnamed, closed loop for `duration`: `batch` requests in
+/// each POST to `{url}/batch`.
+pub(crate) async fn post_batches(
+    url: &str,
+    duration: Duration,
+    connections: u32,
+    batch: u32,
+    first: u64,
+) -> anyhow::Result<Posted> {
+    run_job(Job {
+        url: url.to_owned(),
+        schedule: Schedule::For(duration),
+        connections,
+        naming: Naming::Unnamed,
+        first,
+        callback: None,
+        api_key: None,
+        opened: false,
+        batch: Some(batch),
     })
     .await
 }
@@ -172,6 +201,7 @@ pub(crate) async fn post_with_key(
         callback: None,
         api_key: Some(api_key.to_owned()),
         opened: false,
+        batch: None,
     })
     .await
 }
@@ -194,6 +224,7 @@ pub(crate) async fn post_calling_back(
         callback: callback.map(str::to_owned),
         api_key: None,
         opened: false,
+        batch: None,
     })
     .await
 }
@@ -220,6 +251,7 @@ pub(crate) async fn spike(
         callback: None,
         api_key: None,
         opened,
+        batch: None,
     })
     .await
 }
@@ -304,7 +336,8 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
                 {
                     return counts;
                 }
-                let n = next.fetch_add(1, Ordering::Relaxed);
+                let size = u64::from(job.batch.unwrap_or(1));
+                let n = next.fetch_add(size, Ordering::Relaxed);
                 let due = match job.schedule {
                     Schedule::Requests(requests) if n >= requests => return counts,
                     Schedule::Requests(_) | Schedule::For(_) => Instant::now(),
@@ -322,20 +355,16 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
                     }
                 };
                 let n = job.first + n;
-                let mut body = BODY
-                    .replace("\"pkg-1\"", &format!("\"pkg-{n}\""))
-                    .replace("\"owner-1\"", &format!("\"owner-{n}\""));
-                if let Some(callback) = &job.callback {
-                    body = body.replacen(
-                        '{',
-                        &format!("{{\"callbackUrl\":\"{callback}/bench-{n}\","),
-                        1,
-                    );
-                }
-                let mut post = client
-                    .post(&job.url)
-                    .header("content-type", "application/json")
-                    .body(body);
+                let post = match job.batch {
+                    Some(_) => {
+                        let requests: Vec<String> = (n..n + size).map(|n| body(&job, n)).collect();
+                        client
+                            .post(format!("{}/batch", job.url))
+                            .body(format!(r#"{{"requests":[{}]}}"#, requests.join(",")))
+                    }
+                    None => client.post(&job.url).body(body(&job, n)),
+                };
+                let mut post = post.header("content-type", "application/json");
                 if job.naming == Naming::Keyed {
                     post = post.header("idempotency-key", format!("bench-{n}"));
                 }
@@ -346,12 +375,18 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
                     Ok(response) => {
                         let status = response.status().as_u16();
                         // Read the answer to the end so the connection is reused.
-                        let _ = response.bytes().await;
+                        let answer = response.bytes().await.unwrap_or_default();
                         let micros = due.elapsed().as_micros();
                         counts
                             .latencies
                             .push(u32::try_from(micros).unwrap_or(u32::MAX));
-                        *counts.statuses.entry(status).or_default() += 1;
+                        if job.batch.is_some() && status == 200 {
+                            for status in result_statuses(&answer) {
+                                *counts.statuses.entry(status).or_default() += 1;
+                            }
+                        } else {
+                            *counts.statuses.entry(status).or_default() += size;
+                        }
                     }
                     Err(e) => {
                         let kind = if e.is_timeout() {
@@ -361,7 +396,7 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
                         } else {
                             "request failed"
                         };
-                        *counts.errors.entry(kind.to_owned()).or_default() += 1;
+                        *counts.errors.entry(kind.to_owned()).or_default() += size;
                     }
                 }
             }
@@ -389,6 +424,36 @@ async fn post_all(job: Job) -> anyhow::Result<Posted> {
         statuses,
         errors,
     })
+}
+
+/// Request `n` of `job`: a package and owner of its own, and its callback.
+fn body(job: &Job, n: u64) -> String {
+    let body = BODY
+        .replace("\"pkg-1\"", &format!("\"pkg-{n}\""))
+        .replace("\"owner-1\"", &format!("\"owner-{n}\""));
+    match &job.callback {
+        Some(callback) => body.replacen(
+            '{',
+            &format!("{{\"callbackUrl\":\"{callback}/bench-{n}\","),
+            1,
+        ),
+        None => body,
+    }
+}
+
+/// The status of each result of a batch's answer (none when it is not one).
+fn result_statuses(answer: &[u8]) -> Vec<u16> {
+    #[derive(Deserialize)]
+    struct Answer {
+        results: Vec<Result>,
+    }
+    #[derive(Deserialize)]
+    struct Result {
+        status: u16,
+    }
+    serde_json::from_slice::<Answer>(answer)
+        .map(|answer| answer.results.iter().map(|r| r.status).collect())
+        .unwrap_or_default()
 }
 
 /// Opens `connections` connections to `url`'s server and leaves them idle

@@ -15,6 +15,7 @@ use time::format_description::well_known::Rfc3339;
 use crate::charts::{self, Outcome, Provenance};
 use crate::phases::Verdict;
 use crate::phases::all_in_one::WholeSystem;
+use crate::phases::batch::Batches;
 use crate::phases::burst::{self, Burst};
 use crate::phases::cosmos_cost::CosmosCost;
 use crate::phases::end_to_end::{self, EndToEnd};
@@ -25,6 +26,7 @@ use crate::phases::held::HeldReads;
 use crate::phases::ingest::{self, Ingest};
 use crate::phases::kafka::KafkaRun;
 use crate::phases::named::Named;
+use crate::phases::post_wait::PostWait;
 use crate::phases::quotas::QuotaCost;
 use crate::phases::rate_limit::RateLimited;
 use crate::phases::scale::Scale;
@@ -54,6 +56,10 @@ pub(crate) struct Results {
     pub(crate) time_to_terminal: Vec<TimeToTerminal>,
     #[serde(default)]
     pub(crate) held_reads: Option<HeldReads>,
+    #[serde(default)]
+    pub(crate) post_wait: Option<PostWait>,
+    #[serde(default)]
+    pub(crate) batch: Option<Batches>,
     #[serde(default)]
     pub(crate) quotas: Option<QuotaCost>,
     #[serde(default)]
@@ -98,6 +104,8 @@ impl Results {
             all_in_one: None,
             time_to_terminal: Vec::new(),
             held_reads: None,
+            post_wait: None,
+            batch: None,
             quotas: None,
             expedited: None,
             noisy_neighbour: None,
@@ -129,6 +137,8 @@ impl Results {
         verdicts.extend(self.kafka.iter().flat_map(KafkaRun::verdicts));
         verdicts.extend(self.peak_rss());
         verdicts.extend(self.held_reads.iter().flat_map(HeldReads::verdicts));
+        verdicts.extend(self.post_wait.iter().flat_map(PostWait::verdicts));
+        verdicts.extend(self.batch.iter().flat_map(Batches::verdicts));
         verdicts.extend(self.quotas.iter().flat_map(QuotaCost::verdicts));
         verdicts.extend(self.expedited.iter().flat_map(Expedited::verdicts));
         verdicts.extend(
@@ -222,6 +232,8 @@ impl Results {
         failures.extend(self.rate_limited.iter().flat_map(|r| r.failures(full)));
         failures.extend(self.time_to_terminal.iter().flat_map(|t| t.failures(full)));
         failures.extend(self.held_reads.iter().flat_map(|h| h.failures(full)));
+        failures.extend(self.post_wait.iter().flat_map(|p| p.failures(full)));
+        failures.extend(self.batch.iter().flat_map(|b| b.failures(full)));
         failures.extend(self.quotas.iter().flat_map(|q| q.failures(full)));
         failures.extend(self.expedited.iter().flat_map(Expedited::failures));
         failures.extend(

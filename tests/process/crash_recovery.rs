@@ -315,3 +315,147 @@ async fn five_kills_at_random_moments_lose_nothing_and_duplicate_nothing() {
     }
     services.stop().await;
 }
+
+/// Batches in this test: each of [`BATCH`] requests, the last one invalid.
+const BATCHES: usize = 24;
+const BATCH: usize = 100;
+
+/// Batch `b`: its requests (the last with a weight of -1) as a body.
+fn batch_body(b: usize) -> String {
+    let requests: Vec<serde_json::Value> = (b * BATCH..(b + 1) * BATCH)
+        .map(|n| {
+            let mut request = delivery_request(n);
+            if n % BATCH == BATCH - 1 {
+                request["packageInfo"]["weight"] = serde_json::json!(-1);
+            }
+            request
+        })
+        .collect();
+    serde_json::json!({ "requests": requests }).to_string()
+}
+
+/// Posts batch `b` under its own key: each request's result, or `None`
+/// when the server went away before answering.
+async fn post_batch(client: &Client, b: usize) -> Option<Vec<serde_json::Value>> {
+    let response = client
+        .http
+        .post(format!("{}/api/deliveryrequests/batch", client.base))
+        .header("content-type", "application/json")
+        .header("idempotency-key", format!("crash-batch-{b}"))
+        .body(batch_body(b))
+        .send()
+        .await
+        .ok()?;
+    assert_eq!(response.status(), 200);
+    let answer: serde_json::Value = response.json().await.ok()?;
+    answer["results"].as_array().cloned()
+}
+
+/// The status URLs of the requests a batch's results accepted, after
+/// checking that every other one was refused as invalid.
+fn accepted_urls(results: &[serde_json::Value]) -> Vec<String> {
+    assert_eq!(results.len(), BATCH);
+    results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, result)| {
+            if i == BATCH - 1 {
+                assert_eq!(result["status"], 422, "{result}");
+                return None;
+            }
+            assert_eq!(result["status"], 202, "{result}");
+            Some(result["accepted"]["statusUrl"].as_str()?.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_mid_batch_keeps_what_it_accepted_and_a_retry_finds_it() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
+    let dir = tempfile::tempdir().unwrap();
+    let services = Services::start().await;
+    let data = dir.path().join("data");
+    let first = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url, &[]),
+        dir.path().join("first.log"),
+    )
+    .await;
+    let mut posts = tokio::task::JoinSet::new();
+    for b in 0..BATCHES {
+        let client = first.client.clone();
+        posts.spawn(async move { (b, post_batch(&client, b).await) });
+    }
+    // Kill it once some batches are answered and others are on their way.
+    let mut answered = Vec::new();
+    while answered.len() < BATCHES / 4 {
+        let (b, results) = posts.join_next().await.unwrap().unwrap();
+        answered.push((b, results.expect("the server is up")));
+    }
+    first.kill().await;
+    let mut unanswered = Vec::new();
+    for (b, results) in posts.join_all().await {
+        match results {
+            Some(results) => answered.push((b, results)),
+            None => unanswered.push(b),
+        }
+    }
+    println!(
+        "killed mid-batch: {} batches answered, {} not",
+        answered.len(),
+        unanswered.len()
+    );
+
+    let second = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url, &[]),
+        dir.path().join("second.log"),
+    )
+    .await;
+    let mut urls: Vec<String> = answered
+        .iter()
+        .flat_map(|(_, results)| accepted_urls(results))
+        .collect();
+    // Every request answered 202 before the kill is there.
+    second
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    // A batch that got no answer, retried unchanged under its key, gets one
+    // for each of its requests; an answered one, retried, the same.
+    for (b, results) in &answered {
+        let again = post_batch(&second.client, *b).await.unwrap();
+        for (then, now) in results.iter().zip(&again) {
+            assert_eq!(
+                now["accepted"]["deliveryId"],
+                then["accepted"]["deliveryId"]
+            );
+            assert_eq!(now["accepted"]["receipt"], then["accepted"]["receipt"]);
+        }
+    }
+    for b in unanswered {
+        let results = post_batch(&second.client, b).await.unwrap();
+        urls.extend(accepted_urls(&results));
+    }
+    let documents = second
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(120))
+        .await;
+    second.terminate().await;
+    assert!(
+        documents
+            .iter()
+            .all(|document| document.state == DeliveryState::Scheduled)
+    );
+    let valid = (BATCH - 1) * BATCHES;
+    assert_eq!(urls.len(), valid);
+    let stats = services.simulator.stats();
+    for service in Step::ALL {
+        let counters = stats.get(service);
+        assert_eq!(
+            counters.created, valid as u64,
+            "{service:?} created each valid request's resource exactly once, and none of an invalid one's: {counters:?}"
+        );
+    }
+    services.stop().await;
+}

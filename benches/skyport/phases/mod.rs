@@ -4,6 +4,7 @@
 //! chart. Here, what their verdicts share: [`Verdict`] and its formatting.
 
 pub(crate) mod all_in_one;
+pub(crate) mod batch;
 pub(crate) mod burst;
 pub(crate) mod cosmos_cost;
 pub(crate) mod end_to_end;
@@ -14,6 +15,7 @@ pub(crate) mod held;
 pub(crate) mod ingest;
 pub(crate) mod kafka;
 pub(crate) mod named;
+pub(crate) mod post_wait;
 pub(crate) mod quotas;
 pub(crate) mod rate_limit;
 pub(crate) mod scale;

@@ -16,7 +16,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesOrdered;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use skyport_core::ports::{Reservation, Reserved};
@@ -155,9 +156,11 @@ pub async fn batch(
         });
         let key = key.as_ref().map(|key| item_key(key, index));
         let submitter = &submitter;
-        async move { submitter.submit(key, item?).await }
+        // On the heap once: a submission's future is a few kilobytes, which
+        // the set of futures would otherwise move again.
+        Box::pin(async move { submitter.submit(key, item?).await })
     });
-    let outcomes = join_all(items.collect::<Vec<_>>()).await;
+    let outcomes: Vec<_> = items.collect::<FuturesOrdered<_>>().collect().await;
     let mut retry_after = None;
     let mut last_charge = None;
     let results = outcomes

@@ -177,11 +177,10 @@ pub(crate) fn accepted_body(
     let receipt = state
         .receipts
         .sign(&id, accepted_at, lane, reply.principal.as_deref());
-    let links = Links::new(&reply.base, &id, &receipt, status);
     Accepted {
+        status_url: Links::status_url(&reply.base, &id, &receipt),
         delivery_id: id,
         status,
-        status_url: links.status,
         receipt,
         outcome: None,
     }

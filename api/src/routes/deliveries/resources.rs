@@ -117,14 +117,27 @@ pub struct Links {
 
 impl Links {
     pub(crate) fn new(base: &str, id: &str, receipt: &str, state: DeliveryState) -> Self {
-        let delivery = format!("{base}{DELIVERY_REQUESTS}/{id}");
         let cancellable = matches!(
             state,
             DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled
         );
         Self {
-            status: format!("{delivery}/status?receipt={receipt}"),
-            cancel: cancellable.then(|| format!("{delivery}?receipt={receipt}")),
+            status: Self::status_url(base, id, receipt),
+            cancel: cancellable
+                .then(|| [base, DELIVERY_REQUESTS, "/", id, "?receipt=", receipt].concat()),
         }
+    }
+
+    /// The status URL of delivery `id` under `base`, with its receipt.
+    pub(crate) fn status_url(base: &str, id: &str, receipt: &str) -> String {
+        [
+            base,
+            DELIVERY_REQUESTS,
+            "/",
+            id,
+            "/status?receipt=",
+            receipt,
+        ]
+        .concat()
     }
 }
