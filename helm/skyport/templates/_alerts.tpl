@@ -25,15 +25,15 @@ they are raw strings here, so that Helm leaves their {{ }} alone.
   rules:
     - alert: SkyportAcceptErrors
       expr: |-
-        sum by (namespace) (rate(skyport_http_requests_total{ {{- $post }},status=~"5.."}[5m]))
-          / sum by (namespace) (rate(skyport_http_requests_total{ {{- $post }}}[5m]))
+        sum by (namespace) (rate(skyport_http_requests_total{ {{- $post }},status=~"5.."}[5m]) or rate(skyport_batch_refused_total{ {{- $in }},class="5xx"}[5m]))
+          / sum by (namespace) (rate(skyport_http_requests_total{ {{- $post }}}[5m]) or rate(skyport_deliveries_accepted_total{ {{- $in }},via="batch"}[5m]) or rate(skyport_batch_refused_total{ {{- $in }}}[5m]))
           > {{ $alerts.errorRatio }}
       for: 5m
       labels:
         severity: critical
       annotations:
         summary: {{ `Skyport answers too many requests with a 5xx in {{ $labels.namespace }}` | toJson }}
-        description: {{ printf `{{ $value | humanizePercentage }} of POST /api/deliveryrequests in namespace {{ $labels.namespace }} were answered with a 5xx over the last 5 minutes, above the objective of %v %%.` (mulf $alerts.errorRatio 100) | toJson }}
+        description: {{ printf `{{ $value | humanizePercentage }} of the delivery requests in namespace {{ $labels.namespace }} (each POST /api/deliveryrequests, and each request of a batch) were answered with a 5xx over the last 5 minutes, above the objective of %v %%.` (mulf $alerts.errorRatio 100) | toJson }}
         runbook_url: {{ printf "%s#skyportaccepterrors" $runbook | toJson }}
     - alert: SkyportAcceptSlow
       expr: |-

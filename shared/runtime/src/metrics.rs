@@ -90,6 +90,12 @@ impl AcceptedLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// The status class of the request's problem: `4xx` or `5xx`.
+    pub class: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StreamLabels {
     /// `embedded` or `eventhubs`.
     pub stream: &'static str,
@@ -141,6 +147,7 @@ pub struct Metrics {
     pub http_held: Gauge,
     pub http_connections_closed: Family<ClosedLabels, Counter>,
     pub deliveries_accepted: Family<AcceptedLabels, Counter>,
+    pub batch_refused: Family<RefusedLabels, Counter>,
     pub publish_batch_events: Histograms<StreamLabels>,
     pub publish_duration: Histograms<StreamLabels>,
     pub publish_failures: Family<StreamLabels, Counter>,
@@ -193,6 +200,12 @@ impl Metrics {
             "New deliveries made durable by the gateway (a retry that finds its delivery is not counted), by how they came: a POST or an item of a batch",
             deliveries_accepted.clone(),
         );
+        let batch_refused = Family::default();
+        registry.register(
+            "batch_refused",
+            "Requests of batches answered with a problem (the batch itself answered 200), by the problem's status class",
+            batch_refused.clone(),
+        );
         let publish_batch_events = Family::new_with_constructor(batch_size as fn() -> Histogram);
         registry.register(
             "publish_batch_events",
@@ -226,6 +239,7 @@ impl Metrics {
             http_held,
             http_connections_closed,
             deliveries_accepted,
+            batch_refused,
             publish_batch_events,
             publish_duration,
             publish_failures,
@@ -249,6 +263,10 @@ impl Metrics {
             .get_or_create_owned(&AcceptedLabels::POST);
         self.deliveries_accepted
             .get_or_create_owned(&AcceptedLabels::BATCH);
+        for class in ["4xx", "5xx"] {
+            self.batch_refused
+                .get_or_create_owned(&RefusedLabels { class });
+        }
     }
 
     /// A stream's write series, at 0 until its first write.

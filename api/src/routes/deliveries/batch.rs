@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use skyport_core::ports::{Reservation, Reserved};
 use skyport_core::request::{DeliveryRequest, FieldError};
-use skyport_runtime::metrics::AcceptedLabels;
+use skyport_runtime::metrics::{AcceptedLabels, RefusedLabels};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
@@ -169,6 +169,11 @@ pub async fn batch(
             Ok(submitted) => accepted_result(&state, &reply, submitted, &mut last_charge),
             Err(refused) => {
                 let (problem, wait) = refused.into_problem();
+                let class = if problem.status >= 500 { "5xx" } else { "4xx" };
+                skyport_runtime::metrics::global()
+                    .batch_refused
+                    .get_or_create(&RefusedLabels { class })
+                    .inc();
                 retry_after = retry_after.max(wait);
                 BatchResult {
                     status: problem.status,
