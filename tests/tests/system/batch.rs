@@ -275,3 +275,69 @@ async fn no_delivery_may_be_named_batch() {
     let problem: Value = response.json().await.unwrap();
     assert_eq!(problem["errors"][0]["field"], "deliveryId");
 }
+
+/// With no embedded store to keep one, the gateway's receipt key is configured.
+const RECEIPT_KEY: &str = "a-receipt-key-for-the-batch-tests-0123";
+
+/// A batch, its retry, and a POST that waits for its outcome, on `app`:
+/// every delivery Scheduled once.
+async fn batch_retry_and_wait(app: &TestApp) {
+    let body = json!({ "requests": (0..40).map(delivery_request).collect::<Vec<_>>() });
+    let first = results(post_batch(&app.client, Some("backends-1"), &body).await).await;
+    assert_eq!(codes(&first), vec![202; 40], "{first:?}");
+    let retried = results(post_batch(&app.client, Some("backends-1"), &body).await).await;
+    for (then, now) in first.iter().zip(&retried) {
+        assert_eq!(now["accepted"]["receipt"], then["accepted"]["receipt"]);
+    }
+    let mut urls: Vec<String> = first
+        .iter()
+        .map(|result| result["accepted"]["statusUrl"].as_str().unwrap().to_owned())
+        .collect();
+    // Once the worker reads (on Kafka, after the group's first rebalance),
+    // a POST that waits gets its outcome.
+    app.client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await;
+    let waited = app
+        .client
+        .http
+        .post(format!("{}/api/deliveryrequests", app.client.base))
+        .header("content-type", "application/json")
+        .header("prefer", "wait=10")
+        .body(delivery_request(100).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waited.status(), 200);
+    let waited: Value = waited.json().await.unwrap();
+    assert_eq!(waited["outcome"]["state"], "Scheduled");
+    urls.push(waited["statusUrl"].as_str().unwrap().to_owned());
+    app.expect_all_scheduled_once(&urls, Duration::from_secs(60))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_waits_work_on_cosmos_db_with_kafka() {
+    let broker = skyport_tests::kafka::Broker::start(&["deliveries"], 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    broker.configure(&mut settings, &["deliveries"]);
+    settings.gateway.receipt_keys = vec![RECEIPT_KEY.into()];
+    let app = TestApp::spawn_on_cosmos(settings).await;
+    batch_retry_and_wait(&app).await;
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_waits_work_on_cosmos_db_with_event_hubs() {
+    let broker = skyport_tests::eventhubs_broker::EventHubsBroker::start(&[("d-0", 4)])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = crate::eventhubs::settings_on(&broker, &dir, &["d-0"]);
+    settings.gateway.receipt_keys = vec![RECEIPT_KEY.into()];
+    let app = TestApp::spawn_on_cosmos(settings).await;
+    batch_retry_and_wait(&app).await;
+    app.app.stop().await.unwrap();
+    broker.stop().await;
+}
