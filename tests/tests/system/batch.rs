@@ -247,8 +247,39 @@ async fn a_batch_is_refused_whole_only_when_it_is_malformed_empty_or_too_large()
             .join(&format!(",{}", " ".repeat(2000)))
     );
     assert!(spaced.len() > 64 * 1024);
-    let results = results(post_batch(&app.client, None, spaced).await).await;
+    let results = results(post_batch(&app.client, None, &spaced).await).await;
     assert_eq!(codes(&results), vec![202; 50]);
+    // Compressed, a batch is held to its limit once decoded.
+    let gzip = |text: &str| {
+        use std::io::Write as _;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(text.as_bytes()).unwrap();
+        encoder.finish().unwrap()
+    };
+    let post_gzip = |body: Vec<u8>| {
+        app.client
+            .http
+            .post(format!("{}/api/deliveryrequests/batch", app.client.base))
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(body)
+            .send()
+    };
+    let compressed = post_gzip(gzip(
+        &spaced
+            .replace("delivery-", "gzip-delivery-")
+            .replace("package-", "gzip-package-"),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(compressed.status(), 200);
+    let bomb = format!(
+        r#"{{"requests": [{}{}]}}"#,
+        delivery_request(0),
+        " ".repeat(2 * 1024 * 1024)
+    );
+    let bomb = post_gzip(gzip(&bomb)).await.unwrap();
+    assert_eq!(bomb.status(), 413);
     let mut huge = requests(1);
     huge["requests"][0]["pickupLocation"] = json!("x".repeat(1024 * 1024));
     let too_large = post_batch(&app.client, None, &huge).await;
@@ -340,4 +371,80 @@ async fn batches_and_waits_work_on_cosmos_db_with_event_hubs() {
     batch_retry_and_wait(&app).await;
     app.app.stop().await.unwrap();
     broker.stop().await;
+}
+
+#[tokio::test]
+async fn another_tenant_gets_nothing_of_a_batch_by_its_key_its_ids_or_a_wait() {
+    const ALICE: &str = "alice-key-0123456789abcdef0123456789ab";
+    const BOB: &str = "bob-key-0123456789abcdef0123456789abcd";
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(dir.path());
+    let scopes = [
+        skyport_runtime::config::Scope::Read,
+        skyport_runtime::config::Scope::Write,
+    ];
+    skyport_tests::with_api_keys(
+        &mut settings,
+        &[("alice", ALICE, &scopes), ("bob", BOB, &scopes)],
+    );
+    let app = TestApp::spawn_with(settings).await;
+    let alice = app.client.with_header("x-api-key", ALICE);
+    let bob = app.client.with_header("x-api-key", BOB);
+    let mut unnamed = delivery_request(1);
+    unnamed.as_object_mut().unwrap().remove("deliveryId");
+    let body = json!({ "requests": [delivery_request(0), unnamed] });
+    let hers = results(post_batch(&alice, Some("day-1"), &body).await).await;
+    assert_eq!(codes(&hers), vec![202, 202]);
+    let hers_done = alice
+        .wait_for_terminal(
+            &hers
+                .iter()
+                .map(|r| r["accepted"]["statusUrl"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>(),
+            Duration::from_secs(30),
+        )
+        .await;
+
+    // Bob repeats her key and body: her named delivery is taken, answered as
+    // any taken name is; the unnamed one is a delivery of his own.
+    let his = results(post_batch(&bob, Some("day-1"), &body).await).await;
+    assert_eq!(codes(&his), vec![409, 202]);
+    let detail = his[0]["problem"]["detail"].as_str().unwrap();
+    assert!(!detail.contains("alice"), "{detail}");
+    assert_ne!(
+        his[1]["accepted"]["deliveryId"],
+        hers[1]["accepted"]["deliveryId"]
+    );
+    assert_ne!(
+        his[1]["accepted"]["receipt"],
+        hers[1]["accepted"]["receipt"]
+    );
+
+    // A POST of her id that asks to wait learns nothing of her outcome.
+    let started = std::time::Instant::now();
+    let waited = bob
+        .http
+        .post(format!("{}/api/deliveryrequests", bob.base))
+        .header("content-type", "application/json")
+        .header("prefer", "wait=5")
+        .body(delivery_request(0).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waited.status(), 409);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let problem: Value = waited.json().await.unwrap();
+    assert!(problem.get("outcome").is_none());
+
+    // Her deliveries are as they were.
+    for (result, before) in hers.iter().zip(&hers_done) {
+        let now: skyport_core::status::StatusDocument = alice
+            .status(result["accepted"]["statusUrl"].as_str().unwrap())
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(now.updated_at, before.updated_at);
+        assert_eq!(now.attempt, before.attempt);
+    }
 }
