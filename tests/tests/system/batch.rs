@@ -197,6 +197,13 @@ async fn a_batch_retried_under_its_key_finds_what_it_made_and_another_body_is_a_
             .unwrap()
             .contains("close-of-day-1")
     );
+    // A named request of a batch is named by its deliveryId alone: a POST of
+    // it on its own is its retry, whatever key the batch had.
+    let named = json!({ "requests": [delivery_request(50)] });
+    let in_batch = results(post_batch(&app.client, Some("close-of-day-2"), &named).await).await;
+    let alone = app.client.post_delivery(&delivery_request(50)).await;
+    assert_eq!(in_batch[0]["accepted"]["deliveryId"], alone.delivery_id);
+    let published = app.published();
     // The key of a batch is not the key of a POST: the two never meet.
     let response = app
         .client

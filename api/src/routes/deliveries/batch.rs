@@ -154,7 +154,12 @@ pub async fn batch(
                 None => Ok(request),
             }
         });
-        let key = key.as_ref().map(|key| item_key(key, index));
+        // A request with a deliveryId is named by it alone, so that a POST of
+        // it on its own (with no key) is its retry, and the other way round.
+        let key = match &item {
+            Ok(request) if request.delivery_id.is_some() => None,
+            _ => key.as_ref().map(|key| item_key(key, index)),
+        };
         let submitter = &submitter;
         // On the heap once: a submission's future is a few kilobytes, which
         // the set of futures would otherwise move again.
