@@ -176,13 +176,22 @@ function stepOrder(a, b) {
 function ingest(now, then) {
   const post = { route: POST_ROUTE, method: "POST" };
   const statuses = ratesBy(now, then, "skyport_http_requests_total", "status", post);
-  const accepted = statuses.get("202") || 0;
+  // New deliveries, each POST's and each request of a batch (a batch is
+  // answered 200 whatever its requests' answers).
+  const deliveries = "skyport_deliveries_accepted_total";
+  const accepted = has(now, deliveries) ? rate(now, then, deliveries) : statuses.get("202") || 0;
   let rejected = 0;
   const rows = [];
   for (const [status, perSecond] of [...statuses].sort()) {
     if (status === "202") continue;
     rejected += perSecond;
     rows.push([`${status} ${REASONS[status] || ""}`.trim(), number(perSecond)]);
+  }
+  const refused = ratesBy(now, then, "skyport_batch_refused_total", "class");
+  for (const [kind, perSecond] of [...refused].sort()) {
+    if (perSecond <= 0) continue;
+    rejected += perSecond;
+    rows.push([`${kind} in batches`, number(perSecond)]);
   }
   set("accepted", number(accepted));
   set("rejected", number(rejected));
