@@ -143,6 +143,9 @@ impl Backends {
             dead_letters,
             idempotency,
             changes: store.changes(),
+            timers: store
+                .embedded()
+                .map(|embedded| embedded as Arc<dyn skyport_core::ports::Timers>),
             receipt_keys,
         };
         Ok(Self {

@@ -129,6 +129,10 @@ struct Plan {
     held_deliveries: u64,
     held_rate: u32,
     held: u64,
+    /// Deliveries deferred in the timers phase, and the window their
+    /// `runsAt` are spread over.
+    timer_deliveries: u64,
+    timer_window: Duration,
     /// The expedited phase's burst, and the expedited deliveries posted at
     /// least, one a second, while it drains (as many more as the drain takes).
     expedited_burst: u64,
@@ -177,6 +181,8 @@ impl Plan {
             held_deliveries: 1_000,
             held_rate: 200,
             held: 5_000,
+            timer_deliveries: 100_000,
+            timer_window: Duration::from_secs(100),
             expedited_burst: 100_000,
             expedited_samples: 30,
             noisy_duration: Duration::from_secs(30),
@@ -218,6 +224,8 @@ impl Plan {
             held_deliveries: 50,
             held_rate: 50,
             held: 200,
+            timer_deliveries: 500,
+            timer_window: Duration::from_secs(2),
             expedited_burst: 1_000,
             expedited_samples: 2,
             noisy_duration: Duration::from_secs(2),
@@ -241,7 +249,7 @@ impl Plan {
 struct Phases;
 
 impl Phases {
-    const ALL: [&'static str; 21] = [
+    const ALL: [&'static str; 22] = [
         "ingest",
         "store",
         "status-writes",
@@ -255,6 +263,7 @@ impl Phases {
         "held-reads",
         "post-wait",
         "batch",
+        "timers",
         "quotas",
         "expedited",
         "noisy-neighbour",
@@ -360,6 +369,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "held-reads" => results.held_reads = serde_json::from_value(result)?,
             "post-wait" => results.post_wait = serde_json::from_value(result)?,
             "batch" => results.batch = serde_json::from_value(result)?,
+            "timers" => results.timers = serde_json::from_value(result)?,
             "quotas" => results.quotas = serde_json::from_value(result)?,
             "expedited" => results.expedited = serde_json::from_value(result)?,
             "noisy-neighbour" => results.noisy_neighbour = serde_json::from_value(result)?,
@@ -447,6 +457,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "held-reads" => serde_json::to_value(bench.held_reads().await?)?,
             "post-wait" => serde_json::to_value(bench.post_wait().await?)?,
             "batch" => serde_json::to_value(bench.batch().await?)?,
+            "timers" => serde_json::to_value(bench.timers().await?)?,
             "quotas" => serde_json::to_value(bench.quota_cost().await?)?,
             "expedited" => serde_json::to_value(bench.expedited().await?)?,
             "noisy-neighbour" => serde_json::to_value(bench.noisy_neighbour().await?)?,

@@ -33,6 +33,7 @@ use crate::phases::scale::Scale;
 use crate::phases::status_writes::StatusWrites;
 use crate::phases::store::Store;
 use crate::phases::time_to_terminal::TimeToTerminal;
+use crate::phases::timers::TimersRun;
 
 /// Read back to redraw the charts (`-- charts`): a phase a run did not have
 /// is empty or null.
@@ -60,6 +61,8 @@ pub(crate) struct Results {
     pub(crate) post_wait: Option<PostWait>,
     #[serde(default)]
     pub(crate) batch: Option<Batches>,
+    #[serde(default)]
+    pub(crate) timers: Option<TimersRun>,
     #[serde(default)]
     pub(crate) quotas: Option<QuotaCost>,
     #[serde(default)]
@@ -106,6 +109,7 @@ impl Results {
             held_reads: None,
             post_wait: None,
             batch: None,
+            timers: None,
             quotas: None,
             expedited: None,
             noisy_neighbour: None,
@@ -139,6 +143,7 @@ impl Results {
         verdicts.extend(self.held_reads.iter().flat_map(HeldReads::verdicts));
         verdicts.extend(self.post_wait.iter().flat_map(PostWait::verdicts));
         verdicts.extend(self.batch.iter().flat_map(Batches::verdicts));
+        verdicts.extend(self.timers.iter().flat_map(TimersRun::verdicts));
         verdicts.extend(self.quotas.iter().flat_map(QuotaCost::verdicts));
         verdicts.extend(self.expedited.iter().flat_map(Expedited::verdicts));
         verdicts.extend(
@@ -234,6 +239,7 @@ impl Results {
         failures.extend(self.held_reads.iter().flat_map(|h| h.failures(full)));
         failures.extend(self.post_wait.iter().flat_map(|p| p.failures(full)));
         failures.extend(self.batch.iter().flat_map(|b| b.failures(full)));
+        failures.extend(self.timers.iter().flat_map(|t| t.failures(full)));
         failures.extend(self.quotas.iter().flat_map(|q| q.failures(full)));
         failures.extend(self.expedited.iter().flat_map(Expedited::failures));
         failures.extend(

@@ -459,3 +459,62 @@ async fn a_process_killed_mid_batch_keeps_what_it_accepted_and_a_retry_finds_it(
     }
     services.stop().await;
 }
+
+/// Deliveries whose pickup is `LEAD_S` and `in_s` seconds away.
+const LEAD_S: i64 = 3_600;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_deliveries_survive_a_kill_and_run_once_after_the_restart() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_skyport"));
+    let dir = tempfile::tempdir().unwrap();
+    let services = Services::start().await;
+    let data = dir.path().join("data");
+    let lead = [format!("worker.booking_lead_s={LEAD_S}")];
+    let first = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url, &lead),
+        dir.path().join("first.log"),
+    )
+    .await;
+    let pickup = time::OffsetDateTime::now_utc() + time::Duration::seconds(LEAD_S + 4);
+    let format = &time::format_description::well_known::Rfc3339;
+    let mut urls = Vec::new();
+    for n in 0..50 {
+        let mut request = delivery_request(n);
+        request["pickupTime"] = serde_json::json!(pickup.format(format).unwrap());
+        request["deadline"] =
+            serde_json::json!((pickup + time::Duration::hours(2)).format(format).unwrap());
+        urls.push(first.client.post_delivery(&request).await.status_url);
+    }
+    first
+        .client
+        .wait_for_state(&urls[49], DeliveryState::Waiting, Duration::from_secs(10))
+        .await;
+    first.kill().await;
+    assert_eq!(
+        services.simulator.stats().get(Step::Drone).created,
+        0,
+        "nothing was booked before the kill"
+    );
+    let second = ChildApp::spawn(
+        binary,
+        &args(&data, &services.url, &lead),
+        dir.path().join("second.log"),
+    )
+    .await;
+    let documents = second
+        .client
+        .wait_for_terminal(&urls, Duration::from_secs(60))
+        .await;
+    second.terminate().await;
+    assert!(
+        documents
+            .iter()
+            .all(|d| d.state == DeliveryState::Scheduled && d.attempt == 1)
+    );
+    let stats = services.simulator.stats();
+    for service in Step::ALL {
+        assert_eq!(stats.get(service).created, 50, "{service:?}");
+    }
+    services.stop().await;
+}

@@ -9,6 +9,7 @@ pub mod consumer;
 pub mod intake;
 pub mod metrics;
 pub mod resilience;
+pub mod timers;
 pub mod workflow;
 
 use std::collections::BTreeMap;
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use skyport_core::ports::{
-    Consumer, Diagnostics, Ports, ReportError, ReportQuery, StatusStore, details_of, inspect_parts,
+    Consumer, Diagnostics, Ports, Publisher, ReportError, ReportQuery, StatusStore, Timers,
+    details_of, inspect_parts,
 };
 use skyport_runtime::admin::ReadinessCheck;
 use skyport_runtime::backoff::Backoff;
@@ -40,6 +42,9 @@ pub struct Worker {
     consumer: Arc<dyn Consumer>,
     status: Arc<dyn StatusStore>,
     context: Arc<PartitionContext>,
+    /// The timers of Waiting deliveries and the stream their fires go to,
+    /// where the store keeps timers.
+    timers: Option<(Arc<dyn Timers>, Arc<dyn Publisher>)>,
 }
 
 impl Worker {
@@ -74,10 +79,15 @@ impl Worker {
             retries,
             settings.processing_after_ms.duration(),
             settings.redrive_per_s,
+            settings.booking_lead_s.map(|lead| lead.duration()),
         );
         Ok(Self {
             consumer: Arc::clone(&ports.consumer),
             status: Arc::clone(&ports.status),
+            timers: ports
+                .timers
+                .as_ref()
+                .map(|timers| (Arc::clone(timers), Arc::clone(&ports.publisher))),
             context: Arc::new(PartitionContext {
                 workflow,
                 settings,
@@ -134,7 +144,14 @@ impl Worker {
             stop.cancel();
             result
         };
-        let ((), result) = tokio::join!(consume, intake);
+        // Timers fire whatever the lead now: deliveries recorded Waiting
+        // under an earlier one still run at their time.
+        let timers = async {
+            if let Some((timers, publisher)) = &self.timers {
+                timers::fire(Arc::clone(timers), Arc::clone(publisher), stop.clone()).await;
+            }
+        };
+        let ((), (), result) = tokio::join!(consume, timers, intake);
         tracing::info!(counters = %self.context.workflow.tally(), "The worker stopped.");
         result
     }

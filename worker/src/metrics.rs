@@ -68,11 +68,13 @@ pub struct OutcomeLabels {
 }
 
 /// How the workflow can finish an event.
-pub const OUTCOMES: [&str; 8] = [
+pub const OUTCOMES: [&str; 10] = [
     "scheduled",
     "failed",
     "cancelled",
     "cancel_requested",
+    "waiting",
+    "not_due",
     "already_terminal",
     "dead_lettered",
     "abandoned",
@@ -112,6 +114,10 @@ pub struct WorkerMetrics {
     pub replays: Counter,
     /// Redrives read, by whether their epoch `began` (or had) or they were `skipped`.
     pub redrives: Family<OutcomeLabels, Counter>,
+    /// Deliveries Waiting now, as the timer task last read them.
+    pub timers_waiting: Gauge,
+    pub timers_fired: Counter,
+    pub timer_lateness: Histogram,
     /// The partitions read here, for their checkpoint age and their loops.
     partitions: Arc<CheckpointAges>,
 }
@@ -193,6 +199,24 @@ impl WorkerMetrics {
             "Redrives (delivery requests of a later attempt epoch) read, by whether their epoch began or they were skipped",
             redrives.clone(),
         );
+        let timers_waiting = Gauge::default();
+        registry.register(
+            "timers_waiting",
+            "Deliveries Waiting for their time to book (worker.booking_lead_s before their pickup), as this worker's timer task last read them",
+            timers_waiting.clone(),
+        );
+        let timers_fired = Counter::default();
+        registry.register(
+            "timers_fired",
+            "Timers of Waiting deliveries fired: a DeliveryDue published for each (again after a restart, or after 10 minutes without its delivery starting)",
+            timers_fired.clone(),
+        );
+        let timer_lateness = latency();
+        registry.register(
+            "timer_lateness_seconds",
+            "From a Waiting delivery's runsAt to its timer's fire",
+            timer_lateness.clone(),
+        );
         let partitions = Arc::new(CheckpointAges::default());
         registry.register_collector(Box::new(Arc::clone(&partitions)));
         exposition.register(registry);
@@ -209,6 +233,9 @@ impl WorkerMetrics {
             workflow_events,
             replays,
             redrives,
+            timers_waiting,
+            timers_fired,
+            timer_lateness,
             partitions,
         };
         worker.start_at_zero();

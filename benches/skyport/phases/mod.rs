@@ -22,6 +22,7 @@ pub(crate) mod scale;
 pub(crate) mod status_writes;
 pub(crate) mod store;
 pub(crate) mod time_to_terminal;
+pub(crate) mod timers;
 
 use std::collections::BTreeMap;
 

@@ -411,6 +411,7 @@ fn state_name(state: DeliveryState) -> &'static str {
         DeliveryState::Scheduled => "scheduled",
         DeliveryState::Failed => "failed",
         DeliveryState::Cancelled => "cancelled",
+        DeliveryState::Waiting => "waiting",
     }
 }
 

@@ -110,6 +110,17 @@ they are raw strings here, so that Helm leaves their {{ }} alone.
         summary: {{ `Skyport's retention sweeper is behind in {{ $labels.namespace }}` | toJson }}
         description: {{ printf `The oldest {{ $labels.kind }} entry kept by pod {{ $labels.pod }} in namespace {{ $labels.namespace }} is {{ $value | humanizeDuration }} old, past its retention window plus %d s (store.status_retention_s = %d s for status, store.dead_letter_retention_s = %d s for dead letters).` $slack $statusRetention $deadLetterRetention | toJson }}
         runbook_url: {{ printf "%s#skyportretentionbehind" $runbook | toJson }}
+    - alert: SkyportTimersLate
+      expr: |-
+        histogram_quantile(0.99, sum by (namespace, le) (rate(skyport_timer_lateness_seconds_bucket{ {{- $in }}}[5m])))
+          > {{ $alerts.timerLatenessSeconds }}
+      for: 10m
+      labels:
+        severity: warning
+      annotations:
+        summary: {{ `Skyport starts Waiting deliveries late in {{ $labels.namespace }}` | toJson }}
+        description: {{ printf `The p99 of how late the timers of Waiting deliveries fired in namespace {{ $labels.namespace }} was {{ $value | humanizeDuration }} over the last 5 minutes, above the objective of %v s: deliveries book later than worker.booking_lead_s before their pickup.` $alerts.timerLatenessSeconds | toJson }}
+        runbook_url: {{ printf "%s#skyporttimerslate" $runbook | toJson }}
     - alert: SkyportProcessDown
       expr: |-
         up{ {{- $in }},pod=~"{{ $pods }}"} == 0

@@ -13,6 +13,8 @@
 //!   refuses a version 2 envelope as a whole.
 //! - 3: `DeliveryRescheduled`, a client's change of a delivery's times and
 //!   places. The other events are as in version 2.
+//! - 4: `DeliveryDue`, a Waiting delivery's timer firing (the worker writes
+//!   it). The other events are as in version 3.
 //!
 //! The rollout rule: a build reads every version in [`READS`] and writes the
 //! one it is told (`gateway.event_schema_version`); every worker must read a
@@ -31,7 +33,7 @@ use crate::request::{DeliveryRequest, Reschedule};
 use crate::status::QueuedRedrive;
 
 /// The newest schema version, the one this build writes unless told otherwise.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 /// The versions this build reads.
 pub const READS: RangeInclusive<u32> = 1..=SCHEMA_VERSION;
 
@@ -48,6 +50,21 @@ pub enum Event {
     DeliveryRequested(Box<DeliveryRequested>),
     CancellationRequested(CancellationRequested),
     DeliveryRescheduled(DeliveryRescheduled),
+    DeliveryDue(DeliveryDue),
+}
+
+/// A Waiting delivery's time came (version 4): its steps run if its status
+/// is still Waiting at `revision`. A timer writes it, at least once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryDue {
+    pub delivery_id: String,
+    /// The status's revision the timer was set at: a reschedule since then
+    /// set another.
+    pub revision: u32,
+    /// When the steps were to run.
+    #[serde(with = "time::serde::rfc3339")]
+    pub runs_at: OffsetDateTime,
 }
 
 /// A client asked to change a delivery's times or places (version 3).
@@ -186,7 +203,7 @@ fn as_version_1(mut event: Event) -> Event {
             e.redrive = None;
         }
         Event::CancellationRequested(e) => e.principal = None,
-        Event::DeliveryRescheduled(_) => {}
+        Event::DeliveryRescheduled(_) | Event::DeliveryDue(_) => {}
     }
     event
 }
@@ -198,6 +215,7 @@ impl Event {
             Self::DeliveryRequested(e) => &e.delivery_id,
             Self::CancellationRequested(e) => &e.delivery_id,
             Self::DeliveryRescheduled(e) => &e.delivery_id,
+            Self::DeliveryDue(e) => &e.delivery_id,
         }
     }
 
@@ -218,6 +236,7 @@ impl Event {
             Self::DeliveryRequested(e) => (e.traceparent.clone(), e.idempotency_key.clone()),
             Self::CancellationRequested(e) => (e.traceparent.clone(), None),
             Self::DeliveryRescheduled(e) => (e.traceparent.clone(), None),
+            Self::DeliveryDue(_) => (None, None),
         };
         Ok(OutboundEvent {
             key: self.delivery_id().to_owned(),
@@ -250,6 +269,13 @@ impl Event {
             return Err(EncodeError::NeedsVersion {
                 what: "a reschedule",
                 needs: 3,
+                asked: version,
+            });
+        }
+        if version < 4 && matches!(self, Self::DeliveryDue(_)) {
+            return Err(EncodeError::NeedsVersion {
+                what: "a delivery's timer",
+                needs: 4,
                 asked: version,
             });
         }
@@ -298,6 +324,12 @@ impl Event {
                 source: serde::de::Error::custom("DeliveryRescheduled is an event of version 3"),
             });
         }
+        if version < 4 && matches!(envelope.event, Self::DeliveryDue(_)) {
+            return Err(DecodeError::Invalid {
+                version,
+                source: serde::de::Error::custom("DeliveryDue is an event of version 4"),
+            });
+        }
         Ok(if version == 1 {
             as_version_1(envelope.event)
         } else {
@@ -334,7 +366,7 @@ mod tests {
     #[test]
     fn the_envelope_names_its_schema_version() {
         let json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
-        assert_eq!(json["schemaVersion"], 3);
+        assert_eq!(json["schemaVersion"], SCHEMA_VERSION);
         assert_eq!(json["deliveryId"], "d-1");
         assert_eq!(json["type"], "DeliveryRequested");
         assert_eq!(json["principal"], "portal");
@@ -376,8 +408,8 @@ mod tests {
             Err(EncodeError::NeedsVersion { needs: 2, .. })
         ));
         assert!(matches!(
-            event.encode_as(4),
-            Err(EncodeError::UnsupportedVersion(4))
+            event.encode_as(5),
+            Err(EncodeError::UnsupportedVersion(5))
         ));
         let read = Event::decode(&event.encode()).expect("decode");
         assert_eq!(read, event);
@@ -448,11 +480,32 @@ mod tests {
     #[test]
     fn an_unknown_version_is_refused() {
         let mut json: serde_json::Value = serde_json::from_slice(&event().encode()).expect("json");
-        json["schemaVersion"] = 4.into();
+        json["schemaVersion"] = 5.into();
         let bytes = serde_json::to_vec(&json).expect("bytes");
         assert!(matches!(
             Event::decode(&bytes),
-            Err(DecodeError::UnsupportedVersion(4))
+            Err(DecodeError::UnsupportedVersion(5))
+        ));
+    }
+
+    #[test]
+    fn a_timer_is_an_event_of_version_4() {
+        let due = Event::DeliveryDue(DeliveryDue {
+            delivery_id: "d-1".into(),
+            revision: 2,
+            runs_at: datetime!(2030-01-01 09:00 UTC),
+        });
+        assert_eq!(Event::decode(&due.encode()).expect("decode"), due);
+        assert!(matches!(
+            due.encode_as(3),
+            Err(EncodeError::NeedsVersion { needs: 4, .. })
+        ));
+        let mut json: serde_json::Value = serde_json::from_slice(&due.encode()).expect("json");
+        json["schemaVersion"] = 3.into();
+        let bytes = serde_json::to_vec(&json).expect("bytes");
+        assert!(matches!(
+            Event::decode(&bytes),
+            Err(DecodeError::Invalid { version: 3, .. })
         ));
     }
 

@@ -22,6 +22,9 @@ pub enum DeliveryState {
     Scheduled,
     Failed,
     Cancelled,
+    /// Recorded, its pickup further away than `worker.booking_lead_s`: its
+    /// steps run at `runsAt`, and nothing is booked before.
+    Waiting,
 }
 
 impl DeliveryState {
@@ -32,12 +35,14 @@ impl DeliveryState {
     /// Whether a document in state `self` may be rewritten in state `next`.
     ///
     /// Processing may follow Processing (a replayed event starts a new attempt);
-    /// nothing goes back to Accepted; of the terminal states only Scheduled
-    /// moves on: to Cancelled, or to Scheduled again when a reschedule
-    /// updated its bookings (a new revision).
+    /// nothing goes back to Accepted, nor to Waiting once started (Waiting
+    /// follows Waiting when a reschedule moves `runsAt`); of the terminal
+    /// states only Scheduled moves on: to Cancelled, or to Scheduled again
+    /// when a reschedule updated its bookings (a new revision).
     pub fn can_become(self, next: Self) -> bool {
         match self {
-            Self::Accepted | Self::Processing => next != Self::Accepted,
+            Self::Accepted | Self::Waiting => next != Self::Accepted,
+            Self::Processing => !matches!(next, Self::Accepted | Self::Waiting),
             Self::Scheduled => matches!(next, Self::Scheduled | Self::Cancelled),
             Self::Failed | Self::Cancelled => false,
         }
@@ -183,6 +188,14 @@ pub struct StatusDocument {
     /// stream has the lane.
     #[serde(default)]
     pub lane: Lane,
+    /// When a Waiting delivery's steps run: `worker.booking_lead_s` before
+    /// its pickup.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub runs_at: Option<OffsetDateTime>,
 }
 
 /// A reschedule (`PATCH`) and what became of it.
@@ -365,7 +378,16 @@ impl StatusDocument {
             revision: 0,
             changes: Vec::new(),
             lane: Lane::Normal,
+            runs_at: None,
         }
+    }
+
+    /// When a timer should start this document's steps: its `runsAt` while
+    /// it is Waiting.
+    pub fn due_at(&self) -> Option<OffsetDateTime> {
+        (self.state == DeliveryState::Waiting)
+            .then_some(self.runs_at)
+            .flatten()
     }
 
     /// Whether this document may be replaced by `next`: within an epoch as
@@ -385,7 +407,7 @@ impl StatusDocument {
 mod tests {
     use super::DeliveryState::{self, *};
 
-    const ALL: [DeliveryState; 5] = [Accepted, Processing, Scheduled, Failed, Cancelled];
+    const ALL: [DeliveryState; 6] = [Accepted, Processing, Scheduled, Failed, Cancelled, Waiting];
 
     #[test]
     fn failed_and_cancelled_never_change() {
@@ -416,10 +438,21 @@ mod tests {
 
     #[test]
     fn open_states_move_forward() {
-        for from in [Accepted, Processing] {
+        for from in [Accepted, Processing, Waiting] {
             for to in [Processing, Scheduled, Failed, Cancelled] {
                 assert!(from.can_become(to), "{from:?} -> {to:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_delivery_waits_only_before_it_starts() {
+        for from in ALL {
+            assert_eq!(
+                from.can_become(Waiting),
+                matches!(from, Accepted | Waiting),
+                "{from:?} -> Waiting"
+            );
         }
     }
 

@@ -115,6 +115,7 @@ impl Committer {
                         body,
                         listed,
                         settled_ms,
+                        due,
                     } => {
                         // A document listed before its owner was known is
                         // listed again, where its owner and accept time say.
@@ -140,6 +141,7 @@ impl Committer {
                             tables.changes.insert(next_change, id.as_str())?;
                             next_change += 1;
                             tables.settle(id, settled, *settled_ms)?;
+                            tables.time(id, *due)?;
                             if let Some(previous) = &relisted {
                                 tables.unlist(id, previous)?;
                             }

@@ -70,6 +70,7 @@ mod sweep;
 mod tables;
 #[cfg(test)]
 mod tests;
+mod timers;
 
 pub use self::consumer::EmbeddedConsumer;
 pub use self::faults::Faults;

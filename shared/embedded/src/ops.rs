@@ -27,13 +27,16 @@ pub(crate) struct Op {
 pub(crate) enum OpKind {
     /// Write a status document if its stored version is `expected` (`None`:
     /// absent), listed as `listed`; `settled_ms`: when its retention window
-    /// starts (Unix ms; `None` while it is not settled).
+    /// starts (Unix ms; `None` while it is not settled); `due`: when its
+    /// steps run (Unix ms), its revision and whether it is expedited, while
+    /// it is Waiting.
     PutStatus {
         id: String,
         expected: Option<u64>,
         body: Vec<u8>,
         listed: Listed,
         settled_ms: Option<i64>,
+        due: Option<(i64, u32, bool)>,
     },
     DeadLetter(DeadLetter),
     /// Forget the dead-lettered event at this position.

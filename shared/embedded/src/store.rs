@@ -362,6 +362,13 @@ impl StatusStore for EmbeddedStore {
             body,
             listed: Listed::of(document),
             settled_ms: document.settled_at(OffsetDateTime::now_utc()).map(unix_ms),
+            due: document.due_at().map(|at| {
+                (
+                    unix_ms(at),
+                    document.revision,
+                    document.lane == Lane::Expedited,
+                )
+            }),
         };
         match self.submit(kind).await {
             Ok(Applied::Written(version)) => Ok(ETag(version.to_string())),

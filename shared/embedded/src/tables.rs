@@ -50,6 +50,13 @@ pub(crate) const CHANGE_DEAD_LETTER_EXPIRY: TableDefinition<(i64, &str, &str), (
 /// listing, newest last. A document is under the scope `""` (all), `o:` and
 /// its owner, and `p:` and its principal.
 pub(crate) const LISTING: TableDefinition<(&str, i64, &str), ()> = TableDefinition::new("listing");
+/// Delivery id → the Unix ms its steps run at: the Waiting documents, so
+/// that a write finds the timer it moves or removes.
+pub(crate) const WAITING: TableDefinition<&str, i64> = TableDefinition::new("waiting");
+/// (Unix ms its steps run at, delivery id) → (the document's revision then,
+/// whether it is in the expedited lane): the timers of Waiting documents,
+/// earliest first.
+pub(crate) const TIMERS: TableDefinition<(i64, &str), (u32, bool)> = TableDefinition::new("timers");
 
 /// Every table a commit writes, opened once per transaction.
 pub(crate) struct Tables<'txn> {
@@ -63,6 +70,8 @@ pub(crate) struct Tables<'txn> {
     pub(crate) dead_letter_expiry: Table<'txn, (i64, u32, u64), ()>,
     pub(crate) change_dead_letter_expiry: Table<'txn, (i64, &'static str, &'static str), ()>,
     pub(crate) listing: Table<'txn, (&'static str, i64, &'static str), ()>,
+    pub(crate) waiting: Table<'txn, &'static str, i64>,
+    pub(crate) timers: Table<'txn, (i64, &'static str), (u32, bool)>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -77,7 +86,28 @@ impl<'txn> Tables<'txn> {
             dead_letter_expiry: txn.open_table(DEAD_LETTER_EXPIRY)?,
             change_dead_letter_expiry: txn.open_table(CHANGE_DEAD_LETTER_EXPIRY)?,
             listing: txn.open_table(LISTING)?,
+            waiting: txn.open_table(WAITING)?,
+            timers: txn.open_table(TIMERS)?,
         })
+    }
+
+    /// Sets, moves or removes the timer of document `id`: `due` is when its
+    /// steps run (Unix ms), its revision and whether it is expedited, while
+    /// it is Waiting.
+    pub(crate) fn time(
+        &mut self,
+        id: &str,
+        due: Option<(i64, u32, bool)>,
+    ) -> Result<(), redb::Error> {
+        let previous = self.waiting.remove(id)?.map(|at| at.value());
+        if let Some(previous) = previous {
+            self.timers.remove((previous, id))?;
+        }
+        if let Some((at, revision, expedited)) = due {
+            self.waiting.insert(id, at)?;
+            self.timers.insert((at, id), (revision, expedited))?;
+        }
+        Ok(())
     }
 
     /// Moves the retention window of document `id` from `previous` to

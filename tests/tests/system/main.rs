@@ -51,4 +51,5 @@ mod stream_contract;
 mod structure;
 mod tenancy;
 mod throughput_control;
+mod timers;
 mod waiting;

@@ -50,7 +50,17 @@ impl Workflow {
                         Decision::Keep(Found::Done(Outcome::AlreadyTerminal))
                     }
                     DeliveryState::Scheduled => Decision::Keep(Found::Scheduled),
-                    DeliveryState::Accepted | DeliveryState::Processing => {
+                    // Nothing booked yet: cancelled at once, its timer gone with it.
+                    DeliveryState::Waiting if !running_here => {
+                        let mut cancelled = document.clone();
+                        cancelled.state = DeliveryState::Cancelled;
+                        cancelled.cancel_requested_at = Some(cancel.requested_at);
+                        cancelled.updated_at = OffsetDateTime::now_utc();
+                        Decision::Write(cancelled, Found::Done(Outcome::Cancelled))
+                    }
+                    DeliveryState::Accepted
+                    | DeliveryState::Processing
+                    | DeliveryState::Waiting => {
                         if document.cancel_requested_at.is_some() {
                             return Decision::Keep(Found::Done(Outcome::CancelRequested));
                         }

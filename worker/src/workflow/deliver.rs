@@ -65,22 +65,21 @@ struct Seen {
 
 impl Workflow {
     /// Runs `request`, which carries the reschedules `merged` records (read
-    /// before it started: see [`Workflow::with_pending`]).
+    /// before it started: see [`Workflow::with_pending`]); `started`: the
+    /// document this attempt has marked Processing already (a Waiting
+    /// delivery whose time came).
     pub(super) async fn deliver(
         &self,
         request: &DeliveryRequested,
         merged: &[ChangeRecord],
         lane: Lane,
+        started: Option<Versioned>,
         abandon: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let id = &request.delivery_id;
         let traceparent = request.traceparent.as_deref();
-        let mut seen = Seen::default();
-        let mut processing_due = Some(Instant::now() + self.processing_after);
-        if self.processing_after.is_zero() {
-            processing_due = None;
-            seen = self.mark_processing(request, merged, lane, abandon).await?;
-        }
+        let (mut seen, mut processing_due) =
+            self.start(request, merged, lane, started, abandon).await?;
         let mut progress = Progress::default();
         let mut outcomes = Vec::with_capacity(ORDER.len());
         let mut failure = None;
@@ -215,6 +214,34 @@ impl Workflow {
         self.after_final_write(finish, stored, ended, abandon).await
     }
 
+    /// How an attempt starts: marked Processing already (`started`), now
+    /// (with `worker.processing_after_ms` 0), or once it has run that long
+    /// (the instant returned).
+    async fn start(
+        &self,
+        request: &DeliveryRequested,
+        merged: &[ChangeRecord],
+        lane: Lane,
+        started: Option<Versioned>,
+        abandon: &CancellationToken,
+    ) -> Result<(Seen, Option<Instant>), Interrupted> {
+        if let Some(started) = started {
+            let seen = Seen {
+                current: Some(started),
+                counted: true,
+            };
+            return Ok((seen, None));
+        }
+        if self.processing_after.is_zero() {
+            let seen = self.mark_processing(request, merged, lane, abandon).await?;
+            return Ok((seen, None));
+        }
+        Ok((
+            Seen::default(),
+            Some(Instant::now() + self.processing_after),
+        ))
+    }
+
     /// The state the steps leave a delivery in: Scheduled, or Failed once
     /// the steps that succeeded before the one that `failed` are undone.
     async fn outcome_of_steps(
@@ -332,7 +359,7 @@ impl Workflow {
 
     /// What the request tells the document: its package, callback, trace and
     /// lane, and the request itself unless reschedules changed the document's.
-    fn describe(document: &mut StatusDocument, request: &DeliveryRequested, lane: Lane) {
+    pub(super) fn describe(document: &mut StatusDocument, request: &DeliveryRequested, lane: Lane) {
         document.lane = lane;
         document.package_id = Some(request.request.package_info.package_id.clone());
         document
@@ -348,7 +375,7 @@ impl Workflow {
 
     /// Records the reschedules the steps ran with (`merged`) that the
     /// document lacks, each applied one a revision.
-    fn record_changes(document: &mut StatusDocument, merged: &[ChangeRecord]) {
+    pub(super) fn record_changes(document: &mut StatusDocument, merged: &[ChangeRecord]) {
         for record in merged {
             if document
                 .changes

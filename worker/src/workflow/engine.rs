@@ -56,6 +56,9 @@ pub struct Workflow {
     pub(super) redrives: Pacer,
     /// The deliveries' events whose order matters, and the reschedules read.
     pub(super) turns: Arc<Turns>,
+    /// How long before its pickup a delivery runs its steps; one whose
+    /// pickup is further away waits (`worker.booking_lead_s`). `None`: none waits.
+    pub(super) booking_lead: Option<Duration>,
 }
 
 /// An event as it was read: decoded, with its place among its delivery's
@@ -93,6 +96,7 @@ impl Admitted {
             Ok(Event::DeliveryRequested(request)) => request.accepted_at,
             Ok(Event::DeliveryRescheduled(reschedule)) => reschedule.requested_at,
             Ok(Event::CancellationRequested(cancel)) => cancel.requested_at,
+            Ok(Event::DeliveryDue(due)) => due.runs_at,
             Err(_) => return None,
         };
         Some(crate::metrics::unix_ms(at))
@@ -128,6 +132,7 @@ impl Workflow {
         retries: RetryPolicy,
         processing_after: Duration,
         redrive_per_s: u32,
+        booking_lead: Option<Duration>,
     ) -> Self {
         Self {
             client,
@@ -139,6 +144,7 @@ impl Workflow {
             processing_after,
             redrives: Pacer::new(redrive_per_s),
             turns: Arc::default(),
+            booking_lead,
         }
     }
 
@@ -153,6 +159,7 @@ impl Workflow {
                 self.turns.read(reschedule);
                 Some(self.turns.turn(&reschedule.delivery_id))
             }
+            Ok(Event::DeliveryDue(due)) => Some(self.turns.turn(&due.delivery_id)),
             Ok(Event::CancellationRequested(_)) | Err(_) => None,
         };
         Admitted {
@@ -200,6 +207,8 @@ impl Workflow {
             Outcome::Failed => (&self.tally.failed, "failed"),
             Outcome::Cancelled => (&self.tally.cancelled, "cancelled"),
             Outcome::CancelRequested => (&self.tally.cancel_requested, "cancel_requested"),
+            Outcome::Waiting => (&self.tally.waiting, "waiting"),
+            Outcome::NotDue => (&self.tally.not_due, "not_due"),
             Outcome::Rescheduled => (&self.tally.rescheduled, "rescheduled"),
             Outcome::RescheduleRefused => (&self.tally.reschedules_refused, "reschedule_refused"),
             Outcome::AlreadyTerminal => (&self.tally.replayed, "already_terminal"),
@@ -245,7 +254,12 @@ impl Workflow {
                         return Ok(Outcome::AlreadyTerminal);
                     }
                     let (request, merged) = self.with_pending(request);
-                    self.deliver(&request, &merged, admitted.lane, abandon)
+                    if let Some(runs_at) = self.runs_at(&request) {
+                        return self
+                            .wait(&request, &merged, admitted.lane, runs_at, abandon)
+                            .await;
+                    }
+                    self.deliver(&request, &merged, admitted.lane, None, abandon)
                         .await
                 }
                 .instrument(span)
@@ -274,6 +288,11 @@ impl Workflow {
                     }
                     Err(interrupted) => Err(interrupted),
                 }
+            }
+            Ok(Event::DeliveryDue(due)) => {
+                let span = event_span("DeliveryDue", &due.delivery_id, event, None);
+                let _running = self.cancellations.run(&due.delivery_id);
+                self.due(due, abandon).instrument(span).await
             }
             Err(e) => return self.dead_letter(event, e.to_string(), abandon).await,
         };

@@ -11,6 +11,10 @@
 //! before the steps run they use the new values, after Scheduled the
 //! Delivery and Drone bookings are updated ([`reschedule`]).
 //!
+//! A delivery request whose pickup is further away than
+//! `worker.booking_lead_s` is recorded Waiting and runs when its timer
+//! fires ([`waiting`]).
+//!
 //! A delivery request whose id names another principal's delivery runs no
 //! step and is dead-lettered ([`ownership`]).
 //!
@@ -35,6 +39,7 @@ mod retry;
 pub mod status;
 pub mod steps;
 mod turns;
+mod waiting;
 
 pub use self::engine::{Admitted, Workflow};
 pub use self::outcome::{Outcome, Tally};

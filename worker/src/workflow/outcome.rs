@@ -12,6 +12,12 @@ pub enum Outcome {
     Cancelled,
     /// A running delivery was flagged; it cancels itself at its next step.
     CancelRequested,
+    /// A delivery recorded Waiting: its pickup is further away than
+    /// `worker.booking_lead_s`, and a timer runs its steps.
+    Waiting,
+    /// A timer's event for a delivery no longer Waiting at the timer's
+    /// revision (started, cancelled, or moved by a reschedule): nothing to do.
+    NotDue,
     /// A reschedule applied: the bookings hold the new times and places.
     Rescheduled,
     /// A reschedule refused (the delivery had ended otherwise, or the new
@@ -66,6 +72,8 @@ pub struct Tally {
     pub failed: AtomicU64,
     pub cancelled: AtomicU64,
     pub cancel_requested: AtomicU64,
+    pub waiting: AtomicU64,
+    pub not_due: AtomicU64,
     pub rescheduled: AtomicU64,
     pub reschedules_refused: AtomicU64,
     /// Events of deliveries that an earlier attempt had already started or finished.
@@ -81,11 +89,13 @@ impl std::fmt::Display for Tally {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         write!(
             f,
-            "scheduled={} failed={} cancelled={} cancel_requested={} rescheduled={} reschedules_refused={} replayed={} dead_lettered={} abandoned={} nacked={}",
+            "scheduled={} failed={} cancelled={} cancel_requested={} waiting={} not_due={} rescheduled={} reschedules_refused={} replayed={} dead_lettered={} abandoned={} nacked={}",
             get(&self.scheduled),
             get(&self.failed),
             get(&self.cancelled),
             get(&self.cancel_requested),
+            get(&self.waiting),
+            get(&self.not_due),
             get(&self.rescheduled),
             get(&self.reschedules_refused),
             get(&self.replayed),

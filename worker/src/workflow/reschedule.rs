@@ -7,7 +7,8 @@
 //! Delivery booking is put back, so the previous booking stands whole. The
 //! delivery stays Scheduled at a new revision, and the change, whatever
 //! became of it, joins the document's history. A delivery that ended Failed
-//! or Cancelled is not changed.
+//! or Cancelled is not changed. A Waiting one books nothing: its request
+//! changes and its timer moves ([`super::waiting`]).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -84,6 +85,16 @@ impl Workflow {
                 .any(|known| known.change_id == reschedule.change_id)
             {
                 return Ok(Handled::Done(Outcome::AlreadyTerminal));
+            }
+            if current.document.state == DeliveryState::Waiting {
+                match self
+                    .reschedule_waiting(reschedule, current, abandon)
+                    .await?
+                {
+                    Some(outcome) => return Ok(Handled::Done(outcome)),
+                    // Started meanwhile: look again.
+                    None => continue,
+                }
             }
             if current.document.state.is_terminal() {
                 break current;
@@ -250,7 +261,7 @@ impl Workflow {
 }
 
 /// The history entry of `reschedule`, decided now.
-fn record(
+pub(super) fn record(
     reschedule: &DeliveryRescheduled,
     outcome: ChangeOutcome,
     detail: Option<String>,
@@ -268,7 +279,7 @@ fn record(
 }
 
 /// The rules a patched request breaks, in a sentence.
-fn broken(errors: &[skyport_core::request::FieldError]) -> String {
+pub(super) fn broken(errors: &[skyport_core::request::FieldError]) -> String {
     let rules: Vec<String> = errors
         .iter()
         .map(|e| format!("{} {}", e.field, e.message))

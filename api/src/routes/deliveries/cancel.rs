@@ -74,7 +74,10 @@ pub async fn cancel(
             )));
         }
         DeliveryState::Cancelled => {}
-        DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {
+        DeliveryState::Accepted
+        | DeliveryState::Waiting
+        | DeliveryState::Processing
+        | DeliveryState::Scheduled => {
             charged = state.charge(client_of(caller, &document))?;
             let event = Event::CancellationRequested(CancellationRequested {
                 delivery_id: id.clone(),

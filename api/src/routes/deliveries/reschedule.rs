@@ -135,7 +135,10 @@ pub async fn reschedule(
                 "delivery request {id} is being cancelled; there is nothing to reschedule"
             )));
         }
-        DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled => {}
+        DeliveryState::Accepted
+        | DeliveryState::Waiting
+        | DeliveryState::Processing
+        | DeliveryState::Scheduled => {}
     }
     let charged = state.charge(client_of(caller, &document))?;
     let client = caller.map_or("", |p| p.name.as_str());

@@ -53,8 +53,8 @@ pub struct DeliveryStatus {
 }
 
 /// A delivery's state as the status of an Azure long-running operation
-/// (Microsoft REST API guidelines): NotStarted while Accepted, Running while
-/// Processing, and Succeeded, Failed or Canceled once it is over.
+/// (Microsoft REST API guidelines): NotStarted while Accepted or Waiting,
+/// Running while Processing, and Succeeded, Failed or Canceled once it is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum OperationStatus {
     NotStarted,
@@ -67,7 +67,7 @@ pub enum OperationStatus {
 impl From<DeliveryState> for OperationStatus {
     fn from(state: DeliveryState) -> Self {
         match state {
-            DeliveryState::Accepted => Self::NotStarted,
+            DeliveryState::Accepted | DeliveryState::Waiting => Self::NotStarted,
             DeliveryState::Processing => Self::Running,
             DeliveryState::Scheduled => Self::Succeeded,
             DeliveryState::Failed => Self::Failed,
@@ -119,7 +119,10 @@ impl Links {
     pub(crate) fn new(base: &str, id: &str, receipt: &str, state: DeliveryState) -> Self {
         let cancellable = matches!(
             state,
-            DeliveryState::Accepted | DeliveryState::Processing | DeliveryState::Scheduled
+            DeliveryState::Accepted
+                | DeliveryState::Waiting
+                | DeliveryState::Processing
+                | DeliveryState::Scheduled
         );
         Self {
             status: Self::status_url(base, id, receipt),

@@ -228,6 +228,7 @@ fn state_name(state: DeliveryState) -> &'static str {
         DeliveryState::Scheduled => "Scheduled",
         DeliveryState::Failed => "Failed",
         DeliveryState::Cancelled => "Cancelled",
+        DeliveryState::Waiting => "Waiting",
     }
 }
 

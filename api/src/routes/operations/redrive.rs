@@ -396,7 +396,9 @@ async fn lane_of(state: &AppState, event: &Event) -> Result<Lane, ApiError> {
         Some(stored) => stored.document.lane,
         None => match event {
             Event::DeliveryRequested(requested) => state.lane_of(requested.request.expedited),
-            Event::CancellationRequested(_) | Event::DeliveryRescheduled(_) => Lane::Normal,
+            Event::CancellationRequested(_)
+            | Event::DeliveryRescheduled(_)
+            | Event::DeliveryDue(_) => Lane::Normal,
         },
     })
 }

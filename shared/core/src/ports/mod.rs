@@ -13,6 +13,7 @@ mod idempotency;
 mod leases;
 mod status;
 mod stream;
+mod timers;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ pub use self::stream::{
     ConsumeError, Consumer, EventProperties, OutboundEvent, PartitionReader, Position,
     PublishError, Publisher, StreamEvent,
 };
+pub use self::timers::{Due, Timers};
 pub use crate::error::BoxError;
 pub use crate::lane::Lane;
 
@@ -46,6 +48,9 @@ pub struct Ports {
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// The change feed of the status documents.
     pub changes: Arc<dyn ChangeSource>,
+    /// When Waiting deliveries run, where the status store keeps it (the
+    /// embedded store); `None`: deliveries are never deferred.
+    pub timers: Option<Arc<dyn Timers>>,
     /// The keys that verify status receipts, the first of which signs them:
     /// the configured ones (`gateway.receipt_keys`, newest first), then the
     /// one the embedded store keeps, if there is one. Empty only in a process

@@ -911,3 +911,22 @@ fn a_listen_backlog_of_none_is_refused() {
     let settings = Settings::load(&cli(&["gateway.listen_backlog=65535"])).expect("room");
     assert_eq!(settings.gateway.listen_backlog, 65_535);
 }
+
+#[test]
+fn a_booking_lead_needs_the_embedded_store_and_a_second_at_least() {
+    let settings = Settings::load(&cli(&["worker.booking_lead_s=3600"])).expect("embedded");
+    assert_eq!(
+        settings.worker.booking_lead_s.map(|lead| lead.count()),
+        Some(3_600)
+    );
+    let errors = Settings::load(&cli(&["worker.booking_lead_s=0"])).expect_err("no lead");
+    assert_named(&errors, "worker.booking_lead_s");
+    let errors = Settings::load(&cli(&[
+        "worker.booking_lead_s=3600",
+        "store.backend=cosmos",
+        "cosmos.endpoint=https://example.documents.azure.com:443/",
+    ]))
+    .expect_err("no timers on Cosmos DB");
+    let refused = named(&errors, "worker.booking_lead_s");
+    assert!(refused.message.contains("embedded store"), "{refused}");
+}

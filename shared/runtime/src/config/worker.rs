@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 
 use super::checks::Checks;
-use super::duration::Millis;
+use super::duration::{Millis, Seconds};
 use super::http::HttpSettings;
 
 /// The worker that runs the workflow.
@@ -65,6 +65,11 @@ pub struct WorkerSettings {
     /// once, with its terminal status (one durable write instead of two).
     /// 0 marks every delivery Processing before its first step.
     pub processing_after_ms: Millis,
+    /// How long before its pickup a delivery books its drone and services.
+    /// A delivery whose pickup is further away is recorded Waiting, and its
+    /// steps run `booking_lead_s` before its pickup, from a timer the
+    /// embedded store keeps. Unset: every delivery books when it is read.
+    pub booking_lead_s: Option<Seconds>,
 }
 
 impl Default for WorkerSettings {
@@ -90,6 +95,7 @@ impl Default for WorkerSettings {
             nice: 10,
             gateway_latency_goal_ms: None,
             processing_after_ms: Millis::new(1_000),
+            booking_lead_s: None,
         }
     }
 }
@@ -119,6 +125,9 @@ impl WorkerSettings {
             "nice",
             "must be from 0 to 19",
         );
+        if let Some(lead) = self.booking_lead_s {
+            checks.at_least(lead.count(), 1, "booking_lead_s");
+        }
         self.http.validate(&mut checks.section("http"));
         if self.gateway_latency_goal_ms.is_some() {
             checks.fail(

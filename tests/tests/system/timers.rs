@@ -1,0 +1,199 @@
+//! Deliveries that book close to their time (`worker.booking_lead_s`): one
+//! whose pickup is further away is Waiting, books nothing, and runs at
+//! `runsAt` from the timer the embedded store keeps: across a restart, a
+//! duplicate fire, a reschedule that moves it and a cancellation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skyport_core::event::{DeliveryDue, Event};
+use skyport_core::ports::Lane;
+use skyport_core::status::{DeliveryState, StatusDocument, Step};
+use skyport_runtime::config::{Seconds, Settings};
+use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// The lead: an hour before its pickup a delivery books.
+const LEAD_S: u64 = 3_600;
+
+fn waiting_settings(dir: &std::path::Path) -> Settings {
+    let mut settings = test_settings(dir);
+    settings.worker.booking_lead_s = Some(Seconds::new(LEAD_S));
+    settings
+}
+
+/// Delivery `n`, picked up the lead and `in_s` seconds from now.
+fn picked_up_in(n: usize, in_s: i64) -> Value {
+    let pickup =
+        OffsetDateTime::now_utc() + time::Duration::seconds(i64::try_from(LEAD_S).unwrap() + in_s);
+    let mut request = delivery_request(n);
+    request["pickupTime"] = json!(pickup.format(&Rfc3339).unwrap());
+    request["deadline"] = json!(
+        (pickup + time::Duration::hours(2))
+            .format(&Rfc3339)
+            .unwrap()
+    );
+    request
+}
+
+async fn document(client: &Client, status_url: &str) -> StatusDocument {
+    client.status(status_url).await.json().await.unwrap()
+}
+
+/// The document once `done` holds for it.
+async fn when(
+    client: &Client,
+    status_url: &str,
+    what: &str,
+    done: impl Fn(&StatusDocument) -> bool,
+) -> StatusDocument {
+    eventually(what, Duration::from_secs(30), || async {
+        let document = document(client, status_url).await;
+        done(&document).then_some(document)
+    })
+    .await
+}
+
+fn booked(app: &TestApp) -> u64 {
+    app.simulator().stats().get(Step::Drone).created
+}
+
+#[tokio::test]
+async fn a_delivery_far_from_its_pickup_waits_books_nothing_and_runs_at_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let accepted = app.client.post_delivery(&picked_up_in(0, 3)).await;
+    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
+        d.state == DeliveryState::Waiting
+    })
+    .await;
+    let runs_at = waiting.runs_at.unwrap();
+    let pickup = waiting.request.as_ref().unwrap().pickup_time;
+    assert_eq!(pickup - runs_at, time::Duration::seconds(3_600));
+    assert_eq!(booked(&app), 0, "nothing is booked while it waits");
+    let read: Value = app
+        .client
+        .status(&accepted.status_url)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["status"], "NotStarted");
+    assert_eq!(read["terminal"], false);
+
+    let scheduled = when(&app.client, &accepted.status_url, "Scheduled", |d| {
+        d.state == DeliveryState::Scheduled
+    })
+    .await;
+    let first_step = scheduled.steps[0].at;
+    assert!(first_step >= runs_at, "{first_step} before {runs_at}");
+    assert!(
+        first_step - runs_at < time::Duration::seconds(1),
+        "the first step {} after runsAt",
+        first_step - runs_at
+    );
+    assert_eq!(booked(&app), 1);
+
+    // A duplicate fire, at the revision that ran, does nothing.
+    let due = Event::DeliveryDue(DeliveryDue {
+        delivery_id: scheduled.id.clone(),
+        revision: 0,
+        runs_at,
+    });
+    app.app
+        .backends
+        .ports
+        .publisher
+        .publish(due.outbound(Lane::Normal))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(booked(&app), 1);
+    assert_eq!(
+        document(&app.client, &accepted.status_url).await.attempt,
+        scheduled.attempt
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_delivery_runs_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let accepted = app.client.post_delivery(&picked_up_in(0, 4)).await;
+    when(&app.client, &accepted.status_url, "Waiting", |d| {
+        d.state == DeliveryState::Waiting
+    })
+    .await;
+    let app = app.restart().await;
+    app.expect_all_scheduled_once(&[accepted.status_url], Duration::from_secs(30))
+        .await;
+}
+
+#[tokio::test]
+async fn a_reschedule_moves_a_waiting_delivery_and_a_cancellation_ends_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let moved = app.client.post_delivery(&picked_up_in(0, 2)).await;
+    let cancelled = app.client.post_delivery(&picked_up_in(1, 2)).await;
+    for accepted in [&moved, &cancelled] {
+        when(&app.client, &accepted.status_url, "Waiting", |d| {
+            d.state == DeliveryState::Waiting
+        })
+        .await;
+    }
+    // Five seconds later than asked.
+    let later = picked_up_in(0, 7);
+    let patch = json!({ "pickupTime": later["pickupTime"], "deadline": later["deadline"] });
+    let path = &moved.status_url[moved.status_url.find("/api/").unwrap()..];
+    let response = app
+        .client
+        .http
+        .patch(format!(
+            "{}{}",
+            app.client.base,
+            path.replacen("/status?", "?", 1)
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(patch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let rescheduled = when(&app.client, &moved.status_url, "moved", |d| d.revision == 1).await;
+    assert_eq!(rescheduled.state, DeliveryState::Waiting);
+    let runs_at = rescheduled.runs_at.unwrap();
+    assert!(runs_at > OffsetDateTime::now_utc() + time::Duration::seconds(3));
+    assert_eq!(app.client.cancel(&cancelled.status_url).await.status(), 202);
+    when(&app.client, &cancelled.status_url, "Cancelled", |d| {
+        d.state == DeliveryState::Cancelled
+    })
+    .await;
+    // Past the first runsAt: nothing booked; past the moved one: booked once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(booked(&app), 0);
+    let scheduled = when(&app.client, &moved.status_url, "Scheduled", |d| {
+        d.state == DeliveryState::Scheduled
+    })
+    .await;
+    assert!(scheduled.steps[0].at >= runs_at);
+    assert_eq!(booked(&app), 1);
+    assert_eq!(
+        document(&app.client, &cancelled.status_url).await.state,
+        DeliveryState::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_near_its_pickup_books_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let accepted = app.client.post_delivery(&picked_up_in(0, -60)).await;
+    let scheduled = when(&app.client, &accepted.status_url, "Scheduled", |d| {
+        d.state == DeliveryState::Scheduled
+    })
+    .await;
+    assert_eq!(scheduled.runs_at, None);
+}
