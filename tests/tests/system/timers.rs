@@ -197,3 +197,44 @@ async fn a_delivery_near_its_pickup_books_at_once() {
     .await;
     assert_eq!(scheduled.runs_at, None);
 }
+
+#[tokio::test]
+async fn a_waiting_delivery_runs_when_its_time_comes_after_the_lead_is_turned_off_and_at_once_when_rescheduled()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let kept = app.client.post_delivery(&picked_up_in(0, 3)).await;
+    let moved = app.client.post_delivery(&picked_up_in(1, 600)).await;
+    for accepted in [&kept, &moved] {
+        when(&app.client, &accepted.status_url, "Waiting", |d| {
+            d.state == DeliveryState::Waiting
+        })
+        .await;
+    }
+    app.app.stop().await.unwrap();
+    // The lead off: what waits still runs at its time, and a reschedule
+    // books at once.
+    let app = TestApp::spawn_with(test_settings(dir.path())).await;
+    let later = picked_up_in(1, 700);
+    let patch = json!({ "pickupTime": later["pickupTime"], "deadline": later["deadline"] });
+    let path = &moved.status_url[moved.status_url.find("/api/").unwrap()..];
+    let response = app
+        .client
+        .http
+        .patch(format!(
+            "{}{}",
+            app.client.base,
+            path.replacen("/status?", "?", 1)
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(patch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    app.expect_all_scheduled_once(
+        &[kept.status_url, moved.status_url],
+        Duration::from_secs(30),
+    )
+    .await;
+}

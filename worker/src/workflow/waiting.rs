@@ -122,7 +122,7 @@ impl Workflow {
 
     /// Applies `reschedule` to the Waiting delivery `current`: its request
     /// changes and its `runsAt` moves (to now, when the new pickup is within
-    /// the lead); nothing is booked. `None` when the delivery is no longer
+    /// the lead or the lead is off); nothing is booked. `None` when the delivery is no longer
     /// Waiting (its timer started it meanwhile): the caller looks again.
     pub(super) async fn reschedule_waiting(
         &self,
@@ -130,7 +130,8 @@ impl Workflow {
         current: Versioned,
         abandon: &CancellationToken,
     ) -> Result<Option<Outcome>, Interrupted> {
-        let lead = self.booking_lead.unwrap_or_default();
+        // With the lead turned off since, the delivery books at once.
+        let lead = self.booking_lead;
         let (outcome, _) = self
             .status
             .update(&reschedule.delivery_id, Some(current), abandon, |now| {
@@ -145,7 +146,8 @@ impl Workflow {
                 match applied {
                     Some(Ok(patched)) => {
                         let at = OffsetDateTime::now_utc();
-                        next.runs_at = Some((patched.pickup_time - lead).max(at));
+                        let runs_at = lead.map_or(at, |lead| patched.pickup_time - lead);
+                        next.runs_at = Some(runs_at.max(at));
                         next.request = Some(patched);
                         next.revision += 1;
                         let mut record =
