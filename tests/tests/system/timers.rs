@@ -57,6 +57,26 @@ async fn when(
     .await
 }
 
+/// Reschedules the delivery behind `status_url` to `request`'s pickup and
+/// deadline.
+async fn move_to(client: &Client, status_url: &str, request: &Value) {
+    let patch = json!({ "pickupTime": request["pickupTime"], "deadline": request["deadline"] });
+    let path = &status_url[status_url.find("/api/").unwrap()..];
+    let response = client
+        .http
+        .patch(format!(
+            "{}{}",
+            client.base,
+            path.replacen("/status?", "?", 1)
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(patch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+}
+
 fn booked(app: &TestApp) -> u64 {
     app.simulator().stats().get(Step::Drone).created
 }
@@ -146,22 +166,7 @@ async fn a_reschedule_moves_a_waiting_delivery_and_a_cancellation_ends_one() {
     }
     // Five seconds later than asked.
     let later = picked_up_in(0, 7);
-    let patch = json!({ "pickupTime": later["pickupTime"], "deadline": later["deadline"] });
-    let path = &moved.status_url[moved.status_url.find("/api/").unwrap()..];
-    let response = app
-        .client
-        .http
-        .patch(format!(
-            "{}{}",
-            app.client.base,
-            path.replacen("/status?", "?", 1)
-        ))
-        .header("content-type", "application/merge-patch+json")
-        .body(patch.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 202);
+    move_to(&app.client, &moved.status_url, &later).await;
     let rescheduled = when(&app.client, &moved.status_url, "moved", |d| d.revision == 1).await;
     assert_eq!(rescheduled.state, DeliveryState::Waiting);
     let runs_at = rescheduled.runs_at.unwrap();
@@ -216,22 +221,7 @@ async fn a_waiting_delivery_runs_when_its_time_comes_after_the_lead_is_turned_of
     // books at once.
     let app = TestApp::spawn_with(test_settings(dir.path())).await;
     let later = picked_up_in(1, 700);
-    let patch = json!({ "pickupTime": later["pickupTime"], "deadline": later["deadline"] });
-    let path = &moved.status_url[moved.status_url.find("/api/").unwrap()..];
-    let response = app
-        .client
-        .http
-        .patch(format!(
-            "{}{}",
-            app.client.base,
-            path.replacen("/status?", "?", 1)
-        ))
-        .header("content-type", "application/merge-patch+json")
-        .body(patch.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 202);
+    move_to(&app.client, &moved.status_url, &later).await;
     app.expect_all_scheduled_once(
         &[kept.status_url, moved.status_url],
         Duration::from_secs(30),
