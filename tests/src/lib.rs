@@ -274,6 +274,20 @@ impl Client {
             .unwrap()
     }
 
+    /// Posts `request` with `headers` besides its content type (`Prefer`,
+    /// `Idempotency-Key`), whatever the answer.
+    pub async fn post_with(&self, headers: &[(&str, &str)], request: &Value) -> reqwest::Response {
+        let mut post = self
+            .http
+            .post(format!("{}/api/deliveryrequests", self.base))
+            .header("content-type", "application/json")
+            .body(request.to_string());
+        for (name, value) in headers {
+            post = post.header(*name, *value);
+        }
+        post.send().await.unwrap()
+    }
+
     /// Posts `request` and expects a 202.
     pub async fn post_delivery(&self, request: &Value) -> Accepted {
         let response = self.post_raw("application/json", request.to_string()).await;

@@ -207,14 +207,8 @@ async fn a_batch_retried_under_its_key_finds_what_it_made_and_another_body_is_a_
     // The key of a batch is not the key of a POST: the two never meet.
     let response = app
         .client
-        .http
-        .post(format!("{}/api/deliveryrequests", app.client.base))
-        .header("content-type", "application/json")
-        .header("idempotency-key", "close-of-day-1")
-        .body(unnamed(0).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_with(&[("idempotency-key", "close-of-day-1")], &unnamed(0))
+        .await;
     assert_eq!(response.status(), 202);
     assert_eq!(app.published(), published + 1);
 }
@@ -338,14 +332,8 @@ async fn batch_retry_and_wait(app: &TestApp) {
         .await;
     let waited = app
         .client
-        .http
-        .post(format!("{}/api/deliveryrequests", app.client.base))
-        .header("content-type", "application/json")
-        .header("prefer", "wait=10")
-        .body(delivery_request(100).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_with(&[("prefer", "wait=10")], &delivery_request(100))
+        .await;
     assert_eq!(waited.status(), 200);
     let waited: Value = waited.json().await.unwrap();
     assert_eq!(waited["outcome"]["state"], "Scheduled");
@@ -430,14 +418,8 @@ async fn another_tenant_gets_nothing_of_a_batch_by_its_key_its_ids_or_a_wait() {
     // A POST of her id that asks to wait learns nothing of her outcome.
     let started = std::time::Instant::now();
     let waited = bob
-        .http
-        .post(format!("{}/api/deliveryrequests", bob.base))
-        .header("content-type", "application/json")
-        .header("prefer", "wait=5")
-        .body(delivery_request(0).to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_with(&[("prefer", "wait=5")], &delivery_request(0))
+        .await;
     assert_eq!(waited.status(), 409);
     assert!(started.elapsed() < Duration::from_secs(2));
     let problem: Value = waited.json().await.unwrap();

@@ -11,15 +11,7 @@ use skyport_runtime::config::Millis;
 use skyport_tests::{Client, TestApp, delivery_request, metric_sum, test_settings};
 
 async fn post_preferring(client: &Client, prefer: &str, request: &Value) -> reqwest::Response {
-    client
-        .http
-        .post(format!("{}/api/deliveryrequests", client.base))
-        .header("content-type", "application/json")
-        .header("prefer", prefer)
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap()
+    client.post_with(&[("prefer", prefer)], request).await
 }
 
 /// Posts deliveries `numbers`, each preferring `prefer`, and gives them
