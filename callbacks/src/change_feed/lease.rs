@@ -174,6 +174,8 @@ mod tests {
 
     use serde_json::json;
     use skyport_core::ports::{FeedRange, LeaseCondition, LeaseError};
+    use skyport_runtime::balance::{Held, choose};
+    use time::OffsetDateTime;
 
     use super::{LeaseDoc, Stored};
     use crate::change_feed::fixture::{Fixture, PROCESSOR};
@@ -348,5 +350,44 @@ mod tests {
     fn a_lease_is_named_after_its_range() {
         assert_eq!(LeaseDoc::new(&half("3F", "7F")).name(), "range.3F-7F");
         assert_eq!(LeaseDoc::new(&half("3F", "7F")).range(), half("3F", "7F"));
+    }
+
+    #[tokio::test]
+    async fn leases_in_the_store_whose_owner_stopped_renewing_are_free_to_take() {
+        let fixture = Fixture::open();
+        let leases = fixture.leases();
+        for (min, max) in [("", "7F"), ("7F", "FF")] {
+            let range = FeedRange {
+                min: min.into(),
+                max: max.into(),
+            };
+            leases
+                .create(&LeaseDoc {
+                    owner: Some("gone".into()),
+                    ..LeaseDoc::new(&range)
+                })
+                .await
+                .unwrap();
+        }
+        let stored = leases.list().await.unwrap();
+        let decide = |now: OffsetDateTime| {
+            let held: Vec<Held<'_>> = stored
+                .iter()
+                .map(|lease| Held {
+                    name: &lease.name,
+                    live_owner: lease.live_owner(now, time::Duration::seconds(60)),
+                })
+                .collect();
+            let mut taken: Vec<String> =
+                choose(&held, "a").into_iter().map(str::to_owned).collect();
+            taken.sort();
+            taken
+        };
+        let written = stored.iter().map(|lease| lease.modified).max().unwrap();
+        assert_eq!(decide(written), ["range.-7F"]);
+        assert_eq!(
+            decide(written + time::Duration::seconds(61)),
+            ["range.-7F", "range.7F-FF"]
+        );
     }
 }

@@ -7,7 +7,7 @@
 //!   processor, created when missing (a conditional create: a second creator
 //!   finds it made, no lock document needed), acquired, renewed,
 //!   checkpointed and released with ETag preconditions.
-//! - **Balancing** ([`balance`]): every `acquire_interval` an instance takes
+//! - **Balancing** ([`skyport_runtime::balance`]): every `acquire_interval` an instance takes
 //!   leases nobody renewed within `expiry`, up to its equal share, else
 //!   steals one from the busiest instance ([`processor`] runs the cycle).
 //! - **Per lease** ([`lease_loop`]): read a batch, hand it to the
@@ -26,7 +26,6 @@
 //! - **Settings** ([`settings`]): `[change_feed]` resolved into what one
 //!   processor instance runs with.
 
-mod balance;
 mod estimator;
 #[cfg(test)]
 pub(crate) mod fixture;

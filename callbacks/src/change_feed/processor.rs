@@ -25,13 +25,13 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::balance::{self, Held};
 use super::estimator::Estimator;
 use super::handler::ChangeHandler;
 use super::lease::{LeaseDoc, Leases, Stored};
 use super::lease_loop::{Ended, LeaseLoop};
 use super::report::ProcessorReport;
 use super::settings::ProcessorSettings;
+use skyport_runtime::balance::{self, Held};
 
 /// A change-feed processor instance.
 pub struct Processor {

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod balance;
 pub mod config;
 pub mod dashboard;
 pub mod destination;

@@ -1,4 +1,5 @@
-//! Equal distribution of leases over the live instances, as the Cosmos DB
+//! Equal distribution of leases over the live instances (the change-feed
+//! processor's feed ranges, the worker's timer shards), as the Cosmos DB
 //! SDKs' `EqualPartitionsBalancingStrategy` does it: each instance aims at
 //! `ceil(leases / instances)`; it takes leases nobody holds (no owner, or an
 //! owner that stopped renewing) up to that, and when none is free it steals
@@ -9,14 +10,14 @@ use std::collections::BTreeMap;
 
 /// A lease as the balancer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Held<'a> {
-    pub(crate) name: &'a str,
+pub struct Held<'a> {
+    pub name: &'a str,
     /// The owner, when it renewed within the expiry.
-    pub(crate) live_owner: Option<&'a str>,
+    pub live_owner: Option<&'a str>,
 }
 
 /// The leases `me` should try to acquire this cycle.
-pub(crate) fn choose<'a>(leases: &[Held<'a>], me: &str) -> Vec<&'a str> {
+pub fn choose<'a>(leases: &[Held<'a>], me: &str) -> Vec<&'a str> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for lease in leases {
         if let Some(owner) = lease.live_owner {
@@ -63,12 +64,7 @@ pub(crate) fn choose<'a>(leases: &[Held<'a>], me: &str) -> Vec<&'a str> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use skyport_core::ports::FeedRange;
-    use time::OffsetDateTime;
-
     use super::{Held, choose};
-    use crate::change_feed::fixture::Fixture;
-    use crate::change_feed::lease::LeaseDoc;
 
     fn leases<'a>(owners: &[Option<&'a str>], names: &'a [String]) -> Vec<Held<'a>> {
         owners
@@ -164,44 +160,5 @@ mod tests {
             &names,
         );
         assert_eq!(choose(&held, "a"), ["l1"]);
-    }
-
-    #[tokio::test]
-    async fn leases_in_the_store_whose_owner_stopped_renewing_are_free_to_take() {
-        let fixture = Fixture::open();
-        let leases = fixture.leases();
-        for (min, max) in [("", "7F"), ("7F", "FF")] {
-            let range = FeedRange {
-                min: min.into(),
-                max: max.into(),
-            };
-            leases
-                .create(&LeaseDoc {
-                    owner: Some("gone".into()),
-                    ..LeaseDoc::new(&range)
-                })
-                .await
-                .unwrap();
-        }
-        let stored = leases.list().await.unwrap();
-        let decide = |now: OffsetDateTime| {
-            let held: Vec<Held<'_>> = stored
-                .iter()
-                .map(|lease| Held {
-                    name: &lease.name,
-                    live_owner: lease.live_owner(now, time::Duration::seconds(60)),
-                })
-                .collect();
-            let mut taken: Vec<String> =
-                choose(&held, "a").into_iter().map(str::to_owned).collect();
-            taken.sort();
-            taken
-        };
-        let written = stored.iter().map(|lease| lease.modified).max().unwrap();
-        assert_eq!(decide(written), ["range.-7F"]);
-        assert_eq!(
-            decide(written + time::Duration::seconds(61)),
-            ["range.-7F", "range.7F-FF"]
-        );
     }
 }
