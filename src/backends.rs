@@ -17,7 +17,7 @@ use skyport_azure::cosmos::{CosmosOpenError, CosmosStore};
 use skyport_azure::eventhubs::{EventHubsConsumer, EventHubsOpenError, EventHubsPublisher};
 use skyport_core::ports::{
     ChangeSource, Consumer, DeadLetterStore, IdempotencyStore, LeaseStore, Ports, Publisher,
-    StatusStore,
+    StatusStore, Timers,
 };
 use skyport_embedded::{EmbeddedConsumer, EmbeddedStore, OpenError, Retention};
 use skyport_kafka::{KafkaConsumer, KafkaOpenError, KafkaPublisher};
@@ -143,9 +143,8 @@ impl Backends {
             dead_letters,
             idempotency,
             changes: store.changes(),
-            timers: store
-                .embedded()
-                .map(|embedded| embedded as Arc<dyn skyport_core::ports::Timers>),
+            timers: Some(store.timers()),
+            leases: store.leases(),
             receipt_keys,
         };
         Ok(Self {
@@ -198,6 +197,14 @@ impl Store {
 
     /// The change feed of the status documents.
     pub fn changes(&self) -> Arc<dyn ChangeSource> {
+        match self {
+            Self::Embedded(store) => store.clone(),
+            Self::Cosmos(store) => store.clone(),
+        }
+    }
+
+    /// The timers of Waiting deliveries, which the store keeps beside their status.
+    pub fn timers(&self) -> Arc<dyn Timers> {
         match self {
             Self::Embedded(store) => store.clone(),
             Self::Cosmos(store) => store.clone(),

@@ -23,6 +23,9 @@ pub const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms")
 
 const SOONEST: Duration = Duration::from_millis(100);
 const LATEST: Duration = Duration::from_secs(60);
+/// The longest wait asked of a poller of a Waiting delivery: it sees what
+/// changed within the hour, however far away its `runsAt`.
+const WAITING_LATEST: Duration = Duration::from_secs(3_600);
 /// The weight of the newest observation in the moving average, as a shift (1/16).
 const WEIGHT_SHIFT: u32 = 4;
 
@@ -85,6 +88,18 @@ impl Pacing {
         let expected = accepted_at + typical;
         let until = Duration::try_from(expected - now).unwrap_or_default();
         until.max(typical / 4).clamp(SOONEST, LATEST)
+    }
+}
+
+/// How long a client should wait before asking again about `document`, at
+/// `now`: until its `runsAt` while it is Waiting (at most [`WAITING_LATEST`],
+/// and at least [`SOONEST`]), else as [`Pacing::wait`] says.
+pub fn wait_for(pacing: &Pacing, document: &StatusDocument, now: OffsetDateTime) -> Duration {
+    match document.due_at() {
+        Some(runs_at) => Duration::try_from(runs_at - now)
+            .unwrap_or_default()
+            .clamp(SOONEST, WAITING_LATEST),
+        None => pacing.wait(document.created_at, now),
     }
 }
 
@@ -181,5 +196,21 @@ mod tests {
         assert_eq!((millis, ms), (RETRY_AFTER_MS, HeaderValue::from(1_250)));
         assert_eq!(super::seconds(Duration::from_millis(120)), 1);
         assert_eq!(super::seconds(Duration::from_secs(3)), 3);
+    }
+
+    #[test]
+    fn a_waiting_delivery_is_polled_at_its_time_at_most_an_hour_ahead() {
+        let pacing = Pacing::new(Duration::from_secs(1));
+        let now = datetime!(2026-11-26 10:00 UTC);
+        let mut document = StatusDocument::accepted("d-1", now);
+        document.state = DeliveryState::Waiting;
+        document.runs_at = Some(now + time::Duration::minutes(5));
+        assert_eq!(wait_for(&pacing, &document, now), Duration::from_secs(300));
+        document.runs_at = Some(now + time::Duration::days(400));
+        assert_eq!(wait_for(&pacing, &document, now), WAITING_LATEST);
+        document.runs_at = Some(now - time::Duration::seconds(5));
+        assert_eq!(wait_for(&pacing, &document, now), SOONEST, "due: soon");
+        document.state = DeliveryState::Processing;
+        assert_eq!(wait_for(&pacing, &document, now), Duration::from_secs(1));
     }
 }

@@ -18,8 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use skyport_core::ports::{
-    Consumer, Diagnostics, Ports, Publisher, ReportError, ReportQuery, StatusStore, Timers,
-    details_of, inspect_parts,
+    Consumer, Diagnostics, Ports, ReportError, ReportQuery, StatusStore, details_of, inspect_parts,
 };
 use skyport_runtime::admin::ReadinessCheck;
 use skyport_runtime::backoff::Backoff;
@@ -42,9 +41,9 @@ pub struct Worker {
     consumer: Arc<dyn Consumer>,
     status: Arc<dyn StatusStore>,
     context: Arc<PartitionContext>,
-    /// The timers of Waiting deliveries and the stream their fires go to,
-    /// where the store keeps timers.
-    timers: Option<(Arc<dyn Timers>, Arc<dyn Publisher>)>,
+    /// The timers of Waiting deliveries, the stream their fires go to and
+    /// the leases of their shards, where the store keeps timers.
+    timers: Option<timers::Firing>,
 }
 
 impl Worker {
@@ -84,10 +83,13 @@ impl Worker {
         Ok(Self {
             consumer: Arc::clone(&ports.consumer),
             status: Arc::clone(&ports.status),
-            timers: ports
-                .timers
-                .as_ref()
-                .map(|timers| (Arc::clone(timers), Arc::clone(&ports.publisher))),
+            timers: ports.timers.as_ref().map(|timers| timers::Firing {
+                timers: Arc::clone(timers),
+                publisher: Arc::clone(&ports.publisher),
+                leases: Arc::clone(&ports.leases),
+                owner: timers::owner_name(),
+                expiry: settings.timer_lease_expiry_ms.duration(),
+            }),
             context: Arc::new(PartitionContext {
                 workflow,
                 settings,
@@ -147,8 +149,8 @@ impl Worker {
         // Timers fire whatever the lead now: deliveries recorded Waiting
         // under an earlier one still run at their time.
         let timers = async {
-            if let Some((timers, publisher)) = &self.timers {
-                timers::fire(Arc::clone(timers), Arc::clone(publisher), stop.clone()).await;
+            if let Some(firing) = &self.timers {
+                timers::fire(firing.clone(), stop.clone()).await;
             }
         };
         let ((), (), result) = tokio::join!(consume, timers, intake);

@@ -1,6 +1,7 @@
 //! The timers of Waiting documents ([`Timers`]): the `timers` table, which
 //! every status write keeps in its own transaction ([`crate::tables`]), read
-//! earliest first.
+//! earliest first. One shard: one process reads it. A fired entry stays
+//! until its document's next write removes it, and none is ever lost.
 
 use std::ops::Bound;
 
@@ -14,8 +15,13 @@ use crate::tables::{TIMERS, WAITING, unix_ms};
 
 #[async_trait]
 impl Timers for EmbeddedStore {
+    fn shards(&self) -> u32 {
+        1
+    }
+
     async fn due(
         &self,
+        _shard: u32,
         after: Option<&Due>,
         up_to: OffsetDateTime,
         limit: usize,
@@ -46,6 +52,7 @@ impl Timers for EmbeddedStore {
                     lane: Lane::of(expedited),
                     runs_at: OffsetDateTime::from_unix_timestamp_nanos(i128::from(at) * 1_000_000)
                         .unwrap_or(OffsetDateTime::UNIX_EPOCH),
+                    version: None,
                 });
             }
             Ok(due)
@@ -54,7 +61,19 @@ impl Timers for EmbeddedStore {
         .map_err(|e| StatusStoreError::Unavailable(Box::new(e)))
     }
 
-    async fn waiting(&self) -> Result<u64, StatusStoreError> {
+    async fn fired(&self, _shard: u32, _fired: &[Due]) -> Result<(), StatusStoreError> {
+        Ok(())
+    }
+
+    async fn overdue(
+        &self,
+        _before: OffsetDateTime,
+        _limit: usize,
+    ) -> Result<Vec<Due>, StatusStoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn waiting(&self, _shard: u32) -> Result<u64, StatusStoreError> {
         let db = std::sync::Arc::clone(&self.db);
         self.blocking(move || {
             let txn = db.begin_read()?;

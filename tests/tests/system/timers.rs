@@ -1,7 +1,8 @@
 //! Deliveries that book close to their time (`worker.booking_lead_s`): one
 //! whose pickup is further away is Waiting, books nothing, and runs at
-//! `runsAt` from the timer the embedded store keeps: across a restart, a
-//! duplicate fire, a reschedule that moves it and a cancellation.
+//! `runsAt` from the timer the status store keeps: across a restart, a
+//! duplicate fire, a reschedule that moves it and a cancellation; on the
+//! embedded store, and on Cosmos DB with Kafka and with Event Hubs.
 
 #![allow(clippy::unwrap_used)]
 
@@ -152,20 +153,39 @@ async fn a_waiting_delivery_runs_after_a_restart() {
         .await;
 }
 
-#[tokio::test]
-async fn a_reschedule_moves_a_waiting_delivery_and_a_cancellation_ends_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
-    let moved = app.client.post_delivery(&picked_up_in(0, 2)).await;
-    let cancelled = app.client.post_delivery(&picked_up_in(1, 2)).await;
-    for accepted in [&moved, &cancelled] {
-        when(&app.client, &accepted.status_url, "Waiting", |d| {
+/// On `app` (its worker reading already): ten deliveries deferred a few
+/// seconds, one rescheduled later and one cancelled while they wait. Each
+/// of the others runs once at its time, the moved one at its new time, the
+/// cancelled one never; a Waiting one is polled at its `runsAt`.
+async fn deferred_moved_and_cancelled(app: &TestApp) {
+    let warm = app.client.post_delivery(&picked_up_in(100, -60)).await;
+    app.client
+        .wait_for_terminal(
+            std::slice::from_ref(&warm.status_url),
+            Duration::from_secs(60),
+        )
+        .await;
+    let booked_before = booked(app);
+    let mut accepted = Vec::new();
+    for n in 0..10 {
+        accepted.push(app.client.post_delivery(&picked_up_in(n, 4)).await);
+    }
+    for delivery in &accepted {
+        when(&app.client, &delivery.status_url, "Waiting", |d| {
             d.state == DeliveryState::Waiting
         })
         .await;
     }
-    // Five seconds later than asked.
-    let later = picked_up_in(0, 7);
+    let polled = app.client.status(&accepted[0].status_url).await;
+    let retry_after: u64 = polled.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=4).contains(&retry_after), "Retry-After {retry_after}");
+    let (moved, cancelled) = (&accepted[0], &accepted[1]);
+    // Six seconds later than asked.
+    let later = picked_up_in(0, 10);
     move_to(&app.client, &moved.status_url, &later).await;
     let rescheduled = when(&app.client, &moved.status_url, "moved", |d| d.revision == 1).await;
     assert_eq!(rescheduled.state, DeliveryState::Waiting);
@@ -176,19 +196,67 @@ async fn a_reschedule_moves_a_waiting_delivery_and_a_cancellation_ends_one() {
         d.state == DeliveryState::Cancelled
     })
     .await;
-    // Past the first runsAt: nothing booked; past the moved one: booked once.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(booked(&app), 0);
+    let others: Vec<String> = accepted[2..].iter().map(|a| a.status_url.clone()).collect();
+    // Each service's count covers the warm-up delivery too.
+    let ran = [&others[..], &[warm.status_url]].concat();
+    app.expect_all_scheduled_once(&ran, Duration::from_secs(60))
+        .await;
+    for url in &others {
+        let document = document(&app.client, url).await;
+        assert!(document.steps[0].at >= document.runs_at.unwrap());
+    }
+    let ran_on_time = booked(app) - booked_before;
+    assert_eq!(
+        ran_on_time, 8,
+        "the moved one waits, the cancelled one never runs"
+    );
     let scheduled = when(&app.client, &moved.status_url, "Scheduled", |d| {
         d.state == DeliveryState::Scheduled
     })
     .await;
     assert!(scheduled.steps[0].at >= runs_at);
-    assert_eq!(booked(&app), 1);
+    assert_eq!(booked(app) - booked_before, 9);
     assert_eq!(
         document(&app.client, &cancelled.status_url).await.state,
         DeliveryState::Cancelled
     );
+}
+
+#[tokio::test]
+async fn a_reschedule_moves_a_waiting_delivery_and_a_cancellation_ends_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    deferred_moved_and_cancelled(&app).await;
+}
+
+/// With no embedded store to keep one, the gateway's receipt key is configured.
+const RECEIPT_KEY: &str = "a-receipt-key-for-the-timers-tests-0123";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_deliveries_run_on_cosmos_db_with_kafka() {
+    let broker = skyport_tests::kafka::Broker::start(&["deliveries"], 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = waiting_settings(dir.path());
+    broker.configure(&mut settings, &["deliveries"]);
+    settings.gateway.receipt_keys = vec![RECEIPT_KEY.into()];
+    let app = TestApp::spawn_on_cosmos(settings).await;
+    deferred_moved_and_cancelled(&app).await;
+    app.app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_deliveries_run_on_cosmos_db_with_event_hubs() {
+    let broker = skyport_tests::eventhubs_broker::EventHubsBroker::start(&[("d-0", 4)])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = crate::eventhubs::settings_on(&broker, &dir, &["d-0"]);
+    settings.worker.booking_lead_s = Some(Seconds::new(LEAD_S));
+    settings.gateway.receipt_keys = vec![RECEIPT_KEY.into()];
+    let app = TestApp::spawn_on_cosmos(settings).await;
+    deferred_moved_and_cancelled(&app).await;
+    app.app.stop().await.unwrap();
+    broker.stop().await;
 }
 
 #[tokio::test]

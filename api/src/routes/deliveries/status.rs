@@ -58,7 +58,7 @@ use crate::waiting::Hold;
                 (String = "text/html", example = json!("<!DOCTYPE html><html lang=\"en\">…</html>")),
             ),
             headers(
-                ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again, from when deliveries have recently been reaching their outcome (at least 1)."),
+                ("Retry-After" = u32, description = "Present while the delivery is not terminal: seconds to wait before polling again, from when deliveries have recently been reaching their outcome (at least 1); while it is Waiting, until its `runsAt` (at most an hour)."),
                 ("retry-after-ms" = u64, description = "Present while the delivery is not terminal: the same wait in milliseconds, as Azure's long-running-operation pollers read it."),
                 ("Vary" = String, description = "`Accept`: the answer depends on it."),
                 ("ETag" = String, description = "The version of this answer: it changes with every write of the delivery's status (`\"accepted\"` until the worker has written one)."),
@@ -160,11 +160,8 @@ pub async fn status(
     let receipt = query.receipt.unwrap_or_default();
     let status = representation(&state, &base, &receipt, document);
     let terminal = status.terminal;
-    let wait = (!terminal).then(|| {
-        state
-            .pacing
-            .wait(status.document.created_at, OffsetDateTime::now_utc())
-    });
+    let wait = (!terminal)
+        .then(|| pacing::wait_for(&state.pacing, &status.document, OffsetDateTime::now_utc()));
     // A long-running operation's poller reads a 202 as "still running".
     let running = if terminal || !(read.respond_async() || state.respond_async) {
         StatusCode::OK

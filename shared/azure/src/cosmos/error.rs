@@ -37,14 +37,18 @@ pub enum CosmosOpenError {
         what: String,
         retention: &'static str,
     },
-    /// The status container lacks the composite indexes listing orders by,
-    /// so Cosmos DB would refuse every listing.
+    /// A container lacks the indexes its queries need (the status
+    /// container's listing order, the timers' due order), so Cosmos DB
+    /// would refuse them.
     #[error(
-        "{key}: {what} lacks the composite indexes a listing needs ((createdMs DESC, id DESC), \
-         alone and after ownerId and principal), so every listing would fail; add them (see \
-         docs/operations.md) or set cosmos.create_if_missing = true"
+        "{key}: {what} lacks the indexes {needs}; add them (see docs/operations.md) or set \
+         cosmos.create_if_missing = true"
     )]
-    NotIndexed { key: &'static str, what: String },
+    NotIndexed {
+        key: &'static str,
+        what: String,
+        needs: &'static str,
+    },
     #[error(
         "{key}: cannot turn on the default time to live of {what}, or give it the indexing it needs"
     )]

@@ -1,6 +1,6 @@
 //! Databases and containers: created when missing, or a clear error that
 //! names what is missing when creating is not allowed. A container whose
-//! items carry a `ttl` (status, dead letters, reservations) has its
+//! items carry a `ttl` (status, dead letters, reservations, timers) has its
 //! default time to live on (-1: no default, each item its own), without which
 //! Cosmos DB ignores the `ttl` and nothing expires; one found without it is
 //! turned on, or, when creating is not allowed, refused with the setting to
@@ -9,8 +9,9 @@
 //! The status container is indexed for listing ([`status_indexing`]): one
 //! found without the composite indexes the listing's order needs is given
 //! that policy, or, when creating is not allowed, refused with the setting
-//! to fix. The reservations container is created indexing nothing
-//! ([`point_reads_only`]).
+//! to fix; likewise `runsAtMs`, which lost timers are found by, and the
+//! timers container's order ([`timers_indexing`]). The reservations
+//! container is created indexing nothing ([`point_reads_only`]).
 
 use azure_core::http::StatusCode;
 use azure_data_cosmos::models::{
@@ -29,6 +30,7 @@ pub(super) struct Containers {
     pub(super) dead_letters: ContainerClient,
     pub(super) leases: ContainerClient,
     pub(super) reservations: ContainerClient,
+    pub(super) timers: ContainerClient,
     /// The throughput control container, when a group is global.
     pub(super) control: Option<ContainerClient>,
 }
@@ -68,6 +70,9 @@ pub(super) async fn ensure(
                 partition_key: "/id",
                 retention: "store.status_retention_s",
                 indexing: Some(status_indexing()),
+                needs: "a listing needs ((createdMs DESC, id DESC), alone and after ownerId and \
+                        principal) and lost timers are found by (runsAtMs), so every listing \
+                        would fail",
             },
         )
         .await?,
@@ -80,6 +85,7 @@ pub(super) async fn ensure(
                 partition_key: "/id",
                 retention: "store.dead_letter_retention_s",
                 indexing: None,
+                needs: "",
             },
         )
         .await?,
@@ -101,6 +107,21 @@ pub(super) async fn ensure(
                 partition_key: "/id",
                 retention: "gateway.idempotency_retention_s",
                 indexing: Some(point_reads_only()),
+                needs: "",
+            },
+        )
+        .await?,
+        timers: expiring(
+            client,
+            settings,
+            Expiring {
+                key: "cosmos.timers_container",
+                name: &settings.timers_container,
+                partition_key: "/shard",
+                retention: "store.status_retention_s",
+                indexing: Some(timers_indexing()),
+                needs: "a due read needs (runsAtMs, and (runsAtMs ASC, id ASC)), so no timer \
+                        would fire",
             },
         )
         .await?,
@@ -134,6 +155,8 @@ struct Expiring<'a> {
     /// The indexing policy it is created with; `None`: Cosmos DB's default
     /// (every path).
     indexing: Option<IndexingPolicy>,
+    /// What the indexing is for, as an error says it when it is missing.
+    needs: &'static str,
 }
 
 /// The status container's indexing: only the fields a listing filters and
@@ -147,7 +170,13 @@ pub(super) fn status_indexing() -> IndexingPolicy {
         .with_indexing_mode(IndexingMode::Consistent)
         .with_excluded_path("/*");
     policy.automatic = true;
-    for path in ["/ownerId/?", "/principal/?", "/state/?", "/createdMs/?"] {
+    for path in [
+        "/ownerId/?",
+        "/principal/?",
+        "/state/?",
+        "/createdMs/?",
+        "/runsAtMs/?",
+    ] {
         policy = policy.with_included_path(path);
     }
     for first in [None, Some("/ownerId"), Some("/principal")] {
@@ -173,6 +202,27 @@ pub(super) fn status_indexing() -> IndexingPolicy {
     policy
 }
 
+/// The timers container's indexing: `runsAtMs` alone, and the composite
+/// index a due read's order (`runsAtMs`, then `id`) needs.
+pub(super) fn timers_indexing() -> IndexingPolicy {
+    let mut policy = IndexingPolicy::default()
+        .with_indexing_mode(IndexingMode::Consistent)
+        .with_excluded_path("/*")
+        .with_included_path("/runsAtMs/?");
+    policy.automatic = true;
+    policy.with_composite_index(
+        CompositeIndex::default()
+            .with_property(CompositeIndexProperty::new(
+                "/runsAtMs",
+                CompositeIndexOrder::Ascending,
+            ))
+            .with_property(CompositeIndexProperty::new(
+                "/id",
+                CompositeIndexOrder::Ascending,
+            )),
+    )
+}
+
 /// The indexing of a container read only by id (the reservations): no
 /// path, so a create pays no index work on Azure. A container created
 /// before keeps what it has: it works either way.
@@ -182,6 +232,15 @@ pub(super) fn point_reads_only() -> IndexingPolicy {
         .with_excluded_path("/*");
     policy.automatic = true;
     policy
+}
+
+/// Whether `found` has every path and composite index `wanted` asks for.
+fn has_indexes(found: Option<&IndexingPolicy>, wanted: &IndexingPolicy) -> bool {
+    wanted
+        .included_paths
+        .iter()
+        .all(|path| found.is_some_and(|found| found.included_paths.contains(path)))
+        && has_composites(found, wanted)
 }
 
 /// Whether `found` has every composite index `wanted` asks for.
@@ -219,7 +278,7 @@ async fn expiring(
     let ttl_off = properties.default_ttl.is_forever();
     let unindexed = expiring
         .indexing
-        .filter(|wanted| !has_composites(properties.indexing_policy.as_ref(), wanted));
+        .filter(|wanted| !has_indexes(properties.indexing_policy.as_ref(), wanted));
     let indexed_now = unindexed.is_some();
     if !ttl_off && unindexed.is_none() {
         return Ok(container);
@@ -239,6 +298,7 @@ async fn expiring(
             CosmosOpenError::NotIndexed {
                 key: expiring.key,
                 what,
+                needs: expiring.needs,
             }
         });
     }

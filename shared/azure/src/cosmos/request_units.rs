@@ -64,10 +64,13 @@ pub enum Spend {
     Listing,
     /// The global throughput control groups' own items.
     ThroughputControl,
+    /// The timers of Waiting deliveries: written beside the status, read
+    /// when due, removed once fired.
+    Timers,
 }
 
 impl Spend {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::StatusWrites,
         Self::StatusReads,
         Self::Reservations,
@@ -76,6 +79,7 @@ impl Spend {
         Self::ChangeFeed,
         Self::Listing,
         Self::ThroughputControl,
+        Self::Timers,
     ];
 
     /// What a request of `work`'s throughput group doing `operation` is for.
@@ -90,6 +94,7 @@ impl Spend {
             (Work::Leases, _) => Self::Leases,
             (Work::DeadLetters, _) => Self::DeadLetters,
             (Work::ChangeFeed, _) => Self::ChangeFeed,
+            (Work::Timers, _) => Self::Timers,
         }
     }
 
@@ -103,6 +108,7 @@ impl Spend {
             Self::ChangeFeed => "change_feed",
             Self::Listing => "listing",
             Self::ThroughputControl => "throughput_control",
+            Self::Timers => "timers",
         }
     }
 }

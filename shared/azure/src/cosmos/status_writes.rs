@@ -29,6 +29,7 @@ use time::OffsetDateTime;
 use super::bulk::Executor;
 use super::request_units::Operation;
 use super::throttle::Requests;
+use super::timers::TimerWrites;
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
@@ -54,6 +55,9 @@ struct Item<'a> {
     #[serde(flatten)]
     document: &'a StatusDocument,
     created_ms: i64,
+    /// While Waiting: when its steps run, which lost timers are found by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_at_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ttl: Option<u64>,
 }
@@ -67,6 +71,7 @@ impl<'a> Item<'a> {
         Self {
             document,
             created_ms: created_ms(document.created_at),
+            runs_at_ms: document.due_at().map(created_ms),
             ttl: ttl_of(document, settled_ttl, now),
         }
     }
@@ -94,6 +99,8 @@ pub(super) struct StatusBatches {
     requests: Arc<Requests>,
     /// `store.status_retention_s`: the `ttl` of a settled document.
     settled_ttl: u64,
+    /// The timers of the Waiting documents written.
+    timers: TimerWrites,
 }
 
 impl std::fmt::Debug for StatusBatches {
@@ -107,11 +114,13 @@ impl StatusBatches {
         container: ContainerClient,
         requests: Arc<Requests>,
         settled_ttl: u64,
+        timers: TimerWrites,
     ) -> Self {
         Self {
             container,
             requests,
             settled_ttl,
+            timers,
         }
     }
 
@@ -154,6 +163,8 @@ impl StatusBatches {
                         id: id.clone(),
                         source: "the write carried no ETag".into(),
                     })?;
+                // The status first: a timer never fires before its document is Waiting.
+                self.timers.follow(&write.document).await;
                 Ok(ETag(etag))
             }
             Err(e) if e.lost_race() => Err(StatusStoreError::PreconditionFailed),

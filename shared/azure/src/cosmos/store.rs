@@ -32,6 +32,7 @@ use super::provision;
 use super::request_units::{Operation, RequestUnits};
 use super::status_writes::{StatusBatches, StatusWrite};
 use super::throttle::{Requests, no_throttle_retry};
+use super::timers::TimerWrites;
 
 /// The Cosmos DB store; cheap to share behind an [`Arc`].
 pub struct CosmosStore {
@@ -39,6 +40,9 @@ pub struct CosmosStore {
     pub(crate) dead_letters: ContainerClient,
     pub(crate) leases: ContainerClient,
     pub(crate) reservations: ContainerClient,
+    pub(crate) timers: ContainerClient,
+    /// `cosmos.timer_shards`.
+    pub(crate) timer_shards: u32,
     pub(crate) requests: Arc<Requests>,
     /// `store.dead_letter_retention_s`: the `ttl` of every dead letter,
     /// counted by Cosmos DB from the letter's last write.
@@ -120,6 +124,7 @@ impl CosmosStore {
                     &containers.reservations,
                 ),
                 (settings.leases_container.as_str(), &containers.leases),
+                (settings.timers_container.as_str(), &containers.timers),
             ]
             .into(),
             control: containers.control.as_ref(),
@@ -135,6 +140,12 @@ impl CosmosStore {
             containers.status.clone(),
             Arc::clone(&requests),
             store.status_retention_s.count(),
+            TimerWrites::new(
+                containers.timers.clone(),
+                Arc::clone(&requests),
+                settings.timer_shards,
+                store.status_retention_s.count(),
+            ),
         );
         let (writes, dispatcher) = Bulk::start(
             BulkSettings {
@@ -151,6 +162,8 @@ impl CosmosStore {
             dead_letters: containers.dead_letters,
             leases: containers.leases,
             reservations: containers.reservations,
+            timers: containers.timers,
+            timer_shards: settings.timer_shards,
             requests,
             dead_letter_ttl: store.dead_letter_retention_s.count(),
             writes,

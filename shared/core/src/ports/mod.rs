@@ -32,7 +32,7 @@ pub use self::stream::{
     ConsumeError, Consumer, EventProperties, OutboundEvent, PartitionReader, Position,
     PublishError, Publisher, StreamEvent,
 };
-pub use self::timers::{Due, Timers};
+pub use self::timers::{Due, Timers, shard_of};
 pub use crate::error::BoxError;
 pub use crate::lane::Lane;
 
@@ -48,9 +48,12 @@ pub struct Ports {
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// The change feed of the status documents.
     pub changes: Arc<dyn ChangeSource>,
-    /// When Waiting deliveries run, where the status store keeps it (the
-    /// embedded store); `None`: deliveries are never deferred.
+    /// When Waiting deliveries run, where the status store keeps it;
+    /// `None`: deliveries are never deferred.
     pub timers: Option<Arc<dyn Timers>>,
+    /// The leases of the status store: the timer shards', and those of the
+    /// streams and change-feed processors that balance with them.
+    pub leases: Arc<dyn LeaseStore>,
     /// The keys that verify status receipts, the first of which signs them:
     /// the configured ones (`gateway.receipt_keys`, newest first), then the
     /// one the embedded store keeps, if there is one. Empty only in a process

@@ -81,13 +81,7 @@ impl ChangeFeedSettings {
     /// name from `HOSTNAME`, as Kubernetes sets it to the pod's name).
     pub fn instance(&self) -> String {
         if self.instance_name.trim().is_empty() {
-            let host = std::env::var("HOSTNAME")
-                .ok()
-                .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-                .map(|host| host.trim().to_owned())
-                .filter(|host| !host.is_empty())
-                .unwrap_or_else(|| "skyport".into());
-            format!("{host}-{}", std::process::id())
+            format!("{}-{}", crate::process::host_name(), std::process::id())
         } else {
             self.instance_name.clone()
         }

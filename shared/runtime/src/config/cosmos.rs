@@ -42,6 +42,11 @@ pub struct CosmosSettings {
     pub dead_letter_container: String,
     /// Idempotency reservations (partition key `/id`, per-item TTL).
     pub reservations_container: String,
+    /// The timers of Waiting deliveries (partition key `/shard`, per-item TTL).
+    pub timers_container: String,
+    /// The shards the timers are spread over: each is one logical partition
+    /// of the timers container, read by one worker at a time.
+    pub timer_shards: u32,
     /// Not a key any more: refused with a message saying that listing
     /// queries the status container.
     #[cfg_attr(test, schemars(skip))]
@@ -76,6 +81,8 @@ impl Default for CosmosSettings {
             leases_container: "leases".into(),
             dead_letter_container: "deadletters".into(),
             reservations_container: "reservations".into(),
+            timers_container: "timers".into(),
+            timer_shards: 16,
             listing_container: None,
             create_if_missing: true,
             throughput: None,
@@ -112,6 +119,7 @@ impl CosmosSettings {
             ("leases_container", &self.leases_container),
             ("dead_letter_container", &self.dead_letter_container),
             ("reservations_container", &self.reservations_container),
+            ("timers_container", &self.timers_container),
         ] {
             checks.check(!name.trim().is_empty(), key, "must not be empty");
         }
@@ -123,6 +131,7 @@ impl CosmosSettings {
                  this version runs (docs/operations.md, Upgrading)",
             );
         }
+        checks.at_least(self.timer_shards, 1, "timer_shards");
         checks.at_least(self.bulk_max_items, 1, "bulk_max_items");
         checks.at_least(self.bulk_max_in_flight, 1, "bulk_max_in_flight");
         throughput::validate_groups(
@@ -135,12 +144,13 @@ impl CosmosSettings {
     }
 
     /// The containers Skyport keeps its data in, as configured.
-    pub fn containers(&self) -> [&str; 4] {
+    pub fn containers(&self) -> [&str; 5] {
         [
             &self.status_container,
             &self.dead_letter_container,
             &self.reservations_container,
             &self.leases_container,
+            &self.timers_container,
         ]
     }
 

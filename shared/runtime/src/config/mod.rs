@@ -215,12 +215,6 @@ impl Settings {
             ),
         );
         self.worker.validate(&mut checks.section("worker"));
-        checks.check(
-            self.worker.booking_lead_s.is_none() || self.store_backend() == StoreBackend::Embedded,
-            "worker.booking_lead_s",
-            "needs the embedded store (store.backend = \"embedded\"): the timers of Waiting \
-             deliveries are kept beside their status, and Cosmos DB keeps none yet",
-        );
         self.services.validate(&mut checks.section("services"));
         self.simulator.validate(&mut checks.section("simulator"));
         self.change_feed

@@ -913,7 +913,7 @@ fn a_listen_backlog_of_none_is_refused() {
 }
 
 #[test]
-fn a_booking_lead_needs_the_embedded_store_and_a_second_at_least() {
+fn a_booking_lead_is_a_second_at_least_on_either_store_and_timer_shards_one() {
     let settings = Settings::load(&cli(&["worker.booking_lead_s=3600"])).expect("embedded");
     assert_eq!(
         settings.worker.booking_lead_s.map(|lead| lead.count()),
@@ -921,12 +921,17 @@ fn a_booking_lead_needs_the_embedded_store_and_a_second_at_least() {
     );
     let errors = Settings::load(&cli(&["worker.booking_lead_s=0"])).expect_err("no lead");
     assert_named(&errors, "worker.booking_lead_s");
-    let errors = Settings::load(&cli(&[
+    let cosmos = [
         "worker.booking_lead_s=3600",
         "store.backend=cosmos",
         "cosmos.endpoint=https://example.documents.azure.com:443/",
-    ]))
-    .expect_err("no timers on Cosmos DB");
-    let refused = named(&errors, "worker.booking_lead_s");
-    assert!(refused.message.contains("embedded store"), "{refused}");
+        "cosmos.key=a2V5",
+    ];
+    let settings = Settings::load(&cli(&cosmos)).expect("timers on Cosmos DB");
+    assert_eq!(settings.cosmos.timer_shards, 16);
+    let errors = Settings::load(&cli(&[&cosmos[..], &["cosmos.timer_shards=0"]].concat()))
+        .expect_err("no shard");
+    assert_named(&errors, "cosmos.timer_shards");
+    let errors = Settings::load(&cli(&["worker.timer_lease_expiry_ms=10"])).expect_err("too short");
+    assert_named(&errors, "worker.timer_lease_expiry_ms");
 }

@@ -32,16 +32,21 @@ pub enum Work {
     /// feed (its feed ranges, its pages and its estimates of what is
     /// pending).
     ChangeFeed,
+    /// The worker's timers of Waiting deliveries: the due ones read and
+    /// removed once fired, and the search for lost ones (a timer's write
+    /// beside its status write counts as the status write's).
+    Timers,
 }
 
 impl Work {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::StatusWrites,
         Self::DeadLetters,
         Self::StatusReads,
         Self::Reservations,
         Self::Leases,
         Self::ChangeFeed,
+        Self::Timers,
     ];
 
     /// Whether a client waits on this work: over budget it is refused at
@@ -58,6 +63,7 @@ impl Work {
             Self::Reservations => "reservations",
             Self::Leases => "leases",
             Self::ChangeFeed => "change_feed",
+            Self::Timers => "timers",
         }
     }
 }

@@ -68,8 +68,13 @@ pub struct WorkerSettings {
     /// How long before its pickup a delivery books its drone and services.
     /// A delivery whose pickup is further away is recorded Waiting, and its
     /// steps run `booking_lead_s` before its pickup, from a timer the
-    /// embedded store keeps. Unset: every delivery books when it is read.
+    /// status store keeps. Unset: every delivery books when it is read.
     pub booking_lead_s: Option<Seconds>,
+    /// The timers' shards are shared out among the workers through leases
+    /// (in the store's lease container): a shard whose owner has not renewed
+    /// its lease for this long is taken by another worker. Renewed every
+    /// quarter of it.
+    pub timer_lease_expiry_ms: Millis,
 }
 
 impl Default for WorkerSettings {
@@ -96,6 +101,7 @@ impl Default for WorkerSettings {
             gateway_latency_goal_ms: None,
             processing_after_ms: Millis::new(1_000),
             booking_lead_s: None,
+            timer_lease_expiry_ms: Millis::new(20_000),
         }
     }
 }
@@ -124,6 +130,11 @@ impl WorkerSettings {
             (0..=19).contains(&self.nice),
             "nice",
             "must be from 0 to 19",
+        );
+        checks.at_least(
+            self.timer_lease_expiry_ms.count(),
+            1_000,
+            "timer_lease_expiry_ms",
         );
         if let Some(lead) = self.booking_lead_s {
             checks.at_least(lead.count(), 1, "booking_lead_s");

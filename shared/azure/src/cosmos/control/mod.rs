@@ -511,6 +511,7 @@ fn container_of(work: Work, settings: &CosmosSettings) -> &str {
         Work::DeadLetters => &settings.dead_letter_container,
         Work::Reservations => &settings.reservations_container,
         Work::Leases => &settings.leases_container,
+        Work::Timers => &settings.timers_container,
     }
 }
 

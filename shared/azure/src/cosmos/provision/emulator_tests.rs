@@ -15,7 +15,7 @@ use skyport_runtime::config::{CosmosSettings, Millis};
 
 use crate::cosmos::CosmosOpenError;
 use crate::cosmos::emulator::Emulator;
-use crate::cosmos::provision::{point_reads_only, status_indexing};
+use crate::cosmos::provision::{point_reads_only, status_indexing, timers_indexing};
 
 fn settings() -> CosmosSettings {
     CosmosSettings {
@@ -75,7 +75,12 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
         .store(&settings())
         .await
         .unwrap();
-    for container in [&store.status, &store.dead_letters, &store.reservations] {
+    for container in [
+        &store.status,
+        &store.dead_letters,
+        &store.reservations,
+        &store.timers,
+    ] {
         let properties = properties(container).await;
         assert_eq!(
             properties.default_ttl,
@@ -93,6 +98,15 @@ async fn the_containers_whose_items_expire_are_created_with_no_default_ttl() {
         Some(point_reads_only()),
         "reservations are read by id alone"
     );
+    let timers = properties(&store.timers).await;
+    assert_eq!(timers.indexing_policy, Some(timers_indexing()));
+    let key: Vec<&str> = timers
+        .partition_key
+        .paths()
+        .iter()
+        .map(|path| path.as_ref())
+        .collect();
+    assert_eq!(key, ["/shard"]);
     store.close().await;
 }
 
@@ -151,7 +165,13 @@ async fn the_status_container_is_keyed_by_id_and_indexed_for_listing_only() {
         .collect();
     assert_eq!(
         included,
-        ["/ownerId/?", "/principal/?", "/state/?", "/createdMs/?"]
+        [
+            "/ownerId/?",
+            "/principal/?",
+            "/state/?",
+            "/createdMs/?",
+            "/runsAtMs/?"
+        ]
     );
     let newest = [
         ("/createdMs", CompositeIndexOrder::Descending),
@@ -182,7 +202,7 @@ async fn a_status_container_without_the_listings_indexes_is_given_them_or_refuse
     assert!(
         error.to_string().starts_with(
             "cosmos.status_container: container status in database skyport lacks the \
-             composite indexes a listing needs"
+             indexes a listing needs"
         ),
         "{error}"
     );

@@ -1,0 +1,292 @@
+//! [`Timers`] on Cosmos DB: the timers container (partition key `/shard`,
+//! TTL on), one item per Waiting delivery, `{id, shard, runsAtMs, revision,
+//! lane, ttl}`, in the shard [`shard_of`] its id (`cosmos.timer_shards`
+//! logical partitions; a worker reads each through a lease).
+//!
+//! The status document is the truth and the timer a hint. A status write
+//! that leaves a document Waiting upserts its timer right after, in the
+//! same bulk batch ([`TimerWrites`]); a reschedule replaces it in place (the
+//! same id, the same shard). Nothing removes a timer when its document
+//! leaves Waiting otherwise: a fire removes it once the `DeliveryDue` is
+//! durable in the stream (a delete conditional on its ETag, so a timer moved
+//! meanwhile stays), and a stale one (a cancelled delivery's) fires at its
+//! time and finds nothing to do. A timer lost between the two writes is
+//! found from the documents: the status container indexes `runsAtMs`, and
+//! [`Timers::overdue`] queries the Waiting ones whose time has passed.
+//!
+//! A due read is one single-partition query ordered by `runsAtMs` then `id`
+//! (a composite index), charged by the timers it returns, so an idle shard
+//! costs one small query per poll and a timer for 2030 costs nothing until
+//! 2030. Each item's `ttl` is its wait plus `store.status_retention_s`: a
+//! timer nobody fired still goes away.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use azure_core::http::Etag;
+use azure_data_cosmos::ContainerClient;
+use azure_data_cosmos::options::{ItemWriteOptions, Precondition, QueryOptions};
+use azure_data_cosmos::{FeedScope, Query};
+use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
+use skyport_core::ports::{Due, ETag, Lane, StatusStoreError, Timers, shard_of};
+use skyport_core::status::StatusDocument;
+use skyport_runtime::config::Work;
+use time::OffsetDateTime;
+
+use super::charge::Paged;
+use super::request_units::Operation;
+use super::status_writes::created_ms;
+use super::store::{CosmosStore, READ_PATIENCE};
+use super::throttle::Requests;
+
+/// A timer as stored.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Item<'a> {
+    id: &'a str,
+    shard: String,
+    runs_at_ms: i64,
+    revision: u32,
+    lane: Lane,
+    ttl: u64,
+}
+
+/// A timer (or a Waiting document) as a due read returns it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Read {
+    id: String,
+    runs_at_ms: i64,
+    #[serde(default)]
+    revision: u32,
+    #[serde(default)]
+    lane: Lane,
+    #[serde(rename = "_etag", default)]
+    etag: Option<String>,
+}
+
+impl Read {
+    fn due(self) -> Due {
+        Due {
+            runs_at: OffsetDateTime::from_unix_timestamp_nanos(
+                i128::from(self.runs_at_ms) * 1_000_000,
+            )
+            .unwrap_or(OffsetDateTime::UNIX_EPOCH),
+            delivery_id: self.id,
+            revision: self.revision,
+            lane: self.lane,
+            version: self.etag.map(ETag),
+        }
+    }
+}
+
+/// The shard's partition key value.
+fn partition(shard: u32) -> String {
+    shard.to_string()
+}
+
+/// Writes the timers of Waiting documents, beside their status writes.
+pub(super) struct TimerWrites {
+    container: ContainerClient,
+    requests: Arc<Requests>,
+    shards: u32,
+    /// `store.status_retention_s`: how long a timer outlives its time.
+    retention: u64,
+}
+
+impl TimerWrites {
+    pub(super) fn new(
+        container: ContainerClient,
+        requests: Arc<Requests>,
+        shards: u32,
+        retention: u64,
+    ) -> Self {
+        Self {
+            container,
+            requests,
+            shards,
+            retention,
+        }
+    }
+
+    /// Sets (or moves) `document`'s timer when it is Waiting; nothing
+    /// otherwise. A failure is logged, never returned: the
+    /// status is written, and [`Timers::overdue`] finds the lost timer.
+    pub(super) async fn follow(&self, document: &StatusDocument) {
+        let Some(runs_at) = document.due_at() else {
+            return;
+        };
+        let now = OffsetDateTime::now_utc();
+        let wait = u64::try_from((runs_at - now).whole_seconds()).unwrap_or(0);
+        let shard = partition(shard_of(&document.id, self.shards));
+        let item = Item {
+            id: &document.id,
+            shard: shard.clone(),
+            runs_at_ms: created_ms(runs_at),
+            revision: document.revision,
+            lane: document.lane,
+            ttl: wait.saturating_add(self.retention).min(i32::MAX as u64),
+        };
+        let result = self
+            .requests
+            .run(Work::StatusWrites, Operation::Write, u32::MAX, |options| {
+                let options = ItemWriteOptions::default().with_operation_options(options);
+                let shard = shard.clone();
+                let item = &item;
+                async move {
+                    self.container
+                        .upsert_item(shard, &document.id, item, Some(options))
+                        .await
+                }
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(
+                delivery_id = %document.id,
+                error = skyport_runtime::error_chain::error_chain(e.into_box().as_ref()),
+                "Cannot write a Waiting delivery's timer; it is found from its status once overdue."
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for TimerWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimerWrites")
+            .field("shards", &self.shards)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StatusStoreError {
+    StatusStoreError::Unavailable(e.into())
+}
+
+impl CosmosStore {
+    async fn query_due(
+        &self,
+        container: &ContainerClient,
+        query: Query,
+        scope: FeedScope,
+    ) -> Result<Vec<Due>, StatusStoreError> {
+        let read: Paged<Read> = self
+            .requests
+            .run(Work::Timers, Operation::Query, READ_PATIENCE, |options| {
+                let options = QueryOptions::default().with_operation_options(options);
+                let query = query.clone();
+                let scope = scope.clone();
+                async move {
+                    let items = container
+                        .query_items::<Read>(query, scope, Some(options))
+                        .await?;
+                    Paged::read_all(items).await
+                }
+            })
+            .await
+            .map_err(|e| unavailable(e.into_box()))?;
+        Ok(read.items.into_iter().map(Read::due).collect())
+    }
+}
+
+#[async_trait]
+impl Timers for CosmosStore {
+    fn shards(&self) -> u32 {
+        self.timer_shards
+    }
+
+    async fn due(
+        &self,
+        shard: u32,
+        after: Option<&Due>,
+        up_to: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Due>, StatusStoreError> {
+        let (at, id) = after.map_or((i64::MIN, String::new()), |due| {
+            (created_ms(due.runs_at), due.delivery_id.clone())
+        });
+        let query = Query::from(format!(
+            "SELECT TOP {limit} c.id, c.runsAtMs, c.revision, c.lane, c._etag FROM c \
+             WHERE c.runsAtMs <= @upTo AND (c.runsAtMs > @at OR (c.runsAtMs = @at AND c.id > @id)) \
+             ORDER BY c.runsAtMs, c.id"
+        ))
+        .with_parameter("@upTo", created_ms(up_to))
+        .and_then(|q| q.with_parameter("@at", at))
+        .and_then(|q| q.with_parameter("@id", id))
+        .map_err(unavailable)?;
+        self.query_due(&self.timers, query, FeedScope::partition(partition(shard)))
+            .await
+    }
+
+    async fn fired(&self, shard: u32, fired: &[Due]) -> Result<(), StatusStoreError> {
+        let deletes = fired.iter().map(|due| async move {
+            let result = self
+                .requests
+                .run(Work::Timers, Operation::Delete, u32::MAX, |options| {
+                    let mut options = ItemWriteOptions::default().with_operation_options(options);
+                    if let Some(ETag(etag)) = &due.version {
+                        options = options
+                            .with_precondition(Precondition::if_match(Etag::from(etag.clone())));
+                    }
+                    self.timers
+                        .delete_item(partition(shard), &due.delivery_id, Some(options))
+                })
+                .await;
+            match result {
+                // Moved since (a reschedule), or gone already: kept, or nothing to do.
+                Ok(_) => Ok(()),
+                Err(e) if e.lost_race() => Ok(()),
+                Err(e) => Err(unavailable(e.into_box())),
+            }
+        });
+        join_all(deletes).await.into_iter().collect()
+    }
+
+    async fn overdue(
+        &self,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Due>, StatusStoreError> {
+        let query = Query::from(format!(
+            "SELECT TOP {limit} c.id, c.runsAtMs, c.revision, c.lane FROM c \
+             WHERE c.state = 'Waiting' AND c.runsAtMs < @before"
+        ))
+        .with_parameter("@before", created_ms(before))
+        .map_err(unavailable)?;
+        let mut overdue = self
+            .query_due(&self.status, query, FeedScope::full_container())
+            .await?;
+        // No version: these have no timer to remove.
+        for due in &mut overdue {
+            due.version = None;
+        }
+        Ok(overdue)
+    }
+
+    async fn waiting(&self, shard: u32) -> Result<u64, StatusStoreError> {
+        let query = Query::from("SELECT VALUE COUNT(1) FROM c");
+        let counted: Paged<u64> = self
+            .requests
+            .run(Work::Timers, Operation::Query, READ_PATIENCE, |options| {
+                let options = QueryOptions::default().with_operation_options(options);
+                let query = query.clone();
+                async move {
+                    let items = self
+                        .timers
+                        .query_items::<u64>(
+                            query,
+                            FeedScope::partition(partition(shard)),
+                            Some(options),
+                        )
+                        .await?;
+                    Paged::read_all(items).await
+                }
+            })
+            .await
+            .map_err(|e| unavailable(e.into_box()))?;
+        Ok(counted.items.into_iter().sum())
+    }
+}
+
+#[cfg(all(test, feature = "cosmos-emulator"))]
+mod emulator_tests;
