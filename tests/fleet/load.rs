@@ -41,6 +41,9 @@ pub(crate) struct Clients {
     http: reqwest::Client,
     callbacks: String,
     next: Arc<AtomicUsize>,
+    /// Request `n`'s pickup: the first's, and the spacing after it (unset:
+    /// the request's own).
+    pickups: Option<(time::OffsetDateTime, time::Duration)>,
 }
 
 impl Clients {
@@ -57,6 +60,16 @@ impl Clients {
             http,
             callbacks: format!("http://{}/hooks", receiver.addr),
             next: Arc::default(),
+            pickups: None,
+        }
+    }
+
+    /// These clients, with request `n` picked up at `first` + `n` x `spacing`
+    /// (its deadline two hours after).
+    pub(crate) fn picked_up(self, first: time::OffsetDateTime, spacing: time::Duration) -> Self {
+        Self {
+            pickups: Some((first, spacing)),
+            ..self
         }
     }
 
@@ -96,6 +109,17 @@ impl Clients {
         request["deliveryId"] = Value::String(id.to_owned());
         request["packageInfo"]["packageId"] = Value::String(format!("package-{id}"));
         request["callbackUrl"] = Value::String(format!("{}/{id}", self.callbacks));
+        if let Some((first, spacing)) = self.pickups {
+            let rfc3339 = |at: time::OffsetDateTime| {
+                Value::String(
+                    at.format(&time::format_description::well_known::Rfc3339)
+                        .unwrap(),
+                )
+            };
+            let pickup = first + spacing * u32::try_from(n).unwrap();
+            request["pickupTime"] = rfc3339(pickup);
+            request["deadline"] = rfc3339(pickup + time::Duration::hours(2));
+        }
         let key = format!("key-{id}");
         let started = Instant::now();
         let mut attempts = 0;
@@ -149,6 +173,37 @@ impl Clients {
         }
         assert_eq!(response.status(), 200, "{}", accepted.id);
         response.json().await.ok()
+    }
+
+    /// Waits (at most `within`) until every delivery of `accepted` is in `state`.
+    pub(crate) async fn wait_state(
+        &self,
+        accepted: &[Accepted],
+        state: DeliveryState,
+        within: Duration,
+    ) {
+        let started = Instant::now();
+        let mut pending: Vec<Accepted> = accepted.to_vec();
+        while !pending.is_empty() {
+            assert!(
+                started.elapsed() < within,
+                "{} of {} not {state:?} after {within:?} (the first: {})",
+                pending.len(),
+                accepted.len(),
+                pending[0].id
+            );
+            let mut left = Vec::new();
+            for one in pending {
+                let document = self.status(&one).await;
+                if document.is_none_or(|d| d.state != state) {
+                    left.push(one);
+                }
+            }
+            pending = left;
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
 
     /// Waits (at most `within`) until every delivery is terminal; their

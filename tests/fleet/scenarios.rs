@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use skyport_azure::cosmos::emulator::server::replace_throughput;
-use skyport_core::status::{StatusDocument, Step};
+use skyport_core::status::{DeliveryState, StatusDocument, Step};
 use skyport_tests::simulator_stats;
 use tokio::task::JoinSet;
 
@@ -27,7 +27,7 @@ const BOTH: &[Stream] = &[Stream::Kafka, Stream::EventHubs];
 /// Each scenario, and the streams it runs on. The global throughput control
 /// group is the Cosmos DB store's alone, the same under either stream: it runs
 /// with the chart's azure shape, which configures the group itself.
-const SCENARIOS: [(&str, Scenario, &[Stream]); 9] = [
+const SCENARIOS: [(&str, Scenario, &[Stream]); 10] = [
     ("steady-state", |s| Box::pin(steady_state(s)), BOTH),
     ("tenancy", |s| Box::pin(tenancy(s)), BOTH),
     (
@@ -36,6 +36,11 @@ const SCENARIOS: [(&str, Scenario, &[Stream]); 9] = [
         BOTH,
     ),
     ("worker-killed", |s| Box::pin(worker_killed(s)), BOTH),
+    (
+        "timer-owner-killed",
+        |s| Box::pin(timer_owner_killed(s)),
+        BOTH,
+    ),
     ("gateway-killed", |s| Box::pin(gateway_killed(s)), BOTH),
     ("rolling-restart", |s| Box::pin(rolling_restart(s)), BOTH),
     ("scale-out", |s| Box::pin(scale_out(s)), BOTH),
@@ -484,6 +489,86 @@ async fn worker_killed(stream: Stream) {
     assert!(takeover <= takeover_limit(stream), "took {takeover:?}");
     assert!(replayed <= bound, "{replayed} replays over {bound}");
     fleet.stop().await;
+}
+
+/// Deferred deliveries (`worker.booking_lead_s`), due one after another,
+/// and a worker holding timer shards SIGKILLed as they fall due: the other
+/// takes its shards once their leases expire and fires what they hold, late
+/// by at most the expiry; every delivery Scheduled, each service creating
+/// each once.
+async fn timer_owner_killed(stream: Stream) {
+    const COUNT: usize = 200;
+    const LEAD_S: i64 = 3_600;
+    let mut options = Options::new(1, 2);
+    options.keys.extend([
+        ("worker.booking_lead_s", LEAD_S.to_string()),
+        ("worker.timer_lease_expiry_ms", LEASE_EXPIRY_MS.to_string()),
+        ("cosmos.timer_shards", "4".to_owned()),
+    ]);
+    let fleet = Fleet::start(stream, &options).await;
+    fleet.wait_spread(Duration::from_secs(60)).await;
+    // Due from 20 s from now, one every 100 ms: over 20 s.
+    let first = time::OffsetDateTime::now_utc() + time::Duration::seconds(LEAD_S + 20);
+    let clients = Clients::new(fleet.pool.clone(), &fleet.receiver)
+        .picked_up(first, time::Duration::milliseconds(100));
+    let accepted = clients.post("deferred", COUNT, Some(100)).await;
+    clients
+        .wait_state(&accepted, DeliveryState::Waiting, Duration::from_secs(15))
+        .await;
+    // Each worker holds shards with timers in them (their gauges count them).
+    let mut holding = Vec::new();
+    for worker in &fleet.workers {
+        holding.push(
+            eventually_metric(worker, "skyport_timers_waiting", Duration::from_secs(15)).await,
+        );
+    }
+    let wait = first - time::OffsetDateTime::now_utc() - time::Duration::seconds(LEAD_S);
+    tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
+    let mut fleet = fleet;
+    let victim = fleet.workers.remove(0);
+    let name = victim.name.clone();
+    victim.kill().await;
+    let documents = settle(&fleet, &clients, &accepted, SETTLE).await;
+    let mut late: Vec<f64> = documents
+        .iter()
+        .map(|d| (d.steps[0].at - d.runs_at.unwrap()).as_seconds_f64())
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let at = |q: f64| late[((late.len() as f64 * q).ceil() as usize).max(1) - 1];
+    let limit = (LEASE_EXPIRY_MS + OWNERSHIP_EXPIRY_MS.max(KAFKA_SESSION_TIMEOUT_MS)) as f64
+        / 1_000.0
+        + 10.0;
+    println!(
+        "fleet {}/timer-owner-killed: {COUNT} deferred, due over 20 s; {name} SIGKILLed as they fell due, \
+         holding timers of {} of them (the other: {}); all Scheduled, each service created each once; \
+         first step after runsAt p50 {:.2} s, p99 {:.2} s, max {:.2} s (limit {limit:.0} s: the lease expiry and the stream's takeover)",
+        stream.name(),
+        holding[0],
+        holding[1],
+        at(0.5),
+        at(0.99),
+        at(1.0),
+    );
+    assert!(late[0] >= 0.0, "a delivery ran before its time");
+    assert!(at(1.0) <= limit, "{} s late", at(1.0));
+    fleet.stop().await;
+}
+
+/// `series` on `worker` once it is above 0, within `within`.
+async fn eventually_metric(worker: &Member, series: &str, within: Duration) -> f64 {
+    let started = Instant::now();
+    loop {
+        let value = worker.metric(series).await;
+        if value > 0.0 {
+            return value;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{}: {series} stayed 0",
+            worker.name
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Scenario 3: A gateway SIGKILLed mid-load: clients retry on the other with the same key.

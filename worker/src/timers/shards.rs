@@ -165,3 +165,55 @@ impl Shards {
         Ok(version.etag)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use skyport_core::ports::LeaseStore;
+    use skyport_embedded::EmbeddedStore;
+    use skyport_runtime::config::EmbeddedSettings;
+
+    use super::Shards;
+
+    const EXPIRY: Duration = Duration::from_secs(1);
+
+    fn held(shards: &Shards) -> Vec<u32> {
+        shards.held().collect()
+    }
+
+    #[tokio::test]
+    async fn workers_share_the_shards_take_a_dead_ones_and_give_theirs_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = EmbeddedSettings {
+            data_dir: dir.path().to_path_buf(),
+            segment_size_mb: 1,
+            ..EmbeddedSettings::default()
+        };
+        let store: Arc<dyn LeaseStore> = EmbeddedStore::open(&settings, 1).unwrap();
+        let mut a = Shards::new(Arc::clone(&store), 4, "a".into(), EXPIRY);
+        let mut b = Shards::new(Arc::clone(&store), 4, "b".into(), EXPIRY);
+        a.balance().await.unwrap();
+        assert_eq!(held(&a), [0, 1, 2, 3], "the first takes every shard");
+        // The second steals one a round until each holds its share.
+        b.balance().await.unwrap();
+        a.balance().await.unwrap();
+        b.balance().await.unwrap();
+        a.balance().await.unwrap();
+        assert_eq!((held(&a).len(), held(&b).len()), (2, 2));
+        assert!(held(&a).iter().all(|shard| !held(&b).contains(shard)));
+        // b is killed: once its leases expire, a takes its shards.
+        tokio::time::sleep(EXPIRY + Duration::from_millis(1_100)).await;
+        a.balance().await.unwrap();
+        assert_eq!(held(&a), [0, 1, 2, 3]);
+        // a stops: its shards are free at once.
+        a.release().await;
+        assert!(held(&a).is_empty());
+        let mut c = Shards::new(store, 4, "c".into(), Duration::from_secs(60));
+        c.balance().await.unwrap();
+        assert_eq!(held(&c), [0, 1, 2, 3]);
+    }
+}

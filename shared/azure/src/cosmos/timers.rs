@@ -130,7 +130,7 @@ impl TimerWrites {
         };
         let result = self
             .requests
-            .run(Work::StatusWrites, Operation::Write, u32::MAX, |options| {
+            .run(Work::Timers, Operation::Write, u32::MAX, |options| {
                 let options = ItemWriteOptions::default().with_operation_options(options);
                 let shard = shard.clone();
                 let item = &item;

@@ -32,9 +32,9 @@ pub enum Work {
     /// feed (its feed ranges, its pages and its estimates of what is
     /// pending).
     ChangeFeed,
-    /// The worker's timers of Waiting deliveries: the due ones read and
-    /// removed once fired, and the search for lost ones (a timer's write
-    /// beside its status write counts as the status write's).
+    /// The worker's timers of Waiting deliveries: each written beside its
+    /// status write, the due ones read and removed once fired, their count,
+    /// and the search for lost ones (which queries the status container).
     Timers,
 }
 
