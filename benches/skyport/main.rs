@@ -133,6 +133,10 @@ struct Plan {
     /// `runsAt` are spread over.
     timer_deliveries: u64,
     timer_window: Duration,
+    /// Deliveries deferred on Cosmos DB, over the same window, and how long
+    /// the timers run idle there first.
+    timer_cosmos_deliveries: u64,
+    timer_idle: Duration,
     /// The expedited phase's burst, and the expedited deliveries posted at
     /// least, one a second, while it drains (as many more as the drain takes).
     expedited_burst: u64,
@@ -183,6 +187,8 @@ impl Plan {
             held: 5_000,
             timer_deliveries: 100_000,
             timer_window: Duration::from_secs(100),
+            timer_cosmos_deliveries: 10_000,
+            timer_idle: Duration::from_secs(10),
             expedited_burst: 100_000,
             expedited_samples: 30,
             noisy_duration: Duration::from_secs(30),
@@ -226,6 +232,8 @@ impl Plan {
             held: 200,
             timer_deliveries: 500,
             timer_window: Duration::from_secs(2),
+            timer_cosmos_deliveries: 100,
+            timer_idle: Duration::from_secs(1),
             expedited_burst: 1_000,
             expedited_samples: 2,
             noisy_duration: Duration::from_secs(2),
@@ -249,7 +257,7 @@ impl Plan {
 struct Phases;
 
 impl Phases {
-    const ALL: [&'static str; 22] = [
+    const ALL: [&'static str; 23] = [
         "ingest",
         "store",
         "status-writes",
@@ -264,6 +272,7 @@ impl Phases {
         "post-wait",
         "batch",
         "timers",
+        "timers-cosmos",
         "quotas",
         "expedited",
         "noisy-neighbour",
@@ -370,6 +379,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "post-wait" => results.post_wait = serde_json::from_value(result)?,
             "batch" => results.batch = serde_json::from_value(result)?,
             "timers" => results.timers = serde_json::from_value(result)?,
+            "timers-cosmos" => results.timers_cosmos = serde_json::from_value(result)?,
             "quotas" => results.quotas = serde_json::from_value(result)?,
             "expedited" => results.expedited = serde_json::from_value(result)?,
             "noisy-neighbour" => results.noisy_neighbour = serde_json::from_value(result)?,
@@ -458,6 +468,7 @@ fn run_phase(plan: &Plan, phase: &str) -> anyhow::Result<()> {
             "post-wait" => serde_json::to_value(bench.post_wait().await?)?,
             "batch" => serde_json::to_value(bench.batch().await?)?,
             "timers" => serde_json::to_value(bench.timers().await?)?,
+            "timers-cosmos" => serde_json::to_value(bench.timers_on_cosmos().await?)?,
             "quotas" => serde_json::to_value(bench.quota_cost().await?)?,
             "expedited" => serde_json::to_value(bench.expedited().await?)?,
             "noisy-neighbour" => serde_json::to_value(bench.noisy_neighbour().await?)?,

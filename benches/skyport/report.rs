@@ -64,6 +64,8 @@ pub(crate) struct Results {
     #[serde(default)]
     pub(crate) timers: Option<TimersRun>,
     #[serde(default)]
+    pub(crate) timers_cosmos: Option<TimersRun>,
+    #[serde(default)]
     pub(crate) quotas: Option<QuotaCost>,
     #[serde(default)]
     pub(crate) expedited: Option<Expedited>,
@@ -110,6 +112,7 @@ impl Results {
             post_wait: None,
             batch: None,
             timers: None,
+            timers_cosmos: None,
             quotas: None,
             expedited: None,
             noisy_neighbour: None,
@@ -143,7 +146,12 @@ impl Results {
         verdicts.extend(self.held_reads.iter().flat_map(HeldReads::verdicts));
         verdicts.extend(self.post_wait.iter().flat_map(PostWait::verdicts));
         verdicts.extend(self.batch.iter().flat_map(Batches::verdicts));
-        verdicts.extend(self.timers.iter().flat_map(TimersRun::verdicts));
+        verdicts.extend(
+            self.timers
+                .iter()
+                .chain(&self.timers_cosmos)
+                .flat_map(TimersRun::verdicts),
+        );
         verdicts.extend(self.quotas.iter().flat_map(QuotaCost::verdicts));
         verdicts.extend(self.expedited.iter().flat_map(Expedited::verdicts));
         verdicts.extend(
@@ -239,7 +247,12 @@ impl Results {
         failures.extend(self.held_reads.iter().flat_map(|h| h.failures(full)));
         failures.extend(self.post_wait.iter().flat_map(|p| p.failures(full)));
         failures.extend(self.batch.iter().flat_map(|b| b.failures(full)));
-        failures.extend(self.timers.iter().flat_map(|t| t.failures(full)));
+        failures.extend(
+            self.timers
+                .iter()
+                .chain(&self.timers_cosmos)
+                .flat_map(|t| t.failures(full)),
+        );
         failures.extend(self.quotas.iter().flat_map(|q| q.failures(full)));
         failures.extend(self.expedited.iter().flat_map(Expedited::failures));
         failures.extend(

@@ -89,6 +89,7 @@ impl Worker {
                 leases: Arc::clone(&ports.leases),
                 owner: timers::owner_name(),
                 expiry: settings.timer_lease_expiry_ms.duration(),
+                poll: settings.timer_poll_ms.duration(),
             }),
             context: Arc::new(PartitionContext {
                 workflow,

@@ -4,9 +4,11 @@
 //! stream, no worker, no HTTP. Once at a fixed rate, once with as many
 //! workflows in flight as the store takes, and that again with the ids of
 //! named requests (`k-` and 32 random hex digits, where an unnamed
-//! request's id is time-ordered): the committer thread's busy time and CPU
-//! per workflow, the ceiling they set (10⁶ ÷ µs), and the workflows a
-//! second it sustains when nothing else bounds it.
+//! request's id is time-ordered), and that again with each delivery
+//! deferred first (a Waiting document, whose timer the same commit indexes):
+//! the committer thread's busy time and CPU per workflow, the ceiling they
+//! set (10⁶ ÷ µs), and the workflows a second it sustains when nothing else
+//! bounds it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -37,6 +39,10 @@ pub(crate) struct StatusWrites {
     /// Whether the ids were a named request's (random), not an unnamed one's.
     #[serde(default)]
     pub(crate) named: bool,
+    /// Whether each delivery was written Waiting first (deferred), its
+    /// timer set and then removed by the Processing write.
+    #[serde(default)]
+    pub(crate) deferred: bool,
     pub(crate) workflows: u64,
     pub(crate) workflows_per_s: f64,
     pub(crate) commits_per_s: f64,
@@ -67,17 +73,19 @@ impl Bench {
             (
                 Some(self.plan.status_rate),
                 4 * self.plan.status_rate,
-                false,
+                Ids::Unnamed,
             ),
-            (None, self.plan.status_in_flight, false),
-            (None, self.plan.status_in_flight, true),
+            (None, self.plan.status_in_flight, Ids::Unnamed),
+            (None, self.plan.status_in_flight, Ids::Named),
+            (None, self.plan.status_in_flight, Ids::Deferred),
         ];
         let mut rows = Vec::new();
-        for (rate, in_flight, named) in runs {
-            let name = match (rate, named) {
+        for (rate, in_flight, ids) in runs {
+            let name = match (rate, ids) {
                 (Some(rate), _) => format!("{rate}-per-s"),
-                (None, false) => "saturated".to_owned(),
-                (None, true) => "saturated-named".to_owned(),
+                (None, Ids::Unnamed) => "saturated".to_owned(),
+                (None, Ids::Named) => "saturated-named".to_owned(),
+                (None, Ids::Deferred) => "saturated-deferred".to_owned(),
             };
             eprintln!("status writes alone, {name}");
             let settings = self.settings(&format!("status-writes-{name}"), &[])?;
@@ -96,7 +104,7 @@ impl Bench {
                 workflows,
                 rate,
                 in_flight,
-                named,
+                ids,
             )
             .await?;
             let seconds = started.elapsed().as_secs_f64();
@@ -110,7 +118,8 @@ impl Bench {
             rows.push(StatusWrites {
                 rate,
                 in_flight,
-                named,
+                named: ids == Ids::Named,
+                deferred: ids == Ids::Deferred,
                 workflows,
                 workflows_per_s: workflows as f64 / seconds,
                 commits_per_s: commits as f64 / seconds,
@@ -124,16 +133,26 @@ impl Bench {
     }
 }
 
+/// Whose writes a run makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ids {
+    /// Unnamed requests' (time-ordered ids).
+    Unnamed,
+    /// Named requests' (random ids).
+    Named,
+    /// Unnamed requests', each deferred: written Waiting first.
+    Deferred,
+}
+
 /// Runs `workflows` workflows, started at `rate` a second (or as fast as
-/// they finish), at most `in_flight` at a time, with a named request's ids
-/// or an unnamed one's.
+/// they finish), at most `in_flight` at a time, with `ids`' writes.
 async fn drive(
     store: &Arc<dyn StatusStore>,
     request: &DeliveryRequest,
     workflows: u64,
     rate: Option<u32>,
     in_flight: u32,
-    named: bool,
+    ids: Ids,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(in_flight as usize));
     let mut ticks = rate.map(|r| {
@@ -149,13 +168,14 @@ async fn drive(
         let slot = Arc::clone(&slots).acquire_owned().await?;
         let store = Arc::clone(store);
         let request = request.clone();
-        let id = if named {
+        let id = if ids == Ids::Named {
             format!("k-{:032x}", fastrand::u128(..))
         } else {
             skyport_gateway::ids::generated()
         };
+        let deferred = ids == Ids::Deferred;
         tasks.spawn(async move {
-            let written = workflow(store.as_ref(), request, id, n).await;
+            let written = workflow(store.as_ref(), request, id, n, deferred).await;
             drop(slot);
             written
         });
@@ -170,12 +190,14 @@ async fn drive(
 }
 
 /// One delivery's writes as the worker makes them: Processing, then
-/// Scheduled with its five steps, each conditional on the one before.
+/// Scheduled with its five steps, each conditional on the one before; when
+/// `deferred`, Waiting (a day ahead) before them.
 async fn workflow(
     store: &dyn StatusStore,
     mut request: DeliveryRequest,
     id: String,
     n: u64,
+    deferred: bool,
 ) -> Result<(), StatusStoreError> {
     // Each its own owner and package, as the poster's requests are.
     request.owner_id = format!("owner-{n}");
@@ -189,7 +211,16 @@ async fn workflow(
     document.principal = Some(format!("client-{}", n % 16));
     document.request = Some(request);
     document.updated_at = now;
-    let etag = store.put(&document, Precondition::IfNoneMatch).await?;
+    let mut first = Precondition::IfNoneMatch;
+    if deferred {
+        let mut waiting = document.clone();
+        waiting.state = DeliveryState::Waiting;
+        waiting.attempt = 0;
+        waiting.runs_at = Some(now + time::Duration::days(1));
+        first = Precondition::IfMatch(store.put(&waiting, first).await?);
+        document.runs_at = waiting.runs_at;
+    }
+    let etag = store.put(&document, first).await?;
     document.state = DeliveryState::Scheduled;
     document.drone_id = Some(format!("drone-{}", n % 1_000));
     document.third_party_required = Some(false);
@@ -210,14 +241,18 @@ async fn workflow(
 
 impl StatusWrites {
     pub(crate) fn verdicts(&self) -> Vec<Verdict> {
-        let how = match (self.rate, self.named) {
-            (Some(rate), _) => format!("{rate} workflows/s"),
-            (None, false) => format!("saturated, {} in flight", self.in_flight),
-            (None, true) => format!("saturated, {} in flight, named", self.in_flight),
+        let how = match (self.rate, self.named, self.deferred) {
+            (Some(rate), _, _) => format!("{rate} workflows/s"),
+            (None, true, _) => format!("saturated, {} in flight, named", self.in_flight),
+            (None, _, true) => format!(
+                "saturated, {} in flight, each deferred first (Waiting, its timer indexed)",
+                self.in_flight
+            ),
+            (None, false, false) => format!("saturated, {} in flight", self.in_flight),
         };
         // At a fixed rate the committer is not busy all the time and each
         // commit carries few writes: its time then is no ceiling.
-        let (what, target, met) = if self.rate.is_none() && !self.named {
+        let (what, target, met) = if self.rate.is_none() && !self.named && !self.deferred {
             (
                 "the committer's ceiling",
                 "≥ 15,000/s",

@@ -119,18 +119,7 @@ async fn a_delivery_far_from_its_pickup_waits_books_nothing_and_runs_at_its_time
     assert_eq!(booked(&app), 1);
 
     // A duplicate fire, at the revision that ran, does nothing.
-    let due = Event::DeliveryDue(DeliveryDue {
-        delivery_id: scheduled.id.clone(),
-        revision: 0,
-        runs_at,
-    });
-    app.app
-        .backends
-        .ports
-        .publisher
-        .publish(due.outbound(Lane::Normal))
-        .await
-        .unwrap();
+    fire(&app, &waiting).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(booked(&app), 1);
     assert_eq!(
@@ -295,4 +284,83 @@ async fn a_waiting_delivery_runs_when_its_time_comes_after_the_lead_is_turned_of
         Duration::from_secs(30),
     )
     .await;
+}
+
+/// Publishes the `DeliveryDue` of `waiting`'s timer now, as a timer would.
+async fn fire(app: &TestApp, waiting: &StatusDocument) {
+    let due = Event::DeliveryDue(DeliveryDue {
+        delivery_id: waiting.id.clone(),
+        revision: waiting.revision,
+        runs_at: waiting.runs_at.unwrap(),
+    });
+    app.app
+        .backends
+        .ports
+        .publisher
+        .publish(due.outbound(Lane::Normal))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_reschedule_racing_a_fire_runs_the_delivery_once_at_the_latest_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let accepted = app.client.post_delivery(&picked_up_in(0, 30)).await;
+    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
+        d.state == DeliveryState::Waiting
+    })
+    .await;
+    // The fire and a reschedule to a pickup within the lead, at once: the
+    // fire first runs it and the reschedule updates its bookings; the
+    // reschedule first makes it due now and the fire finds another revision.
+    let soon = picked_up_in(0, -60);
+    tokio::join!(
+        fire(&app, &waiting),
+        move_to(&app.client, &accepted.status_url, &soon)
+    );
+    let scheduled = when(
+        &app.client,
+        &accepted.status_url,
+        "Scheduled at revision 1",
+        |d| d.state == DeliveryState::Scheduled && d.revision == 1,
+    )
+    .await;
+    assert_eq!(scheduled.request.unwrap().pickup_time, {
+        let at = soon["pickupTime"].as_str().unwrap();
+        OffsetDateTime::parse(at, &Rfc3339).unwrap()
+    });
+    let stats = app.simulator().stats();
+    let drone = stats.get(Step::Drone);
+    assert_eq!(drone.created, 1, "{drone:?}");
+    assert!(drone.updated <= 1, "{drone:?}");
+}
+
+#[tokio::test]
+async fn a_cancel_racing_a_fire_ends_the_delivery_cancelled_with_nothing_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
+    let accepted = app.client.post_delivery(&picked_up_in(0, 30)).await;
+    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
+        d.state == DeliveryState::Waiting
+    })
+    .await;
+    let (_, cancel) = tokio::join!(
+        fire(&app, &waiting),
+        app.client.cancel(&accepted.status_url)
+    );
+    assert_eq!(cancel.status(), 202);
+    when(&app.client, &accepted.status_url, "Cancelled", |d| {
+        d.state == DeliveryState::Cancelled
+    })
+    .await;
+    // Whatever ran first, nothing booked is left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stats = app.simulator().stats();
+    let drone = stats.get(Step::Drone);
+    assert_eq!(drone.created, drone.deleted, "{drone:?}");
+    assert_eq!(
+        document(&app.client, &accepted.status_url).await.state,
+        DeliveryState::Cancelled
+    );
 }

@@ -8,6 +8,8 @@
 //! worker, and a killed worker's shards are read by another once its leases
 //! expire.
 //!
+//! Each held shard's due timers are read every `worker.timer_poll_ms`.
+//!
 //! At least once: a fire is remembered here until its delivery leaves the
 //! index (its steps start, a reschedule moves it, or the store removes the
 //! fired entry), and fired again after [`FIRE_AGAIN_AFTER`] if it has not
@@ -35,9 +37,6 @@ pub use self::shards::GROUP;
 use self::shards::Shards;
 use crate::metrics;
 
-/// How often the due timers are read.
-const POLL: Duration = Duration::from_millis(100);
-
 /// The most timers read at once.
 const PAGE: usize = 1_000;
 
@@ -60,6 +59,8 @@ pub struct Firing {
     pub owner: String,
     /// How long a lease not renewed stays its owner's (`worker.timer_lease_expiry_ms`).
     pub expiry: Duration,
+    /// How often a held shard's due timers are read (`worker.timer_poll_ms`).
+    pub poll: Duration,
 }
 
 /// Fires the due timers of the shards this worker holds until `shutdown`,
@@ -71,6 +72,7 @@ pub async fn fire(firing: Firing, shutdown: CancellationToken) {
         leases,
         owner,
         expiry,
+        poll,
     } = firing;
     let mut shards = Shards::new(leases, timers.shards(), owner, expiry);
     let mut fired: BTreeMap<u32, Fired> = BTreeMap::new();
@@ -99,7 +101,7 @@ pub async fn fire(firing: Firing, shutdown: CancellationToken) {
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(POLL) => {}
+            () = tokio::time::sleep(poll) => {}
             () = shutdown.cancelled() => break,
         }
     }

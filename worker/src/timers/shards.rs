@@ -132,7 +132,10 @@ impl Shards {
             let condition = LeaseCondition::Matches(lease.version.etag.clone());
             match self.put(shard, Some(&self.me), condition).await {
                 Ok(etag) => {
-                    tracing::info!(shard, from = ?owner(lease), "Took a timer shard.");
+                    match owner(lease) {
+                        Some(from) => tracing::info!(shard, from, "Took a timer shard."),
+                        None => tracing::debug!(shard, "Took a free timer shard."),
+                    }
                     held.insert(shard, etag);
                 }
                 Err(LeaseError::Conflict) => {}

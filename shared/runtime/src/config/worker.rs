@@ -75,6 +75,10 @@ pub struct WorkerSettings {
     /// its lease for this long is taken by another worker. Renewed every
     /// quarter of it.
     pub timer_lease_expiry_ms: Millis,
+    /// How often the holder of a timer shard reads its due timers: the
+    /// lateness of a fire, against one read a shard each time (on Cosmos DB,
+    /// a query's request units, even when nothing is due).
+    pub timer_poll_ms: Millis,
 }
 
 impl Default for WorkerSettings {
@@ -102,6 +106,7 @@ impl Default for WorkerSettings {
             processing_after_ms: Millis::new(1_000),
             booking_lead_s: None,
             timer_lease_expiry_ms: Millis::new(20_000),
+            timer_poll_ms: Millis::new(100),
         }
     }
 }
@@ -136,6 +141,7 @@ impl WorkerSettings {
             1_000,
             "timer_lease_expiry_ms",
         );
+        checks.at_least(self.timer_poll_ms.count(), 10, "timer_poll_ms");
         if let Some(lead) = self.booking_lead_s {
             checks.at_least(lead.count(), 1, "booking_lead_s");
         }
