@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use skyport_core::event::{DeliveryDue, Event};
 use skyport_core::ports::Lane;
 use skyport_core::status::{DeliveryState, StatusDocument, Step};
+use skyport_gateway::routes::deliveries::resources::Accepted;
 use skyport_runtime::config::{Seconds, Settings};
 use skyport_tests::{Client, TestApp, delivery_request, eventually, test_settings};
 use time::OffsetDateTime;
@@ -58,6 +59,19 @@ async fn when(
     .await
 }
 
+/// An all-in-one with the lead on (its data in `dir`), and a delivery
+/// posted to it, picked up the lead and `in_s` seconds from now: its answer
+/// and its document once Waiting.
+async fn one_waiting(dir: &std::path::Path, in_s: i64) -> (TestApp, Accepted, StatusDocument) {
+    let app = TestApp::spawn_with(waiting_settings(dir)).await;
+    let accepted = app.client.post_delivery(&picked_up_in(0, in_s)).await;
+    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
+        d.state == DeliveryState::Waiting
+    })
+    .await;
+    (app, accepted, waiting)
+}
+
 /// Reschedules the delivery behind `status_url` to `request`'s pickup and
 /// deadline.
 async fn move_to(client: &Client, status_url: &str, request: &Value) {
@@ -85,12 +99,7 @@ fn booked(app: &TestApp) -> u64 {
 #[tokio::test]
 async fn a_delivery_far_from_its_pickup_waits_books_nothing_and_runs_at_its_time() {
     let dir = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
-    let accepted = app.client.post_delivery(&picked_up_in(0, 3)).await;
-    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
-        d.state == DeliveryState::Waiting
-    })
-    .await;
+    let (app, accepted, waiting) = one_waiting(dir.path(), 3).await;
     let runs_at = waiting.runs_at.unwrap();
     let pickup = waiting.request.as_ref().unwrap().pickup_time;
     assert_eq!(pickup - runs_at, time::Duration::seconds(3_600));
@@ -131,12 +140,7 @@ async fn a_delivery_far_from_its_pickup_waits_books_nothing_and_runs_at_its_time
 #[tokio::test]
 async fn a_waiting_delivery_runs_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
-    let accepted = app.client.post_delivery(&picked_up_in(0, 4)).await;
-    when(&app.client, &accepted.status_url, "Waiting", |d| {
-        d.state == DeliveryState::Waiting
-    })
-    .await;
+    let (app, accepted, _) = one_waiting(dir.path(), 4).await;
     let app = app.restart().await;
     app.expect_all_scheduled_once(&[accepted.status_url], Duration::from_secs(30))
         .await;
@@ -305,12 +309,7 @@ async fn fire(app: &TestApp, waiting: &StatusDocument) {
 #[tokio::test]
 async fn a_reschedule_racing_a_fire_runs_the_delivery_once_at_the_latest_revision() {
     let dir = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
-    let accepted = app.client.post_delivery(&picked_up_in(0, 30)).await;
-    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
-        d.state == DeliveryState::Waiting
-    })
-    .await;
+    let (app, accepted, waiting) = one_waiting(dir.path(), 30).await;
     // The fire and a reschedule to a pickup within the lead, at once: the
     // fire first runs it and the reschedule updates its bookings; the
     // reschedule first makes it due now and the fire finds another revision.
@@ -339,12 +338,7 @@ async fn a_reschedule_racing_a_fire_runs_the_delivery_once_at_the_latest_revisio
 #[tokio::test]
 async fn a_cancel_racing_a_fire_ends_the_delivery_cancelled_with_nothing_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let app = TestApp::spawn_with(waiting_settings(dir.path())).await;
-    let accepted = app.client.post_delivery(&picked_up_in(0, 30)).await;
-    let waiting = when(&app.client, &accepted.status_url, "Waiting", |d| {
-        d.state == DeliveryState::Waiting
-    })
-    .await;
+    let (app, accepted, waiting) = one_waiting(dir.path(), 30).await;
     let (_, cancel) = tokio::join!(
         fire(&app, &waiting),
         app.client.cancel(&accepted.status_url)
