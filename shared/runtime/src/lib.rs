@@ -15,6 +15,7 @@ pub mod dashboard;
 pub mod destination;
 pub mod error_chain;
 pub mod foreground;
+pub mod host;
 pub mod http;
 pub mod locks;
 pub mod metrics;

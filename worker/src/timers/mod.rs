@@ -33,7 +33,6 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use self::shards::GROUP;
 use self::shards::Shards;
 use crate::metrics;
 
@@ -113,7 +112,7 @@ pub async fn fire(firing: Firing, shutdown: CancellationToken) {
 pub fn owner_name() -> String {
     format!(
         "{}-{}-{:04x}",
-        skyport_runtime::process::host_name(),
+        skyport_runtime::host::name(),
         std::process::id(),
         fastrand::u16(..)
     )

@@ -19,7 +19,7 @@ use skyport_runtime::balance::{Held, choose};
 use time::OffsetDateTime;
 
 /// The lease group of the timer shards.
-pub const GROUP: &str = "timers";
+const GROUP: &str = "timers";
 const PREFIX: &str = "shard-";
 const OWNER: &str = "owner";
 

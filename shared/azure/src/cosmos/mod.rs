@@ -56,6 +56,7 @@ mod reservations;
 mod status_writes;
 mod store;
 mod throttle;
+mod timer_writes;
 mod timers;
 
 pub use self::control::GroupReport;

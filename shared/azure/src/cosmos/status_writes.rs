@@ -29,7 +29,7 @@ use time::OffsetDateTime;
 use super::bulk::Executor;
 use super::request_units::Operation;
 use super::throttle::Requests;
-use super::timers::TimerWrites;
+use super::timer_writes::TimerWrites;
 use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
@@ -164,7 +164,9 @@ impl StatusBatches {
                         source: "the write carried no ETag".into(),
                     })?;
                 // The status first: a timer never fires before its document is Waiting.
-                self.timers.follow(&write.document).await;
+                if let (Some(runs_at), Some(ms)) = (write.document.due_at(), item.runs_at_ms) {
+                    self.timers.follow(&write.document, runs_at, ms).await;
+                }
                 Ok(ETag(etag))
             }
             Err(e) if e.lost_race() => Err(StatusStoreError::PreconditionFailed),

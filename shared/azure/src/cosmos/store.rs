@@ -32,7 +32,7 @@ use super::provision;
 use super::request_units::{Operation, RequestUnits};
 use super::status_writes::{StatusBatches, StatusWrite};
 use super::throttle::{Requests, no_throttle_retry};
-use super::timers::TimerWrites;
+use super::timer_writes::TimerWrites;
 
 /// The Cosmos DB store; cheap to share behind an [`Arc`].
 pub struct CosmosStore {

@@ -5,7 +5,7 @@
 //!
 //! The status document is the truth and the timer a hint. A status write
 //! that leaves a document Waiting upserts its timer right after, in the
-//! same bulk batch ([`TimerWrites`]); a reschedule replaces it in place (the
+//! same bulk batch ([`super::timer_writes`]); a reschedule replaces it in place (the
 //! same id, the same shard). Nothing removes a timer when its document
 //! leaves Waiting otherwise: a fire removes it once the `DeliveryDue` is
 //! durable in the stream (a delete conditional on its ETag, so a timer moved
@@ -20,17 +20,14 @@
 //! 2030. Each item's `ttl` is its wait plus `store.status_retention_s`: a
 //! timer nobody fired still goes away.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use azure_core::http::Etag;
 use azure_data_cosmos::ContainerClient;
 use azure_data_cosmos::options::{ItemWriteOptions, Precondition, QueryOptions};
 use azure_data_cosmos::{FeedScope, Query};
 use futures_util::future::join_all;
-use serde::{Deserialize, Serialize};
-use skyport_core::ports::{Due, ETag, Lane, StatusStoreError, Timers, shard_of};
-use skyport_core::status::StatusDocument;
+use serde::Deserialize;
+use skyport_core::ports::{Due, ETag, Lane, StatusStoreError, Timers};
 use skyport_runtime::config::Work;
 use time::OffsetDateTime;
 
@@ -38,19 +35,7 @@ use super::charge::Paged;
 use super::request_units::Operation;
 use super::status_writes::created_ms;
 use super::store::{CosmosStore, READ_PATIENCE};
-use super::throttle::Requests;
-
-/// A timer as stored.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Item<'a> {
-    id: &'a str,
-    shard: String,
-    runs_at_ms: i64,
-    revision: u32,
-    lane: Lane,
-    ttl: u64,
-}
+use super::timer_writes::partition;
 
 /// A timer (or a Waiting document) as a due read returns it.
 #[derive(Debug, Deserialize)]
@@ -78,84 +63,6 @@ impl Read {
             lane: self.lane,
             version: self.etag.map(ETag),
         }
-    }
-}
-
-/// The shard's partition key value.
-fn partition(shard: u32) -> String {
-    shard.to_string()
-}
-
-/// Writes the timers of Waiting documents, beside their status writes.
-pub(super) struct TimerWrites {
-    container: ContainerClient,
-    requests: Arc<Requests>,
-    shards: u32,
-    /// `store.status_retention_s`: how long a timer outlives its time.
-    retention: u64,
-}
-
-impl TimerWrites {
-    pub(super) fn new(
-        container: ContainerClient,
-        requests: Arc<Requests>,
-        shards: u32,
-        retention: u64,
-    ) -> Self {
-        Self {
-            container,
-            requests,
-            shards,
-            retention,
-        }
-    }
-
-    /// Sets (or moves) `document`'s timer when it is Waiting; nothing
-    /// otherwise. A failure is logged, never returned: the
-    /// status is written, and [`Timers::overdue`] finds the lost timer.
-    pub(super) async fn follow(&self, document: &StatusDocument) {
-        let Some(runs_at) = document.due_at() else {
-            return;
-        };
-        let now = OffsetDateTime::now_utc();
-        let wait = u64::try_from((runs_at - now).whole_seconds()).unwrap_or(0);
-        let shard = partition(shard_of(&document.id, self.shards));
-        let item = Item {
-            id: &document.id,
-            shard: shard.clone(),
-            runs_at_ms: created_ms(runs_at),
-            revision: document.revision,
-            lane: document.lane,
-            ttl: wait.saturating_add(self.retention).min(i32::MAX as u64),
-        };
-        let result = self
-            .requests
-            .run(Work::Timers, Operation::Write, u32::MAX, |options| {
-                let options = ItemWriteOptions::default().with_operation_options(options);
-                let shard = shard.clone();
-                let item = &item;
-                async move {
-                    self.container
-                        .upsert_item(shard, &document.id, item, Some(options))
-                        .await
-                }
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(
-                delivery_id = %document.id,
-                error = skyport_runtime::error_chain::error_chain(e.into_box().as_ref()),
-                "Cannot write a Waiting delivery's timer; it is found from its status once overdue."
-            );
-        }
-    }
-}
-
-impl std::fmt::Debug for TimerWrites {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TimerWrites")
-            .field("shards", &self.shards)
-            .finish_non_exhaustive()
     }
 }
 

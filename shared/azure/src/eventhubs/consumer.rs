@@ -519,7 +519,7 @@ async fn relinquish(store: &dyn CheckpointStore, context: &HubContext) {
 
 /// An owner id for ownership records: the host (the pod's name on Kubernetes) and a random suffix.
 fn random_owner_id() -> String {
-    let host = skyport_runtime::process::host_name();
+    let host = skyport_runtime::host::name();
     let mut bytes = [0u8; 4];
     if getrandom::fill(&mut bytes).is_err() {
         bytes = std::process::id().to_be_bytes();

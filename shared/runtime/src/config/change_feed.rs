@@ -81,7 +81,7 @@ impl ChangeFeedSettings {
     /// name from `HOSTNAME`, as Kubernetes sets it to the pod's name).
     pub fn instance(&self) -> String {
         if self.instance_name.trim().is_empty() {
-            format!("{}-{}", crate::process::host_name(), std::process::id())
+            format!("{}-{}", crate::host::name(), std::process::id())
         } else {
             self.instance_name.clone()
         }
