@@ -2,7 +2,7 @@
 //! container, newest first.
 //!
 //! Every status document is stored with `createdMs`, its `createdAt` in Unix
-//! milliseconds (a number, so that it sorts; [`created_ms`]), and the
+//! milliseconds (a number, so that it sorts; [`unix_ms`]), and the
 //! container is indexed for the listing's filters and its order
 //! ([`status_indexing`]): `ownerId`, `principal`, `state` and `createdMs`,
 //! with composite indexes on (`createdMs`, `id`) alone and after `ownerId`
@@ -38,7 +38,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::charge::Paged;
 use super::request_units::Operation;
-use super::status_writes::created_ms;
+use super::status_writes::unix_ms;
 use super::store::{CosmosStore, READ_PATIENCE};
 
 /// Documents a backfill reads at a time.
@@ -82,7 +82,7 @@ impl CosmosStore {
                     source: Box::new(e),
                 })?;
             next = Some(ListCursor {
-                created_ms: created.unwrap_or_else(|| created_ms(document.created_at)),
+                created_ms: created.unwrap_or_else(|| unix_ms(document.created_at)),
                 id: document.id.clone(),
             });
             items.push(document);
@@ -224,7 +224,7 @@ impl Backfill {
             fields.insert("ttl".into(), Value::from(ttl.saturating_sub(since).max(1)));
         }
         fields.retain(|key, _| !key.starts_with('_'));
-        fields.insert("createdMs".into(), Value::from(created_ms(created)));
+        fields.insert("createdMs".into(), Value::from(unix_ms(created)));
         Some(Self {
             id,
             etag,
@@ -252,11 +252,11 @@ fn listing_query(query: &ListQuery) -> Result<Query, BoxError> {
     }
     if let Some(since) = query.since {
         conditions.push("c.createdMs >= @since");
-        parameters.push(("@since", Value::from(created_ms(since))));
+        parameters.push(("@since", Value::from(unix_ms(since))));
     }
     if let Some(until) = query.until {
         conditions.push("c.createdMs < @until");
-        parameters.push(("@until", Value::from(created_ms(until))));
+        parameters.push(("@until", Value::from(unix_ms(until))));
     }
     if let Some(after) = &query.after {
         conditions.push("(c.createdMs < @afterMs OR (c.createdMs = @afterMs AND c.id < @afterId))");

@@ -34,8 +34,9 @@ use skyport_core::ports::{ETag, Precondition, StatusStoreError};
 use skyport_core::status::StatusDocument;
 
 /// `at` in Unix milliseconds: a status document's `createdMs`, which the
-/// listing sorts on and its cursor counts.
-pub(super) fn created_ms(at: OffsetDateTime) -> i64 {
+/// listing sorts on and its cursor counts, and the `runsAtMs` of a Waiting
+/// one and of its timer.
+pub(super) fn unix_ms(at: OffsetDateTime) -> i64 {
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
 }
 
@@ -70,8 +71,8 @@ impl<'a> Item<'a> {
     fn new(document: &'a StatusDocument, settled_ttl: u64, now: OffsetDateTime) -> Self {
         Self {
             document,
-            created_ms: created_ms(document.created_at),
-            runs_at_ms: document.due_at().map(created_ms),
+            created_ms: unix_ms(document.created_at),
+            runs_at_ms: document.due_at().map(unix_ms),
             ttl: ttl_of(document, settled_ttl, now),
         }
     }

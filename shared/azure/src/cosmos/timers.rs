@@ -1,6 +1,6 @@
 //! [`Timers`] on Cosmos DB: the timers container (partition key `/shard`,
 //! TTL on), one item per Waiting delivery, `{id, shard, runsAtMs, revision,
-//! lane, ttl}`, in the shard [`shard_of`] its id (`cosmos.timer_shards`
+//! lane, ttl}`, in the shard [`shard_of`](skyport_core::ports::shard_of) its id (`cosmos.timer_shards`
 //! logical partitions; a worker reads each through a lease).
 //!
 //! The status document is the truth and the timer a hint. A status write
@@ -33,7 +33,7 @@ use time::OffsetDateTime;
 
 use super::charge::Paged;
 use super::request_units::Operation;
-use super::status_writes::created_ms;
+use super::status_writes::unix_ms;
 use super::store::{CosmosStore, READ_PATIENCE};
 use super::timer_writes::partition;
 
@@ -110,14 +110,14 @@ impl Timers for CosmosStore {
         limit: usize,
     ) -> Result<Vec<Due>, StatusStoreError> {
         let (at, id) = after.map_or((i64::MIN, String::new()), |due| {
-            (created_ms(due.runs_at), due.delivery_id.clone())
+            (unix_ms(due.runs_at), due.delivery_id.clone())
         });
         let query = Query::from(format!(
             "SELECT TOP {limit} c.id, c.runsAtMs, c.revision, c.lane, c._etag FROM c \
              WHERE c.runsAtMs <= @upTo AND (c.runsAtMs > @at OR (c.runsAtMs = @at AND c.id > @id)) \
              ORDER BY c.runsAtMs, c.id"
         ))
-        .with_parameter("@upTo", created_ms(up_to))
+        .with_parameter("@upTo", unix_ms(up_to))
         .and_then(|q| q.with_parameter("@at", at))
         .and_then(|q| q.with_parameter("@id", id))
         .map_err(unavailable)?;
@@ -158,16 +158,11 @@ impl Timers for CosmosStore {
             "SELECT TOP {limit} c.id, c.runsAtMs, c.revision, c.lane FROM c \
              WHERE c.state = 'Waiting' AND c.runsAtMs < @before"
         ))
-        .with_parameter("@before", created_ms(before))
+        .with_parameter("@before", unix_ms(before))
         .map_err(unavailable)?;
-        let mut overdue = self
-            .query_due(&self.status, query, FeedScope::full_container())
-            .await?;
-        // No version: these have no timer to remove.
-        for due in &mut overdue {
-            due.version = None;
-        }
-        Ok(overdue)
+        // No `_etag` read: these have no timer to remove.
+        self.query_due(&self.status, query, FeedScope::full_container())
+            .await
     }
 
     async fn waiting(&self, shard: u32) -> Result<u64, StatusStoreError> {
